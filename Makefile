@@ -1,0 +1,45 @@
+# Platform Gateway — the two commands a newcomer needs: `make run` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt | cksum | cut -d' ' -f1)
+QUEUES := default,analytics,embeddings,email,bulk,seed
+export FLASK_APP := wsgi
+
+.PHONY: install migrate run worker beat flower test bench lint clean
+
+$(STAMP): requirements.txt requirements-dev.txt
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ required"'
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
+	rm -f $(VENV)/.installed-* && touch $@
+
+install: $(STAMP)
+
+migrate: install                ## migrate platform + every product schema
+	$(BIN)/flask db upgrade
+
+run: migrate                    ## serve the API on :$${PORT:-8000} with embedded defaults
+	$(BIN)/gunicorn -c docker/gunicorn.conf.py wsgi:app
+
+worker: migrate                 ## a Celery worker on every queue (needs REDIS_URL)
+	$(BIN)/celery -A workers worker -Q $(QUEUES) --loglevel INFO
+
+beat: install
+	$(BIN)/celery -A workers beat --loglevel INFO
+
+flower: install                 ## Flower dashboard on :5555 (needs REDIS_URL)
+	$(BIN)/celery -A workers flower --port=5555
+
+test: install                   ## the whole suite against real PostgreSQL (+ Redis when REDIS_URL is set)
+	$(BIN)/python -m pytest
+
+bench: migrate                  ## benchmarks; tables land in bench/results/
+	$(BIN)/python -m bench
+
+lint: install
+	$(BIN)/ruff check app workers migrations tests bench
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .ruff_cache

@@ -1,0 +1,139 @@
+"""Application factory. Nothing happens at import time; `create_app()` binds everything."""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from typing import Any
+
+from flask import Flask, g, request
+
+from app.config import load_config
+
+log = logging.getLogger(__name__)
+_SANE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+API_INFO = {
+    "API_TITLE": "Platform Gateway API",
+    "API_VERSION": "v1",
+    "OPENAPI_VERSION": "3.0.3",
+    "OPENAPI_URL_PREFIX": "/api/v1",
+    "OPENAPI_JSON_PATH": "openapi.json",
+    "OPENAPI_SWAGGER_UI_PATH": "docs",
+    "OPENAPI_SWAGGER_UI_URL": "https://cdn.jsdelivr.net/npm/swagger-ui-dist@5/",
+    "API_SPEC_OPTIONS": {
+        "components": {"securitySchemes": {
+            "bearerAuth": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}}},
+        "security": [{"bearerAuth": []}],
+        "info": {"description": "Multi-tenant AI platform API. Every call carries a Bearer JWT "
+                                "(HS256) whose claims select the organization and product."},
+    },
+}
+
+
+def create_app(overrides: dict[str, Any] | None = None) -> Flask:
+    """Build the Flask app. `overrides` replace configuration values (tests)."""
+    app = Flask(__name__)
+    app.config.update(API_INFO)
+    app.config.update(load_config(overrides))
+    _configure_logging(app)
+
+    from app.auth import authenticate_request, load_secret
+    from app.errors import register_error_handlers
+    from app.extensions import Api, celery_app, db
+    from app.tasks import init_celery
+
+    # 1. secrets first: a weak or missing secret stops start-up before anything listens
+    app.config["JWT_SECRET"] = load_secret(app)
+    # 2. database (embedded PostgreSQL when DATABASE_URL is unset)
+    db.init_app(app)
+    # 3. Celery (eager without REDIS_URL)
+    init_celery(celery_app, app)
+    # 4. API + OpenAPI, then our envelope handlers over flask-smorest's
+    api = Api(app)  # one Api per app: its OpenAPI document belongs to this app
+    _register_blueprints(api, app)
+    register_error_handlers(app)
+    # 5. request pipeline: request id, authentication, CORS
+    app.before_request(_assign_request_id)
+    app.before_request(authenticate_request)
+    app.after_request(_finish_response)
+    _register_cli(app)
+    return app
+
+
+def _register_blueprints(api, app: Flask) -> None:
+    from app.ops.routes import blp as ops_blp, health_bp
+
+    app.register_blueprint(health_bp)
+    api.register_blueprint(ops_blp)
+    for module in _domain_route_modules():
+        for blp in getattr(module, "blueprints", [getattr(module, "blp", None)]):
+            if blp is not None:
+                api.register_blueprint(blp)
+        for plain in getattr(module, "plain_blueprints", []):
+            app.register_blueprint(plain)
+
+
+def _domain_route_modules():
+    """Each domain package's routes module, in a fixed order; missing domains are skipped."""
+    import importlib
+
+    for name in ("entities", "agents", "images", "analytics", "email", "storage"):
+        try:
+            yield importlib.import_module(f"app.{name}.routes")
+        except ModuleNotFoundError as exc:
+            if exc.name not in {f"app.{name}", f"app.{name}.routes"}:
+                raise
+
+
+def _register_cli(app: Flask) -> None:
+    from app.cli import db_cli, products_cli, token_cli
+
+    app.cli.add_command(db_cli)
+    app.cli.add_command(products_cli)
+    app.cli.add_command(token_cli)
+
+
+def _assign_request_id() -> None:
+    incoming = request.headers.get("X-Request-ID", "")
+    g.request_id = incoming if _SANE_REQUEST_ID.match(incoming) else uuid.uuid4().hex
+
+
+def _finish_response(response):
+    response.headers["X-Request-ID"] = g.get("request_id") or uuid.uuid4().hex
+    origins = [o.strip() for o in (_current_config("CORS_ORIGINS") or "").split(",") if o.strip()]
+    origin = request.headers.get("Origin")
+    if origin and (origin in origins or "*" in origins):
+        response.headers["Access-Control-Allow-Origin"] = origin
+        response.headers["Access-Control-Allow-Headers"] = "Authorization, Content-Type, X-Request-ID"
+        response.headers["Access-Control-Allow-Methods"] = "GET, POST, PUT, DELETE, OPTIONS"
+        response.headers["Vary"] = "Origin"
+    return response
+
+
+def _current_config(name: str):
+    from flask import current_app
+
+    return current_app.config.get(name)
+
+
+class _RequestIdFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            record.request_id = g.get("request_id", "-")
+        except RuntimeError:
+            record.request_id = "-"
+        return True
+
+
+def _configure_logging(app: Flask) -> None:
+    root = logging.getLogger()
+    if not any(getattr(h, "_platform_gateway", False) for h in root.handlers):
+        handler = logging.StreamHandler()
+        handler._platform_gateway = True  # type: ignore[attr-defined]
+        handler.addFilter(_RequestIdFilter())
+        handler.setFormatter(logging.Formatter(
+            "%(asctime)s %(levelname)s [%(request_id)s] %(name)s: %(message)s"))
+        root.addHandler(handler)
+    root.setLevel(app.config["LOG_LEVEL"])

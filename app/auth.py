@@ -1,0 +1,181 @@
+"""Bearer JWT authentication, scope and role checks, token minting.
+
+Authentication runs once per request (`authenticate_request`, a before_request hook) for every
+/api/v1 route except the OpenAPI pages; routes then declare what they need with `@require_scopes`
+or `@require_role`. Algorithms are pinned to HS256; the token never chooses.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import secrets
+import time
+from typing import Any, Callable, Iterable
+
+import jwt
+from flask import Flask, current_app, g, request
+
+from app.db import product_slug
+from app.errors import Forbidden, Unauthorized
+from app.tenancy import Tenant, current_tenant, products, set_tenant
+
+log = logging.getLogger(__name__)
+
+ALGORITHM = "HS256"
+MIN_SECRET_BYTES = 32
+MAX_AUTH_HEADER = 8192
+BYPASS_ROLES = frozenset({"admin", "super_admin"})
+PUBLIC_PREFIXES = ("/api/v1/docs", "/api/v1/openapi.json")
+
+
+def load_secret(app: Flask) -> str:
+    """The signing secret: configured, or generated once into VAR_DIR/jwt-secret for development."""
+    secret = app.config.get("JWT_SECRET") or ""
+    if not secret:
+        path = os.path.join(app.config["VAR_DIR"], "jwt-secret")
+        os.makedirs(app.config["VAR_DIR"], exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_urlsafe(48))
+            log.warning("JWT_SECRET is not set: generated a development secret into %s. "
+                        "Set JWT_SECRET (>= 32 bytes) in any shared or production deployment.", path)
+        except FileExistsError:
+            log.warning("JWT_SECRET is not set: using the development secret in %s.", path)
+        with open(path) as fh:
+            secret = fh.read().strip()
+    if len(secret.encode()) < MIN_SECRET_BYTES:
+        raise RuntimeError(f"JWT_SECRET must be at least {MIN_SECRET_BYTES} bytes; refusing to start.")
+    return secret
+
+
+def mint_token(*, secret: str, issuer: str, audience: str, org: str, user: str,
+               scopes: Iterable[str] = (), role: str | None = None, product: str | None = None,
+               email: str | None = None, ttl: int = 3600, now: int | None = None) -> str:
+    """A signed access token with the claims the gateway issues."""
+    now = int(now if now is not None else time.time())
+    claims: dict[str, Any] = {
+        "org_id": org, "user_id": user, "scopes": list(scopes), "iat": now, "exp": now + ttl,
+        "iss": issuer, "aud": audience,
+    }
+    if role:
+        claims["role"] = role
+    if product:
+        claims["product"] = product
+    if email:
+        claims["email"] = email
+    return jwt.encode(claims, secret, algorithm=ALGORITHM)
+
+
+def _bearer_token() -> str:
+    header = request.headers.get("Authorization", "")
+    if not header:
+        raise Unauthorized("Missing bearer token.")
+    if len(header) > MAX_AUTH_HEADER:
+        raise Unauthorized("Authorization header too large.")
+    parts = header.split()
+    if len(parts) != 2 or parts[0].lower() != "bearer" or "," in parts[1]:
+        raise Unauthorized("Authorization must be exactly one Bearer token.")
+    return parts[1]
+
+
+def decode_token(token: str) -> dict[str, Any]:
+    config = current_app.config
+    try:
+        return jwt.decode(
+            token, config["JWT_SECRET"], algorithms=[ALGORITHM],
+            audience=config["JWT_AUDIENCE"], issuer=config["JWT_ISSUER"],
+            leeway=config["JWT_LEEWAY_SECONDS"],
+            options={"require": ["exp", "iat", "iss", "aud"]},
+        )
+    except jwt.ExpiredSignatureError:
+        raise Unauthorized("Token expired.") from None
+    except jwt.ImmatureSignatureError:
+        raise Unauthorized("Token not valid yet (iat in the future).") from None
+    except jwt.InvalidTokenError as exc:
+        raise Unauthorized(f"Invalid token: {exc}.") from None
+
+
+def tenant_from_claims(claims: dict[str, Any]) -> Tenant:
+    org, user = claims.get("org_id"), claims.get("user_id")
+    if not isinstance(org, str) or not org or not isinstance(user, str) or not user:
+        raise Unauthorized("Token lacks org_id or user_id.")
+    scopes = claims.get("scopes") or []
+    if isinstance(scopes, str):
+        scopes = scopes.split()
+    if not isinstance(scopes, list) or not all(isinstance(s, str) for s in scopes):
+        raise Unauthorized("Token scopes must be a list of strings.")
+    iat = claims.get("iat")
+    if isinstance(iat, (int, float)) and iat > time.time() + current_app.config["JWT_LEEWAY_SECONDS"]:
+        raise Unauthorized("Token not valid yet (iat in the future).")
+    raw_product = claims.get("product") or current_app.config["DEFAULT_PRODUCT"]
+    try:
+        product = product_slug(str(raw_product))
+    except ValueError:
+        raise Forbidden(f"Unknown product '{raw_product}'.") from None
+    return Tenant(org_id=org, user_id=user, email=claims.get("email"), role=claims.get("role"),
+                  scopes=tuple(scopes), product=product)
+
+
+def authenticate_request() -> None:
+    """before_request: verify the token of every /api/v1 request and install the tenant."""
+    path = request.path
+    if not path.startswith("/api/v1") or path.startswith(PUBLIC_PREFIXES):
+        return
+    if request.method == "OPTIONS" or request.routing_exception is not None:
+        return  # CORS preflight; unknown path or method answers 404/405 without a token
+    tenant = tenant_from_claims(decode_token(_bearer_token()))
+    products.require(tenant.product)
+    set_tenant(tenant)
+
+
+def scope_satisfies(held: str, required: str) -> bool:
+    """`write` satisfies `write:agents`; an exact match always does."""
+    if held == required or held == "*":
+        return True
+    return ":" not in held and required.split(":", 1)[0] == held
+
+
+def has_any_scope(tenant: Tenant, required: Iterable[str]) -> bool:
+    if tenant.role in BYPASS_ROLES or "*" in tenant.scopes:
+        return True
+    return any(scope_satisfies(h, r) for r in required for h in tenant.scopes)
+
+
+def require_scopes(*required: str) -> Callable:
+    """Route decorator: the token needs any one of `required` (admin roles and `*` bypass)."""
+
+    def decorator(view: Callable) -> Callable:
+        @functools.wraps(view)
+        def wrapper(*args, **kwargs):
+            tenant = current_tenant()
+            if not has_any_scope(tenant, required):
+                raise Forbidden(f"Missing scope: one of {', '.join(required)} is required.")
+            return view(*args, **kwargs)
+
+        wrapper._required_scopes = required  # type: ignore[attr-defined]
+        return wrapper
+
+    return decorator
+
+
+def require_role(*roles: str) -> Callable:
+    """Route decorator for admin-only routes: role in `roles` (or scope `*`)."""
+
+    def decorator(view: Callable) -> Callable:
+        @functools.wraps(view)
+        def wrapper(*args, **kwargs):
+            tenant = current_tenant()
+            if tenant.role not in roles and "*" not in tenant.scopes:
+                raise Forbidden(f"Requires role {' or '.join(roles)}.")
+            return view(*args, **kwargs)
+
+        return wrapper
+
+    return decorator
+
+
+def is_authenticated() -> bool:
+    return g.get("tenant") is not None

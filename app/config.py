@@ -1,0 +1,97 @@
+"""Configuration: every setting and its default lives here, environment variables override.
+
+`load_config(overrides)` is the only reader of the environment. Tests pass overrides to
+`create_app()` instead of patching the environment. The README's configuration table lists the
+same names (tests/unit/test_config.py checks that it stays complete).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+# name -> (default, type, one-line description used for the README table)
+SETTINGS: dict[str, tuple[Any, type, str]] = {
+    # Process and HTTP
+    "VAR_DIR": ("./var", str, "Local state: embedded PostgreSQL, blobs, outbox, generated JWT secret"),
+    "PORT": (8000, int, "Port `make run` serves on"),
+    "PUBLIC_BASE_URL": ("http://localhost:8000", str, "How clients reach this service (used in blob URLs)"),
+    "LOG_LEVEL": ("INFO", str, "Python log level"),
+    "MAX_CONTENT_LENGTH": (100 * 1024 * 1024, int, "Largest accepted request body in bytes (413 above)"),
+    "CORS_ORIGINS": ("", str, "Comma-separated origins allowed by CORS; empty = CORS off"),
+    # Database
+    "DATABASE_URL": ("", str, "PostgreSQL+pgvector URL; empty = embedded PostgreSQL under VAR_DIR/pg"),
+    "DB_POOL_SIZE": (10, int, "SQLAlchemy pool size per process"),
+    "DB_POOL_TIMEOUT": (5, int, "Seconds to wait for a pooled connection before answering 503"),
+    "DB_STATEMENT_TIMEOUT_MS": (30000, int, "PostgreSQL statement_timeout for request transactions (ms)"),
+    # Celery / Redis
+    "REDIS_URL": ("", str, "Redis URL for Celery broker/results; empty = tasks run eagerly in-process"),
+    # Auth and tenancy
+    "JWT_SECRET": ("", str, "HS256 secret, at least 32 bytes; empty = generated into VAR_DIR/jwt-secret (dev)"),
+    "JWT_ISSUER": ("platform-gateway", str, "Required `iss` claim"),
+    "JWT_AUDIENCE": ("platform-api", str, "Required `aud` claim"),
+    "JWT_LEEWAY_SECONDS": (30, int, "Clock skew tolerated on exp/iat"),
+    "DEFAULT_PRODUCT": ("default", str, "Product used when a token has no `product` claim"),
+    "INTERNAL_API_TOKEN": ("", str, "Shared token for /internal/* calls (X-Internal-Token)"),
+    # Blob storage
+    "BLOB_BACKEND": ("local", str, "`local` (files under VAR_DIR/blobs, served at /blobs) or `gcs`"),
+    "BLOB_CONTAINER": ("platform-images", str, "Container (local folder / GCS bucket) for stored images"),
+    "BLOB_PUBLIC_BASE_URL": ("", str, "Public base URL of blobs; empty = PUBLIC_BASE_URL + /blobs (local) "
+                                      "or https://storage.googleapis.com (gcs)"),
+    "GCS_PROJECT": ("", str, "Google Cloud project for the gcs backend"),
+    "GCS_ENDPOINT": ("", str, "Override the GCS API endpoint (emulators, tests)"),
+    # Image generation
+    "IMAGE_REF_ALLOWED_HOSTS": ("", str, "Extra hosts allowed for reference/mask URLs (comma-separated)"),
+    "IMAGE_TIMEOUT_SECONDS": (120, int, "Budget for one image call (fetch + upstream + store)"),
+    "PROVIDER_A_ENDPOINT": ("", str, "Azure OpenAI endpoint, e.g. https://NAME.openai.azure.com"),
+    "PROVIDER_A_API_KEY": ("", str, "Azure OpenAI api-key"),
+    "PROVIDER_A_API_VERSION": ("2025-04-01-preview", str, "api-version for image generations"),
+    "PROVIDER_A_EDIT_API_VERSION": ("2025-04-01-preview", str, "api-version for image edits"),
+    "PROVIDER_A_LEGACY_DEPLOYMENTS": ("", str, "Deployments of the legacy (dall-e-3) family, comma-separated"),
+    "PROVIDER_B_ENDPOINT": ("", str, "Vertex AI base URL; empty = https://{location}-aiplatform.googleapis.com"),
+    "PROVIDER_B_PROJECT": ("", str, "Google Cloud project for Imagen"),
+    "PROVIDER_B_LOCATION": ("us-central1", str, "Vertex AI region"),
+    "PROVIDER_B_CREDENTIALS": ("", str, "Path of a service-account JSON for Imagen"),
+    "PROVIDER_B_ACCESS_TOKEN": ("", str, "Static OAuth bearer token for Imagen (instead of credentials)"),
+    # Embeddings
+    "EMBEDDINGS_BACKEND": ("local", str, "`local` (bundled sentence-transformers model) or `openai`"),
+    "EMBEDDINGS_ENDPOINT": ("", str, "OpenAI-compatible base URL (…/v1) for the openai backend"),
+    "EMBEDDINGS_API_KEY": ("", str, "API key for the openai backend"),
+    "EMBEDDINGS_MODEL": ("", str, "Embedding model; empty = backend default"),
+    # Email
+    "EMAIL_BACKEND": ("console", str, "`console` (VAR_DIR/outbox + log) or `smtp`"),
+    "SMTP_HOST": ("localhost", str, "SMTP server"),
+    "SMTP_PORT": (587, int, "SMTP port"),
+    "SMTP_USERNAME": ("", str, "SMTP user"),
+    "SMTP_PASSWORD": ("", str, "SMTP password"),
+    "SMTP_STARTTLS": (True, bool, "Use STARTTLS"),
+    "EMAIL_FROM": ("Platform Gateway <no-reply@localhost>", str, "From address"),
+}
+
+
+def _coerce(value: Any, kind: type) -> Any:
+    if kind is bool and isinstance(value, str):
+        return value.strip().lower() in {"1", "true", "yes", "on"}
+    return kind(value)
+
+
+def load_config(overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Defaults, then environment variables, then explicit overrides (tests)."""
+    overrides = overrides or {}
+    config: dict[str, Any] = {}
+    for name, (default, kind, _doc) in SETTINGS.items():
+        if name in overrides:
+            config[name] = overrides[name]
+        elif name in os.environ:
+            config[name] = _coerce(os.environ[name], kind)
+        else:
+            config[name] = default
+    for name, value in overrides.items():  # Flask/extension keys (TESTING, …)
+        config.setdefault(name, value)
+    config["VAR_DIR"] = os.path.abspath(config["VAR_DIR"])
+    return config
+
+
+def csv_setting(value: str) -> list[str]:
+    """Split a comma-separated setting into clean, non-empty items."""
+    return [item.strip() for item in (value or "").split(",") if item.strip()]

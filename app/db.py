@@ -1,0 +1,146 @@
+"""Engine, declarative bases and the per-request session.
+
+Two kinds of tables:
+- `PlatformBase` tables live in the `platform` schema (organizations, users, products, artifacts…).
+- `TenantBase` tables are declared in the placeholder schema `product`; at run time the product of the
+  request picks the real schema (`product_<slug>`) through `schema_translate_map`. That translation
+  happens here and nowhere else (`Database.engine_for`).
+
+`db.session` is one SQLAlchemy Session per app context (request or task), bound to the product's
+engine view. Celery tasks open their own context with `db.product_session(product)`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from typing import Iterator
+
+from flask import Flask, g, has_app_context
+from sqlalchemy import MetaData, create_engine, event
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import DeclarativeBase, Session
+
+PLATFORM_SCHEMA = "platform"
+PRODUCT_PLACEHOLDER = "product"
+_SLUG = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class PlatformBase(DeclarativeBase):
+    metadata = MetaData(schema=PLATFORM_SCHEMA, naming_convention=NAMING)
+
+
+class TenantBase(DeclarativeBase):
+    metadata = MetaData(schema=PRODUCT_PLACEHOLDER, naming_convention=NAMING)
+
+
+def product_slug(name: str) -> str:
+    """Normalise a product name to its slug; raises ValueError for names that cannot be one."""
+    slug = re.sub(r"[^a-z0-9_]+", "_", (name or "").strip().lower()).strip("_")
+    if not _SLUG.match(slug):
+        raise ValueError(f"invalid product name {name!r}: use letters, digits and _ (max 40)")
+    return slug
+
+
+def schema_for(product: str) -> str:
+    return f"product_{product_slug(product)}"
+
+
+class Database:
+    """Unbound extension: `db.init_app(app)` creates the engine for this process."""
+
+    def __init__(self) -> None:
+        self.engine: Engine | None = None
+        self._product_engines: dict[str, Engine] = {}
+        self.default_product = "default"
+
+    def init_app(self, app: Flask) -> None:
+        url = app.config["DATABASE_URL"]
+        if not url:
+            from app.embedded_pg import embedded_url
+
+            url = embedded_url(app.config["VAR_DIR"], "platform_gateway")
+            app.config["DATABASE_URL"] = url
+        self.engine = make_engine(url, app.config)
+        self._product_engines = {}
+        self.default_product = app.config["DEFAULT_PRODUCT"]
+        app.extensions["db"] = self
+        app.teardown_appcontext(self._teardown)
+
+    def engine_for(self, product: str) -> Engine:
+        """The engine view whose statements address `product`'s schema (cached per product)."""
+        engine = self._product_engines.get(product)
+        if engine is None:
+            assert self.engine is not None, "db.init_app() was not called"
+            engine = self.engine.execution_options(
+                schema_translate_map={PRODUCT_PLACEHOLDER: schema_for(product)}
+            )
+            self._product_engines[product] = engine
+        return engine
+
+    @property
+    def session(self) -> Session:
+        """The Session of the current app context, bound to the current product."""
+        session = g.get("_db_session")
+        if session is None:
+            from app.tenancy import current_product
+
+            session = Session(bind=self.engine_for(current_product()), expire_on_commit=False)
+            g._db_session = session
+        return session
+
+    @contextlib.contextmanager
+    def product_session(self, product: str) -> Iterator[Session]:
+        """A standalone session for `product` (tasks, CLI); commits on success."""
+        session = Session(bind=self.engine_for(product), expire_on_commit=False)
+        try:
+            yield session
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise
+        finally:
+            session.close()
+
+    def _teardown(self, exc: BaseException | None) -> None:
+        session = g.pop("_db_session", None) if has_app_context() else None
+        if session is not None:
+            if exc is not None:
+                session.rollback()
+            session.close()
+
+    def dispose(self) -> None:
+        """Drop pooled connections (after a worker fork)."""
+        if self.engine is not None:
+            self.engine.dispose(close=False)
+
+
+def make_engine(url: str, config: dict) -> Engine:
+    engine = create_engine(
+        url,
+        pool_size=config.get("DB_POOL_SIZE", 10),
+        max_overflow=config.get("DB_POOL_SIZE", 10),
+        pool_timeout=config.get("DB_POOL_TIMEOUT", 5),
+        pool_pre_ping=True,
+        connect_args={"connect_timeout": 5},
+    )
+    timeout_ms = int(config.get("DB_STATEMENT_TIMEOUT_MS", 30000))
+
+    @event.listens_for(engine, "connect")
+    def _set_timeouts(dbapi_conn, _record):  # every pooled connection gets the request budget
+        with dbapi_conn.cursor() as cur:
+            cur.execute(f"SET statement_timeout = {timeout_ms}")
+        dbapi_conn.commit()
+
+    return engine
+
+
+db = Database()

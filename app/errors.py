@@ -1,0 +1,179 @@
+"""Domain errors and the one place that turns any error into the spec's envelope.
+
+Services raise the `ApiError` subclasses below; routes never build error bodies themselves.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from flask import Flask, g, jsonify
+from werkzeug.exceptions import HTTPException
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    """An error with an HTTP status and a spec error code."""
+
+    status = 500
+    code = "SYSTEM_ERROR"
+
+    def __init__(self, message: str, details: dict[str, Any] | None = None, *, headers=None):
+        super().__init__(message)
+        self.message = message
+        self.details = details
+        self.headers = headers or {}
+
+
+class InvalidInput(ApiError):
+    status, code = 400, "INVALID_INPUT"
+
+
+class ValidationFailed(ApiError):
+    status, code = 400, "VALIDATION_ERROR"
+
+
+class Unauthorized(ApiError):
+    status, code = 401, "UNAUTHORIZED"
+
+
+class Forbidden(ApiError):
+    status, code = 403, "FORBIDDEN"
+
+
+class NotFound(ApiError):
+    status, code = 404, "NOT_FOUND"
+
+
+class Conflict(ApiError):
+    status, code = 409, "CONFLICT"
+
+
+class PayloadTooLarge(ApiError):
+    status, code = 413, "PAYLOAD_TOO_LARGE"
+
+
+class RateLimited(ApiError):
+    status, code = 429, "RATE_LIMITED"
+
+
+class SystemFailure(ApiError):
+    status, code = 500, "SYSTEM_ERROR"
+
+
+class ServiceUnavailable(ApiError):
+    status, code = 503, "SERVICE_UNAVAILABLE"
+
+
+class GatewayTimeout(ApiError):
+    status, code = 504, "TIMEOUT"
+
+
+# Werkzeug/flask-smorest HTTP errors -> (code, default message)
+_HTTP_CODES = {
+    400: "INVALID_INPUT",
+    401: "UNAUTHORIZED",
+    403: "FORBIDDEN",
+    404: "NOT_FOUND",
+    405: "INVALID_INPUT",
+    409: "CONFLICT",
+    413: "PAYLOAD_TOO_LARGE",
+    415: "INVALID_INPUT",
+    422: "VALIDATION_ERROR",
+    429: "RATE_LIMITED",
+    503: "SERVICE_UNAVAILABLE",
+    504: "TIMEOUT",
+}
+
+
+def envelope(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The spec's error envelope."""
+    error: dict[str, Any] = {"code": code, "message": message}
+    if details:
+        error["details"] = details
+    return {"error": error, "metadata": {"success": False, "timestamp": int(time.time())}}
+
+
+def error_response(status: int, code: str, message: str, details=None, headers=None):
+    response = jsonify(envelope(code, message, details))
+    response.status_code = status
+    for key, value in (headers or {}).items():
+        response.headers[key] = value
+    return response
+
+
+def _webargs_details(messages: Any) -> dict[str, Any]:
+    """webargs nests messages by location ({"json": {"field": [...]}}); flatten one level."""
+    if isinstance(messages, dict) and len(messages) == 1:
+        (location, inner), = messages.items()
+        if location in {"json", "query", "querystring", "form", "files", "headers", "view_args", "path"}:
+            return {"fields": inner, "location": location}
+    return {"fields": messages}
+
+
+def handle_api_error(exc: ApiError):
+    if exc.status >= 500:
+        log.error("request %s failed: %s %s", getattr(g, "request_id", "-"), exc.code, exc.message)
+    return error_response(exc.status, exc.code, exc.message, exc.details, exc.headers)
+
+
+def handle_http_exception(exc: HTTPException):
+    status = exc.code or 500
+    if status == 422 or (status == 400 and getattr(exc, "data", {}).get("messages")):
+        messages = exc.data.get("messages", {})
+        if _is_json_decode_error(messages):
+            return error_response(400, "INVALID_INPUT", "Request body is not valid JSON.")
+        return error_response(400, "VALIDATION_ERROR", "Request validation failed.",
+                              _webargs_details(messages))
+    code = _HTTP_CODES.get(status, "SYSTEM_ERROR" if status >= 500 else "INVALID_INPUT")
+    messages = {
+        404: "The requested resource was not found.",
+        405: "Method not allowed for this path.",
+        413: "Request body is too large.",
+    }
+    message = messages.get(status) or (exc.description or exc.name)
+    headers = {"Allow": exc.valid_methods and ", ".join(exc.valid_methods)} if status == 405 else None
+    return error_response(status, code, message, None, {k: v for k, v in (headers or {}).items() if v})
+
+
+def _is_json_decode_error(messages: Any) -> bool:
+    text = str(messages)
+    return "Invalid JSON body" in text or "JSONDecodeError" in text
+
+
+def handle_unexpected(exc: Exception):
+    from sqlalchemy.exc import OperationalError, TimeoutError as PoolTimeout
+
+    if isinstance(exc, HTTPException):
+        return handle_http_exception(exc)
+    if isinstance(exc, ApiError):
+        return handle_api_error(exc)
+    if isinstance(exc, PoolTimeout):
+        log.warning("request %s: database pool exhausted", getattr(g, "request_id", "-"))
+        return error_response(503, "SERVICE_UNAVAILABLE", "Database is busy; retry shortly.",
+                              {"retryAfterSeconds": 1}, {"Retry-After": "1"})
+    if isinstance(exc, OperationalError) and _is_cancelled(exc):
+        log.warning("request %s: statement cancelled (timeout)", getattr(g, "request_id", "-"))
+        return error_response(503, "SERVICE_UNAVAILABLE", "The query took too long and was cancelled.")
+    if isinstance(exc, OperationalError):
+        log.exception("request %s: database unavailable", getattr(g, "request_id", "-"))
+        return error_response(503, "SERVICE_UNAVAILABLE", "Database unavailable.")
+    log.exception("request %s: unhandled error", getattr(g, "request_id", "-"))
+    return error_response(500, "SYSTEM_ERROR", "Internal error. Quote the request id when reporting it.",
+                          {"requestId": getattr(g, "request_id", None)})
+
+
+def _is_cancelled(exc: Exception) -> bool:
+    import psycopg.errors
+
+    return isinstance(getattr(exc, "orig", None), psycopg.errors.QueryCanceled)
+
+
+def register_error_handlers(app: Flask) -> None:
+    """Bind the envelope to every error path (after flask-smorest registered its own)."""
+    app.register_error_handler(ApiError, handle_api_error)
+    app.register_error_handler(HTTPException, handle_http_exception)
+    app.register_error_handler(Exception, handle_unexpected)

@@ -1,0 +1,81 @@
+"""Tables of the `platform` schema: organizations, users, products, artifacts, failed tasks."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+
+from sqlalchemy import DateTime, Integer, String, Text, UniqueConstraint
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db import PlatformBase
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+class Product(PlatformBase):
+    __tablename__ = "products"
+
+    slug: Mapped[str] = mapped_column(String(40), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    schema_name: Mapped[str] = mapped_column(String(63), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Organization(PlatformBase):
+    __tablename__ = "organizations"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True, default=new_id)
+    title: Mapped[str] = mapped_column(String(200))
+    main_domain: Mapped[str | None] = mapped_column(String(253), unique=True)
+    product: Mapped[str] = mapped_column(String(40))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class User(PlatformBase):
+    __tablename__ = "users"
+    __table_args__ = (UniqueConstraint("org_id", "email"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True, default=new_id)
+    org_id: Mapped[str] = mapped_column(String(64), index=True)
+    email: Mapped[str] = mapped_column(String(320))
+    first_name: Mapped[str | None] = mapped_column(String(200))
+    last_name: Mapped[str | None] = mapped_column(String(200))
+    role: Mapped[str] = mapped_column(String(40), default="user")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Artifact(PlatformBase):
+    """A platform-shipped object (entity definition, agent, skill…) rolled out to organizations."""
+
+    __tablename__ = "artifacts"
+    __table_args__ = (UniqueConstraint("kind", "name"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True, default=new_id)
+    kind: Mapped[str] = mapped_column(String(40))
+    name: Mapped[str] = mapped_column(String(200))
+    artifact_version: Mapped[int] = mapped_column(Integer, default=1)
+    payload: Mapped[dict] = mapped_column(JSONB, default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
+
+
+class FailedTask(PlatformBase):
+    """A Celery task that exhausted its retries (kept for operators to inspect and replay)."""
+
+    __tablename__ = "failed_tasks"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    task_id: Mapped[str] = mapped_column(String(64), index=True)
+    task_name: Mapped[str] = mapped_column(String(200))
+    args: Mapped[list] = mapped_column(JSONB, default=list)
+    kwargs: Mapped[dict] = mapped_column(JSONB, default=dict)
+    error: Mapped[str] = mapped_column(Text)
+    failed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

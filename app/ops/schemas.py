@@ -1,0 +1,23 @@
+"""Wire shapes of the operations routes."""
+
+from marshmallow import Schema, fields
+
+
+class IdentitySchema(Schema):
+    orgId = fields.String(required=True)
+    userId = fields.String(required=True)
+    email = fields.String(allow_none=True)
+    role = fields.String(allow_none=True)
+    scopes = fields.List(fields.String(), required=True)
+    product = fields.String(required=True)
+
+
+class HealthCheckSchema(Schema):
+    status = fields.String(required=True)
+    error = fields.String()
+    latencyMs = fields.Float()
+
+
+class HealthSchema(Schema):
+    status = fields.String(required=True, metadata={"description": "ok or degraded"})
+    checks = fields.Dict(keys=fields.String(), values=fields.Nested(HealthCheckSchema))

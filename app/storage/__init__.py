@@ -1,0 +1,30 @@
+"""Blob storage behind one small interface; the backend is chosen by BLOB_BACKEND."""
+
+from __future__ import annotations
+
+from flask import current_app
+
+from app.storage.base import BlobNotFound, BlobStore, BlobStoreError
+
+__all__ = ["BlobStore", "BlobStoreError", "BlobNotFound", "get_blob_store", "build_blob_store"]
+
+
+def build_blob_store(config) -> BlobStore:
+    backend = config["BLOB_BACKEND"]
+    if backend == "local":
+        from app.storage.local import LocalBlobStore
+
+        return LocalBlobStore.from_config(config)
+    if backend == "gcs":
+        from app.storage.gcs import GcsBlobStore
+
+        return GcsBlobStore.from_config(config)
+    raise RuntimeError(f"unknown BLOB_BACKEND {backend!r} (use local or gcs)")
+
+
+def get_blob_store() -> BlobStore:
+    """The app's blob store (built once per app)."""
+    store = current_app.extensions.get("blob_store")
+    if store is None:
+        store = current_app.extensions["blob_store"] = build_blob_store(current_app.config)
+    return store

@@ -1,0 +1,70 @@
+"""Celery integration: the base task and the send-after-commit helper.
+
+Tasks take ids, never ORM objects, and are sent only once the transaction that produced their
+input has committed (`enqueue_after_commit`): a rolled-back request sends nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import Celery, Task
+from flask import Flask, g
+from sqlalchemy import event
+from sqlalchemy.orm import Session
+
+log = logging.getLogger(__name__)
+
+QUEUES = ("default", "analytics", "embeddings", "email", "bulk", "seed")
+
+
+def init_celery(celery: Celery, app: Flask) -> None:
+    """Configure the Celery app from celeryconfig + REDIS_URL and run tasks in an app context."""
+    import celeryconfig
+
+    celery.config_from_object(celeryconfig)
+    redis_url = app.config.get("REDIS_URL")
+    if redis_url:
+        celery.conf.update(broker_url=redis_url, result_backend=redis_url)
+    else:  # embedded default: no broker, tasks run in-process
+        celery.conf.update(task_always_eager=True, task_eager_propagates=True,
+                           broker_url="memory://", result_backend="cache+memory://")
+
+    class AppContextTask(Task):
+        abstract = True
+
+        def __call__(self, *args: Any, **kwargs: Any) -> Any:
+            if g and getattr(g, "_celery_inline", False):
+                return self.run(*args, **kwargs)
+            with app.app_context():
+                g._celery_inline = True
+                return self.run(*args, **kwargs)
+
+    celery.Task = AppContextTask
+    celery.set_default()
+    app.extensions["celery"] = celery
+
+
+def enqueue_after_commit(session: Session, task: Task, *args: Any, **kwargs: Any) -> None:
+    """Send `task` once `session`'s current transaction commits; drop it if it rolls back."""
+    pending = session.info.setdefault("_pending_tasks", [])
+    pending.append((task, args, kwargs))
+    if not session.info.get("_task_hooks"):
+        session.info["_task_hooks"] = True
+        event.listen(session, "after_commit", _flush_pending)
+        event.listen(session, "after_soft_rollback", _drop_pending)
+
+
+def _flush_pending(session: Session) -> None:
+    pending = session.info.pop("_pending_tasks", [])
+    for task, args, kwargs in pending:
+        try:
+            task.apply_async(args=args, kwargs=kwargs)
+        except Exception:  # broker down: the caller's data is committed; log, do not fail the request
+            log.exception("could not enqueue %s", task.name)
+
+
+def _drop_pending(session: Session, previous_transaction) -> None:
+    if previous_transaction.parent is None:
+        session.info.pop("_pending_tasks", None)

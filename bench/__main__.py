@@ -1,0 +1,28 @@
+"""`make bench` / `python -m bench [name ...]`: run benchmark modules bench/bench_<name>.py.
+
+Each module has `main() -> str` that runs, prints and returns its markdown table; the table is
+written to bench/results/<name>.md. Benchmarks are not tests: they assert nothing about timing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def main(argv: list[str]) -> int:
+    names = argv or sorted(m.name[len("bench_"):] for m in pkgutil.iter_modules([HERE])
+                           if m.name.startswith("bench_"))
+    for name in names:
+        print(f"== bench {name}", flush=True)
+        module = importlib.import_module(f"bench.bench_{name}")
+        module.main()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

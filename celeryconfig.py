@@ -1,0 +1,32 @@
+"""Celery settings (reliability rules from docs/security.md). Broker/backend come from REDIS_URL."""
+
+task_serializer = "json"
+result_serializer = "json"
+accept_content = ["json"]
+timezone = "UTC"
+enable_utc = True
+
+# A task is acknowledged only after it finished; a worker lost mid-task puts it back on the queue.
+task_acks_late = True
+task_reject_on_worker_lost = True
+worker_prefetch_multiplier = 1
+task_time_limit = 600
+task_soft_time_limit = 540
+result_expires = 24 * 3600
+broker_connection_retry_on_startup = True
+# Fail fast when Redis is down: a request that enqueues must not hang.
+broker_transport_options = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2,
+                            "interval_max": 0.5, "socket_timeout": 2, "socket_connect_timeout": 2}
+redis_socket_timeout = 2
+redis_socket_connect_timeout = 2
+worker_send_task_events = True
+task_send_sent_event = True
+
+task_default_queue = "default"
+task_routes = {
+    "analytics.*": {"queue": "analytics"},
+    "embeddings.*": {"queue": "embeddings"},
+    "email.*": {"queue": "email"},
+    "bulk.*": {"queue": "bulk"},
+    "seed.*": {"queue": "seed"},
+}

@@ -1,0 +1,15 @@
+"""gunicorn settings. Threaded workers: an image call blocks up to 120 s, and sync workers would
+starve every other route while it waits; threads keep the process answering."""
+
+import os
+
+bind = f"0.0.0.0:{os.environ.get('PORT', '8000')}"
+worker_class = "gthread"
+workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
+threads = int(os.environ.get("GUNICORN_THREADS", "32"))
+timeout = 150            # above the 120 s image budget
+graceful_timeout = 30    # SIGTERM: in-flight requests get 30 s, new ones are refused
+keepalive = 5
+accesslog = "-"
+errorlog = "-"
+access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms rid=%({x-request-id}o)s'

@@ -1,0 +1,174 @@
+"""Foundation through HTTP: auth, scopes, tenancy headers, envelope, health, request ids."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+
+import jwt
+import pytest
+
+from tests.support import AUDIENCE, ISSUER, TEST_SECRET, bearer, token
+
+
+def assert_envelope(resp, status, code):
+    assert resp.status_code == status, resp.get_data(as_text=True)
+    body = resp.get_json()
+    assert body["error"]["code"] == code
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+    assert body["metadata"]["success"] is False
+    assert isinstance(body["metadata"]["timestamp"], int)
+    return body
+
+
+def _claims(org="org-x", **over):
+    now = int(time.time())
+    claims = {"org_id": org, "user_id": "u1", "scopes": ["read"], "iat": now, "exp": now + 300,
+              "iss": ISSUER, "aud": AUDIENCE}
+    claims.update(over)
+    return {k: v for k, v in claims.items() if v is not None}
+
+
+def _b64(obj) -> str:
+    return base64.urlsafe_b64encode(json.dumps(obj).encode()).rstrip(b"=").decode()
+
+
+NEGATIVE_TOKENS = {
+    "alg_none": lambda: f"{_b64({'alg': 'none', 'typ': 'JWT'})}.{_b64(_claims())}.",
+    "hs512": lambda: jwt.encode(_claims(), TEST_SECRET, algorithm="HS512"),
+    "wrong_key": lambda: jwt.encode(_claims(), "another-secret-" + "y" * 40, algorithm="HS256"),
+    "expired": lambda: jwt.encode(_claims(iat=int(time.time()) - 1000, exp=int(time.time()) - 500),
+                                  TEST_SECRET, algorithm="HS256"),
+    "future_iat": lambda: jwt.encode(_claims(iat=int(time.time()) + 3600, exp=int(time.time()) + 7200),
+                                     TEST_SECRET, algorithm="HS256"),
+    "missing_exp": lambda: jwt.encode(_claims(exp=None), TEST_SECRET, algorithm="HS256"),
+    "missing_iat": lambda: jwt.encode(_claims(iat=None), TEST_SECRET, algorithm="HS256"),
+    "missing_aud": lambda: jwt.encode(_claims(aud=None), TEST_SECRET, algorithm="HS256"),
+    "missing_iss": lambda: jwt.encode(_claims(iss=None), TEST_SECRET, algorithm="HS256"),
+    "wrong_aud": lambda: jwt.encode(_claims(aud="someone-else"), TEST_SECRET, algorithm="HS256"),
+    "wrong_iss": lambda: jwt.encode(_claims(iss="evil"), TEST_SECRET, algorithm="HS256"),
+    "garbage": lambda: "not.a.jwt",
+    "missing_org": lambda: jwt.encode(_claims(org_id=None), TEST_SECRET, algorithm="HS256"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NEGATIVE_TOKENS))
+def test_negative_tokens_are_401(client, case):
+    resp = client.get("/api/v1/me", headers=bearer(NEGATIVE_TOKENS[case]()))
+    assert_envelope(resp, 401, "UNAUTHORIZED")
+
+
+@pytest.mark.parametrize("header", ["", "Bearer", "Basic abc", "Bearer a b", "Bearer a,b",
+                                    "Bearer " + "x" * 9000])
+def test_malformed_authorization_headers_are_401(client, header):
+    headers = {"Authorization": header} if header else {}
+    assert_envelope(client.get("/api/v1/me", headers=headers), 401, "UNAUTHORIZED")
+
+
+def test_me_returns_verified_identity(client, org_id):
+    tok = token(org=org_id, scopes=["read:agents", "write"], role="member", email="a@b.c")
+    resp = client.get("/api/v1/me", headers=bearer(tok))
+    assert resp.status_code == 200
+    assert resp.get_json() == {"orgId": org_id, "userId": "user-1", "email": "a@b.c", "role": "member",
+                               "scopes": ["read:agents", "write"], "product": "default"}
+
+
+def test_spoofed_identity_headers_are_overwritten(client, org_id):
+    headers = bearer(token(org=org_id, email="me@x.io")) | {
+        "X-Org-ID": "victim-org", "X-User-ID": "root", "X-User-Email": "ceo@victim", "X-Product": "other"}
+    resp = client.get("/api/v1/_test/headers", headers=headers)
+    assert resp.get_json() == {"X-Org-ID": org_id, "X-User-ID": "user-1", "X-User-Email": "me@x.io",
+                               "X-Product": "default"}
+    assert client.get("/api/v1/me", headers=headers).get_json()["orgId"] == org_id
+
+
+def test_product_claim_selects_product_and_unknown_is_403(client, org_id):
+    ok = client.get("/api/v1/me", headers=bearer(token(org=org_id, product="other")))
+    assert ok.get_json()["product"] == "other"
+    assert_envelope(client.get("/api/v1/me", headers=bearer(token(org=org_id, product="nope"))),
+                    403, "FORBIDDEN")
+    assert_envelope(client.get("/api/v1/me", headers=bearer(token(org=org_id, product="../x"))),
+                    403, "FORBIDDEN")
+
+
+@pytest.mark.parametrize("scopes,role,status", [
+    ([], None, 403),
+    (["write:agents"], None, 403),
+    (["read:entities", "read:agents"], None, 200),   # any-of
+    (["read"], None, 200),                           # generic satisfies specific
+    (["write"], None, 403),                          # generic of another kind does not
+    (["*"], None, 200),
+    ([], "admin", 200),
+    ([], "super_admin", 200),
+    ([], "member", 403),
+])
+def test_scope_matrix(client, org_id, scopes, role, status):
+    resp = client.get("/api/v1/_test/scoped", headers=bearer(token(org=org_id, scopes=scopes, role=role)))
+    assert resp.status_code == status
+    if status == 403:
+        assert_envelope(resp, 403, "FORBIDDEN")
+
+
+@pytest.mark.parametrize("scopes,role,status", [
+    (["read", "write", "admin"], None, 403), (["*"], None, 200), ([], "admin", 200), ([], "user", 403)])
+def test_admin_route_requires_role(client, org_id, scopes, role, status):
+    resp = client.get("/api/v1/_test/admin", headers=bearer(token(org=org_id, scopes=scopes, role=role)))
+    assert resp.status_code == status
+
+
+def test_envelope_for_unknown_route_and_wrong_method(client, org_id):
+    assert_envelope(client.get("/api/v1/does-not-exist"), 404, "NOT_FOUND")
+    assert_envelope(client.get("/nowhere"), 404, "NOT_FOUND")
+    resp = client.delete("/api/v1/me", headers=bearer(token(org=org_id)))
+    assert_envelope(resp, 405, "INVALID_INPUT")
+    assert "GET" in resp.headers["Allow"]
+
+
+def test_oversized_body_is_413(client, app, org_id):
+    limit = app.config["MAX_CONTENT_LENGTH"]
+    resp = client.post("/api/v1/_test/echo", data=b"x" * (limit + 1),
+                       headers=bearer(token(org=org_id)) | {"Content-Type": "application/octet-stream"})
+    assert_envelope(resp, 413, "PAYLOAD_TOO_LARGE")
+
+
+def test_unexpected_exception_is_500_without_trace(client, org_id):
+    resp = client.get("/api/v1/_test/boom", headers=bearer(token(org=org_id)))
+    body = assert_envelope(resp, 500, "SYSTEM_ERROR")
+    text = resp.get_data(as_text=True)
+    assert "secret internal detail" not in text and "Traceback" not in text
+    assert body["error"]["details"]["requestId"] == resp.headers["X-Request-ID"]
+
+
+def test_request_id_echoed_when_sane_and_replaced_otherwise(client):
+    assert client.get("/health", headers={"X-Request-ID": "abc-123"}).headers["X-Request-ID"] == "abc-123"
+    replaced = client.get("/health", headers={"X-Request-ID": "bad id <script>"}).headers["X-Request-ID"]
+    assert replaced and replaced != "bad id <script>" and len(replaced) == 32
+
+
+def test_health_reports_checks(client):
+    resp = client.get("/health")
+    assert resp.status_code == 200
+    body = resp.get_json()
+    assert body["status"] == "ok"
+    assert body["checks"]["database"]["status"] == "ok"
+    assert body["checks"]["blobStorage"]["status"] == "ok"
+
+
+def test_health_is_503_when_database_is_down(database_url):
+    from app import create_app
+    from tests.conftest import app_config
+
+    broken = create_app(app_config("postgresql+psycopg://postgres@127.0.0.1:1/nothing",
+                                   DB_POOL_TIMEOUT=1, REDIS_URL=""))
+    resp = broken.test_client().get("/health")
+    assert resp.status_code == 503
+    body = resp.get_json()
+    assert body["status"] == "degraded" and body["checks"]["database"]["status"] == "fail"
+
+
+def test_openapi_document_and_docs_page(client):
+    doc = client.get("/api/v1/openapi.json").get_json()
+    assert doc["components"]["securitySchemes"]["bearerAuth"]["scheme"] == "bearer"
+    assert "/api/v1/me" in doc["paths"]
+    assert client.get("/api/v1/docs").status_code == 200

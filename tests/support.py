@@ -1,0 +1,53 @@
+"""Test helpers shared by all test modules."""
+
+from __future__ import annotations
+
+from flask import Flask
+
+from app.auth import mint_token, require_role, require_scopes
+
+TEST_SECRET = "test-secret-" + "x" * 40
+ISSUER, AUDIENCE = "platform-gateway", "platform-api"
+
+
+def token(*, org: str, scopes=("read", "write"), user: str = "user-1", role=None, product=None,
+          email: str | None = "user@example.com", ttl: int = 600, secret: str = TEST_SECRET, **_ignored) -> str:
+    return mint_token(secret=secret, issuer=ISSUER, audience=AUDIENCE, org=org, user=user,
+                      scopes=scopes, role=role, product=product, email=email, ttl=ttl)
+
+
+def bearer(tok: str) -> dict:
+    return {"Authorization": f"Bearer {tok}"}
+
+
+def register_test_routes(app: Flask) -> None:
+    """Routes that exist only in tests: a scope-guarded one, an admin one, a crashing one."""
+
+    @require_scopes("read:agents")
+    def scoped():
+        return {"ok": True}
+
+    @require_role("admin", "super_admin")
+    def admin_only():
+        return {"ok": True}
+
+    def boom():
+        raise RuntimeError("secret internal detail")
+
+    app.add_url_rule("/api/v1/_test/scoped", "test_scoped", scoped)
+    app.add_url_rule("/api/v1/_test/admin", "test_admin", admin_only)
+    app.add_url_rule("/api/v1/_test/boom", "test_boom", boom)
+    app.add_url_rule("/api/v1/_test/echo", "test_echo", _echo, methods=["POST"])
+    app.add_url_rule("/api/v1/_test/headers", "test_headers", _headers)
+
+
+def _headers():
+    from flask import request
+
+    return {k: request.headers.get(k) for k in ("X-Org-ID", "X-User-ID", "X-User-Email", "X-Product")}
+
+
+def _echo():
+    from flask import request
+
+    return {"size": len(request.get_data())}

@@ -1,0 +1,52 @@
+"""Start-up refusal, scope logic and the send-after-commit helper."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.orm import Session
+
+from app.auth import scope_satisfies
+from app.tasks import enqueue_after_commit
+
+
+def test_weak_secret_refuses_start(database_url):
+    from app import create_app
+    from tests.conftest import app_config
+
+    with pytest.raises(RuntimeError, match="at least 32 bytes"):
+        create_app(app_config(database_url, JWT_SECRET="short-secret"))
+
+
+@pytest.mark.parametrize("held,required,ok", [
+    ("read", "read:agents", True), ("write", "write:entities", True), ("admin", "admin:x", True),
+    ("read", "write:agents", False), ("read:agents", "read:entities", False),
+    ("read:agents", "read:agents", True), ("*", "anything", True)])
+def test_scope_satisfies(held, required, ok):
+    assert scope_satisfies(held, required) is ok
+
+
+class RecordingTask:
+    name = "recording"
+
+    def __init__(self):
+        self.sent = []
+
+    def apply_async(self, args=(), kwargs=None):
+        self.sent.append((args, kwargs))
+
+
+def test_enqueue_after_commit_sends_only_on_commit(database_url):
+    engine = create_engine(database_url)
+    task = RecordingTask()
+    with Session(engine) as session:
+        session.execute(text("SELECT 1"))
+        enqueue_after_commit(session, task, 1, x=2)
+        assert task.sent == []
+        session.rollback()
+        assert task.sent == []
+        enqueue_after_commit(session, task, 3)
+        session.execute(text("SELECT 1"))
+        session.commit()
+    assert task.sent == [((3,), {})]
+    engine.dispose()

@@ -1,0 +1,18 @@
+"""Celery entry point: `celery -A workers worker -Q default,analytics,embeddings,email,bulk,seed`."""
+
+from __future__ import annotations
+
+from celery.signals import worker_process_init
+
+from app import create_app
+from app.extensions import celery_app, db
+
+flask_app = create_app()
+celery = celery_app
+app = celery_app  # `celery -A workers` looks for `app` or `celery`
+
+
+@worker_process_init.connect
+def _dispose_engine_after_fork(**_kwargs) -> None:
+    """Connections inherited from the parent must not be shared with a forked child."""
+    db.dispose()
