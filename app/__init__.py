@@ -63,9 +63,9 @@ def create_app(overrides: dict[str, Any] | None = None) -> Flask:
 
 
 def _register_blueprints(api, app: Flask) -> None:
-    from app.ops.routes import blp as ops_blp, health_bp
-
     from app.ops import tasks as _ops_tasks  # noqa: F401  (ops tasks + failed-task recorder)
+    from app.ops.routes import blp as ops_blp
+    from app.ops.routes import health_bp
 
     app.register_blueprint(health_bp)
     api.register_blueprint(ops_blp)

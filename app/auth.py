@@ -12,7 +12,8 @@ import logging
 import os
 import secrets
 import time
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import jwt
 from flask import Flask, current_app, g, request

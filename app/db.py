@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
 from flask import Flask, g, has_app_context
 from sqlalchemy import MetaData, create_engine, event

@@ -145,7 +145,8 @@ def _is_json_decode_error(messages: Any) -> bool:
 
 
 def handle_unexpected(exc: Exception):
-    from sqlalchemy.exc import OperationalError, TimeoutError as PoolTimeout
+    from sqlalchemy.exc import OperationalError
+    from sqlalchemy.exc import TimeoutError as PoolTimeout
 
     if isinstance(exc, HTTPException):
         return handle_http_exception(exc)

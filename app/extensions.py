@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from celery import Celery
-from flask_smorest import Api as _Api, Blueprint as _Blueprint
+from flask_smorest import Api as _Api
+from flask_smorest import Blueprint as _Blueprint
 from flask_smorest.arguments import ArgumentsMixin
 from marshmallow import Schema, fields
 

@@ -6,8 +6,8 @@ import os
 import platform
 import statistics
 import time
-from datetime import datetime, timezone
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results")
@@ -56,7 +56,7 @@ def _fmt(value: object) -> str:
 
 def write_result(name: str, title: str, body: str, notes: str = "") -> str:
     os.makedirs(RESULTS, exist_ok=True)
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     text = (f"# {title}\n\nRun {stamp} on {platform.machine()} with {os.cpu_count()} cores, "
             f"Python {platform.python_version()}.\n\n{body}\n")
     if notes:

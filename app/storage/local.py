@@ -15,7 +15,7 @@ class LocalBlobStore(BlobStore):
         self.public_base_url = public_base_url
 
     @classmethod
-    def from_config(cls, config) -> "LocalBlobStore":
+    def from_config(cls, config) -> LocalBlobStore:
         container = config["BLOB_CONTAINER"]
         base = config.get("BLOB_PUBLIC_BASE_URL") or (
             f"{config['PUBLIC_BASE_URL'].rstrip('/')}/blobs/{container}")
