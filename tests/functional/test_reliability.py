@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import Column, MetaData, String, Table, insert, select
 
 from app.db import PRODUCT_PLACEHOLDER, db
-from tests.conftest import ROOT, TEST_SECRET, TEST_VAR_DIR, app_config
+from tests.conftest import ROOT, TEST_SECRET, TEST_VAR_DIR
 
 
 def _free_port() -> int:
@@ -66,12 +66,11 @@ def test_sigterm_lets_in_flight_request_finish_and_refuses_new_ones(database_url
             proc.kill()
 
 
-def test_enqueue_with_redis_down_does_not_hang(database_url):
-    from app import create_app
+def test_enqueue_with_redis_down_does_not_hang(make_app):
     from app.ops.tasks import ping
     from app.tasks import enqueue_after_commit
 
-    app = create_app(app_config(database_url, REDIS_URL=f"redis://127.0.0.1:{_free_port()}/0"))
+    app = make_app(REDIS_URL=f"redis://127.0.0.1:{_free_port()}/0")
     with app.app_context():
         start = time.monotonic()
         with db.product_session("default") as session:
