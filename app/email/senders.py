@@ -5,12 +5,11 @@ from __future__ import annotations
 import logging
 import os
 import smtplib
-import socket
 import ssl
 import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from email.message import EmailMessage
 
 log = logging.getLogger(__name__)
@@ -37,7 +36,7 @@ class ConsoleEmailSender(EmailSender):
 
     def send(self, message: EmailMessage) -> SendResult:
         os.makedirs(self.outbox, exist_ok=True)
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
         path = os.path.join(self.outbox, f"{stamp}-{uuid.uuid4().hex[:8]}.eml")
         with open(path, "wb") as fh:
             fh.write(bytes(message))
@@ -70,7 +69,7 @@ class SmtpEmailSender(EmailSender):
             return SendResult(False, "SMTP authentication failed.")
         except smtplib.SMTPResponseException as exc:
             return SendResult(False, f"SMTP server answered {exc.smtp_code}: {_text(exc.smtp_error)}")
-        except (smtplib.SMTPException, OSError, socket.timeout) as exc:
+        except (TimeoutError, smtplib.SMTPException, OSError) as exc:
             log.warning("SMTP delivery to %s:%s failed: %s", self.host, self.port, exc)
             return SendResult(False, f"SMTP server unavailable: {type(exc).__name__}.")
         if refused:
