@@ -17,6 +17,13 @@ broker_connection_retry_on_startup = True
 # Fail fast when Redis is down: a request that enqueues must not hang.
 broker_transport_options = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2,
                             "interval_max": 0.5, "socket_timeout": 2, "socket_connect_timeout": 2}
+task_publish_retry_policy = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2,
+                             "interval_max": 0.2}
+# Tasks record their outcome in PostgreSQL (jobs, failed_tasks), so Celery results are off by
+# default: a result subscription is one more Redis round trip that can hang when Redis is down.
+task_ignore_result = True
+result_backend_transport_options = {"retry_policy": {"max_retries": 1, "interval_start": 0,
+                                                     "interval_step": 0.2, "interval_max": 0.2}}
 redis_socket_timeout = 2
 redis_socket_connect_timeout = 2
 worker_send_task_events = True

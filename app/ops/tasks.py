@@ -11,7 +11,7 @@ from app.extensions import celery_app
 log = logging.getLogger(__name__)
 
 
-@celery_app.task(name="ops.ping")
+@celery_app.task(name="ops.ping", ignore_result=False)
 def ping(value: str = "pong") -> str:
     """Round trip through a worker (used by health tooling and tests)."""
     return value

@@ -155,12 +155,8 @@ def test_health_reports_checks(client):
     assert body["checks"]["blobStorage"]["status"] == "ok"
 
 
-def test_health_is_503_when_database_is_down(database_url):
-    from app import create_app
-    from tests.conftest import app_config
-
-    broken = create_app(app_config("postgresql+psycopg://postgres@127.0.0.1:1/nothing",
-                                   DB_POOL_TIMEOUT=1, REDIS_URL=""))
+def test_health_is_503_when_database_is_down(make_app):
+    broken = make_app(DATABASE_URL="postgresql+psycopg://postgres@127.0.0.1:1/nothing", DB_POOL_TIMEOUT=1)
     resp = broken.test_client().get("/health")
     assert resp.status_code == 503
     body = resp.get_json()

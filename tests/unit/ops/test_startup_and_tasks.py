@@ -10,12 +10,9 @@ from app.auth import scope_satisfies
 from app.tasks import enqueue_after_commit
 
 
-def test_weak_secret_refuses_start(database_url):
-    from app import create_app
-    from tests.conftest import app_config
-
+def test_weak_secret_refuses_start(make_app):
     with pytest.raises(RuntimeError, match="at least 32 bytes"):
-        create_app(app_config(database_url, JWT_SECRET="short-secret"))
+        make_app(JWT_SECRET="short-secret")
 
 
 @pytest.mark.parametrize("held,required,ok", [

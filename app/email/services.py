@@ -1,0 +1,56 @@
+"""Sending a pre-rendered notification email (no templating, no queueing: the spec's contract)."""
+
+from __future__ import annotations
+
+import html
+import re
+from email.message import EmailMessage
+from email.utils import make_msgid
+
+from flask import current_app
+
+from app.email.senders import EmailSender, SendResult, build_sender
+from app.tenancy import Tenant
+
+_HTML_HINT = re.compile(r"<\s*(html|body|p|div|br|table|a|span|h[1-6]|ul|ol|strong|em)\b", re.I)
+_TAGS = re.compile(r"<[^>]+>")
+
+
+def get_sender() -> EmailSender:
+    sender = current_app.extensions.get("email_sender")
+    if sender is None:
+        sender = current_app.extensions["email_sender"] = build_sender(current_app.config)
+    return sender
+
+
+def looks_like_html(body: str) -> bool:
+    return bool(_HTML_HINT.search(body))
+
+
+def html_to_text(body: str) -> str:
+    """A readable plain-text alternative for HTML bodies (clients without HTML, spam filters)."""
+    text = re.sub(r"<\s*(br|/p|/div|/h[1-6]|/li|/tr)\s*/?>", "\n", body, flags=re.I)
+    text = html.unescape(_TAGS.sub("", text))
+    return re.sub(r"\n{3,}", "\n\n", text).strip()
+
+
+def build_message(sender_address: str, to: list[str], subject: str, body: str, tenant: Tenant) -> EmailMessage:
+    message = EmailMessage()
+    message["From"] = sender_address
+    message["To"] = ", ".join(to)
+    message["Subject"] = subject
+    message["Message-ID"] = make_msgid(domain="platform-gateway")
+    message["X-Org-ID"] = tenant.org_id
+    if looks_like_html(body):
+        message.set_content(html_to_text(body))
+        message.add_alternative(body, subtype="html")
+    else:
+        message.set_content(body)
+    return message
+
+
+def send_email(to: list[str], subject: str, body: str, tenant: Tenant) -> SendResult:
+    """Build and deliver one message; delivery problems come back as `success: false`."""
+    unique_to = list(dict.fromkeys(addr.strip() for addr in to))
+    message = build_message(current_app.config["EMAIL_FROM"], unique_to, subject, body, tenant)
+    return get_sender().send(message)

@@ -1,0 +1,104 @@
+"""Reliability rules from docs/security.md that the foundation owns."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import pytest
+from sqlalchemy import Column, MetaData, String, Table, insert, select
+
+from app.db import PRODUCT_PLACEHOLDER, db
+from tests.conftest import ROOT, TEST_SECRET, TEST_VAR_DIR
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_healthy(port: int, proc, timeout: float = 30) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        assert proc.poll() is None, "gunicorn exited early"
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    pytest.fail("gunicorn did not become healthy")
+
+
+def test_sigterm_lets_in_flight_request_finish_and_refuses_new_ones(database_url):
+    port = _free_port()
+    env = dict(os.environ, PORT=str(port), DATABASE_URL=database_url, JWT_SECRET=TEST_SECRET,
+               VAR_DIR=TEST_VAR_DIR, REDIS_URL="", SLOW_SECONDS="3", WEB_CONCURRENCY="1")
+    proc = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "gunicorn"), "-c",
+                             "docker/gunicorn.conf.py", "tests.slow_app:app"], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_healthy(port, proc)
+        result = {}
+
+        def call_slow():
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_test/slow", timeout=20) as resp:
+                result["status"], result["body"] = resp.status, resp.read()
+
+        worker = threading.Thread(target=call_slow)
+        worker.start()
+        time.sleep(1.0)  # the request is in flight
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        with pytest.raises(OSError):  # listener closed: new connections are refused
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+        worker.join(15)
+        assert result.get("status") == 200 and b"finished" in result["body"]
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_enqueue_with_redis_down_does_not_hang(make_app):
+    from app.ops.tasks import ping
+    from app.tasks import enqueue_after_commit
+
+    app = make_app(REDIS_URL=f"redis://127.0.0.1:{_free_port()}/0")
+    with app.app_context():
+        start = time.monotonic()
+        with db.product_session("default") as session:
+            enqueue_after_commit(session, ping, "x")
+        elapsed = time.monotonic() - start
+        resp = app.test_client().get("/health")
+    assert elapsed < 10, f"enqueue blocked {elapsed:.1f}s with the broker down"
+    assert resp.status_code == 503 and resp.get_json()["checks"]["redis"]["status"] == "fail"
+    assert resp.get_json()["checks"]["database"]["status"] == "ok"
+
+
+def test_product_schemas_do_not_mix(app):
+    """The schema_translate_map switch: the same Table addresses each product's own schema."""
+    metadata = MetaData(schema=PRODUCT_PLACEHOLDER)
+    probe = Table("foundation_probe", metadata, Column("org_id", String), Column("value", String))
+    with app.app_context():
+        for product in ("default", "other"):
+            with db.engine_for(product).begin() as conn:
+                probe.drop(conn, checkfirst=True)
+                probe.create(conn)
+        with db.engine_for("default").begin() as conn:
+            conn.execute(insert(probe).values(org_id="o", value="in-default"))
+        with db.engine_for("other").begin() as conn:
+            conn.execute(insert(probe).values(org_id="o", value="in-other"))
+        with db.engine_for("default").connect() as conn:
+            assert conn.scalars(select(probe.c.value)).all() == ["in-default"]
+        with db.engine_for("other").connect() as conn:
+            assert conn.scalars(select(probe.c.value)).all() == ["in-other"]
+        for product in ("default", "other"):
+            with db.engine_for(product).begin() as conn:
+                probe.drop(conn)
