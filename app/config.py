@@ -68,6 +68,12 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "EMBEDDINGS_LOCAL_THREADS": (0, int, "torch threads for the local model; 0 = torch default (all cores)"),
     "EMBEDDINGS_QUERY_CACHE_TTL": (300, float, "Seconds a `$similar` query vector stays cached (per org); 0 = off"),
     "EMBEDDINGS_QUERY_CACHE_SIZE": (1024, int, "Query vectors kept in each process's LRU cache"),
+    "EMBEDDINGS_TASK_MAX_RETRIES": (5, int, "Retries (exponential backoff) of an embedding task on transient "
+                                            "embedder or database errors"),
+    "EMBEDDINGS_HNSW_EF_SEARCH": (100, int, "`hnsw.ef_search` of a `$similar` query (raised to the page end; "
+                                            "max 1000)"),
+    "EMBEDDINGS_EXACT_SEARCH_MAX_ROWS": (2000, int, "`$similar` over at most this many matching records is an "
+                                                    "exact scan instead of the HNSW index"),
     # Entity store
     "ENTITY_MAX_PAGE_SIZE": (500, int, "Largest `pageSize` of a record query (400 above)"),
     "ENTITY_MAX_BULK_RECORDS": (5000, int, "Most records (or ids) in one bulk create/update/delete"),

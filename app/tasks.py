@@ -68,6 +68,8 @@ def enqueue_after_commit(session: Session, task: Task, *args: Any, **kwargs: Any
 
 
 def _flush_pending(session: Session) -> None:
+    if session.in_nested_transaction():  # a SAVEPOINT was released (after_commit fires for those too):
+        return                           # the outer transaction has not committed yet
     pending = session.info.pop("_pending_tasks", [])
     for task, args, kwargs in pending:
         try:

@@ -32,6 +32,7 @@ from app.entities.services import (
     merge_fields,
     nul_errors,
     record_errors,
+    records_written,
 )
 from app.errors import ApiError, NotFound, ValidationFailed
 from app.tenancy import current_tenant, get_owned
@@ -112,6 +113,7 @@ def bulk_create(ctx: BulkContext, definition: EntityDefinition, items: list[Any]
     if errors:
         raise _reject(errors, len(items))
     _copy_insert(ctx, definition, rows)
+    records_written(ctx.session, definition, [row[0] for row in rows])
     return {"message": f"Created {len(rows)} records.", "count": len(rows)}
 
 
@@ -196,6 +198,7 @@ def bulk_update(ctx: BulkContext, definition: EntityDefinition, items: list[Any]
                     search_vector=func.to_tsvector(SEARCH_CONFIG, bindparam("b_doc", type_=Text)),
                     version=T.c.version + 1, updated_at=datetime.now(UTC), updated_by=ctx.user_id))
     ctx.session.connection().execute(stmt, params)
+    records_written(ctx.session, definition, [p["b_id"] for p in params])
     return {"message": f"Updated {len(params)} records.", "count": len(params)}
 
 

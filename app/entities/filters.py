@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import Numeric, and_, case, cast, false, func, literal_column, not_, or_, true
 from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP
@@ -73,6 +73,7 @@ class FilterContext:
     embeddings_enabled: bool = False
     limits: FilterLimits = field(default_factory=FilterLimits)
     definition_id: str | None = None
+    embeddings_config: dict[str, Any] | None = None
 
 
 # --- the parsed tree ------------------------------------------------------------------------------
@@ -433,15 +434,27 @@ def parse_filters(raw: Any, ctx: FilterContext) -> ParsedFilter:
 
 # --- compiling ------------------------------------------------------------------------------------
 
-SimilarityHook = Callable[[SimilarSpec, FilterContext], tuple[ColumnElement, ColumnElement]]
+class SimilarityClause(Protocol):
+    """What the similarity hook compiles `$similar` to."""
+
+    where: ColumnElement     # which records take part (a current embedding, maxDistance)
+    distance: ColumnElement  # selected as the record's `distance`
+
+    def fetch_page(self, session, columns: list, where: list, rank: ColumnElement | None, total: int,
+                   offset: int, limit: int) -> list:
+        """Rows of one page ordered by distance (or fused with `rank`), when the query has no sortBy."""
+
+
+SimilarityHook = Callable[[SimilarSpec, FilterContext], SimilarityClause]
 _similarity_hook: SimilarityHook | None = None
 
 
 def register_similarity_hook(hook: SimilarityHook | None) -> None:
-    """Semantic search plugs in here: `hook(spec, ctx)` → (where clause, distance expression).
+    """Semantic search plugs in here: `hook(spec, ctx)` → a `SimilarityClause`.
 
     Called only when the definition has `embeddingsConfig.enabled`; the distance expression is
-    selected as the record's `distance` and orders the results unless the query has a sortBy.
+    selected as the record's `distance`, and without a sortBy the clause fetches the page itself
+    (ordered by distance, or by rank fusion with a top-level `$search`).
     """
     global _similarity_hook
     _similarity_hook = hook
@@ -454,6 +467,7 @@ class CompiledFilter:
     rank: ColumnElement | None = None       # ts_rank_cd of the top-level $search
     distance: ColumnElement | None = None   # from the similarity hook
     similar: SimilarSpec | None = None
+    similarity: SimilarityClause | None = None
 
 
 def compile_filters(raw: Any, ctx: FilterContext) -> CompiledFilter:
@@ -469,8 +483,8 @@ def compile_filters(raw: Any, ctx: FilterContext) -> CompiledFilter:
         if not ctx.embeddings_enabled or _similarity_hook is None:
             out.where = false()  # spec: semantic search returns results only with embeddings enabled
         else:
-            condition, distance = _similarity_hook(parsed.similar, ctx)
-            out.where, out.distance = and_(where, condition), distance
+            clause = _similarity_hook(parsed.similar, ctx)
+            out.where, out.distance, out.similarity = and_(where, clause.where), clause.distance, clause
     return out
 
 

@@ -53,8 +53,12 @@ def query_records(definition: EntityDefinition, params: dict[str, Any]) -> dict[
         columns = [T.c[name] for name in RECORD_COLUMNS]
         if compiled.distance is not None:
             columns.append(compiled.distance.label("distance"))
-        stmt = select(*columns).where(*where).order_by(*order_by).limit(page_size).offset(offset)
-        rows = list(db.session.execute(stmt))
+        if compiled.similarity is not None and not params.get("sortBy"):  # vector index / rank fusion
+            rows = compiled.similarity.fetch_page(db.session, columns, where, compiled.rank, total, offset,
+                                                  page_size)
+        else:
+            stmt = select(*columns).where(*where).order_by(*order_by).limit(page_size).offset(offset)
+            rows = list(db.session.execute(stmt))
     records = [_shape(row, include, exclude, compiled) for row in rows]
     if lookups:
         _resolve_lookups(definition, records, [row._mapping["fields"] for row in rows], lookups)

@@ -6,6 +6,7 @@ from flask import jsonify, request
 from flask.views import MethodView
 
 from app.auth import require_role, require_scopes
+from app.embeddings import hooks as embedding_hooks
 from app.entities import bulk, query, services
 from app.entities import tasks as _tasks  # noqa: F401  (registers the bulk task with the worker)
 from app.entities.schemas import (
@@ -47,6 +48,7 @@ admin_blp = Blueprint("entities_admin", __name__, url_prefix="/api/v1/admin/enti
                       description="Entity store administration")
 jobs_blp = Blueprint("jobs", __name__, url_prefix="/api/v1/jobs", description="Asynchronous jobs")
 blueprints = [blp, admin_blp, jobs_blp]
+embedding_hooks.install()  # semantic search: embedding tasks after writes, `$similar` (issue 5)
 
 
 # --- definitions ----------------------------------------------------------------------------------

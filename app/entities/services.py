@@ -6,6 +6,7 @@ definition, so another org's or another entity's object is a 404. Writes commit 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,12 +14,12 @@ from flask import current_app
 from marshmallow import ValidationError
 from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import aliased
+from sqlalchemy.orm import Session, aliased
 
 from app.db import db
 from app.entities.fieldtypes import CompiledSchema, compile_definition_schema, search_document
 from app.entities.filters import SEARCH_CONFIG, FieldResolver, FilterContext, FilterLimits, parse_filters
-from app.entities.models import EntityDefinition, EntityRecord, EntityRelationship, EntityView
+from app.entities.models import EntityDefinition, EntityRecord, EntityRelationship, EntityView, new_id
 from app.errors import ApiError, Conflict, NotFound, ValidationFailed
 from app.tenancy import current_tenant, tenant_select
 
@@ -87,7 +88,7 @@ def filter_context(definition: EntityDefinition, compiled: CompiledSchema | None
     compiled = compiled or compiled_schema(definition)
     embeddings = definition.embeddings_config or {}
     return FilterContext(compiled.catalog, embeddings_enabled=bool(embeddings.get("enabled")),
-                         limits=filter_limits(), definition_id=definition.id)
+                         limits=filter_limits(), definition_id=definition.id, embeddings_config=embeddings)
 
 
 def _check_embeddings_config(config: dict | None, compiled: CompiledSchema) -> None:
@@ -150,11 +151,14 @@ def update_definition(name: str, data: dict, *, provenance: bool = False, commit
     """Apply a partial definition; bumps `version`; a stale numeric `version` is 409."""
     definition = find_definition(name, include_inactive=True, lock=True)
     _check_version(data.get("version"), definition.version, "definition")
+    previous_embeddings = definition.embeddings_config
     _apply_definition(definition, data, provenance=provenance)
     definition.version += 1
     definition.updated_at = utcnow()
     definition.updated_by = current_tenant().user_id
     _flush_unique(f"An entity named '{definition.name}' already exists.")
+    if _write_hooks["definition_changed"] is not None:
+        _write_hooks["definition_changed"](db.session, definition, previous_embeddings)
     # Records are not re-validated against a changed schema: they are checked when next written.
     if commit:
         db.session.commit()
@@ -415,14 +419,14 @@ def create_record(definition: EntityDefinition, data: dict) -> EntityRecord:
     tenant = current_tenant()
     name, fields = default_name(data), data.get("fields", {})
     now = utcnow()
-    record = EntityRecord(org_id=tenant.org_id, entity_id=definition.id, name=name, fields=fields,
+    record = EntityRecord(id=new_id(), org_id=tenant.org_id, entity_id=definition.id, name=name, fields=fields,
                           created_at=now, updated_at=now,
                           tags=data.get("tags") or [], metadata_=data.get("metadata"), is_active=True, version=1,
                           created_by=tenant.user_id, updated_by=tenant.user_id)
     record.search_vector = func.to_tsvector(SEARCH_CONFIG, search_document(name, fields, compiled.catalog))
     db.session.add(record)
+    records_written(db.session, definition, [record.id])
     db.session.commit()
-    _after_record_write(definition, [record.id])
     return record
 
 
@@ -450,8 +454,8 @@ def update_record(definition: EntityDefinition, record_id: str, data: dict) -> E
     apply_record_update(record, merged, compiled, current_tenant().user_id)
     if data.get("isActive") is False:
         _deactivate_relationships_of(select(EntityRecord.id).where(EntityRecord.id == record.id))
+    records_written(db.session, definition, [record.id])
     db.session.commit()
-    _after_record_write(definition, [record.id])
     return record
 
 
@@ -500,8 +504,26 @@ def _delete_relationships_of(record_ids, session=None) -> None:
     (session or db.session).execute(delete(EntityRelationship).where(_touching(record_ids)))
 
 
-def _after_record_write(definition: EntityDefinition, record_ids: list[str]) -> None:
-    """Hook point for work that follows a committed record write (embeddings, issue 5)."""
+# Work that follows writes (embeddings, app.embeddings.pipeline) plugs in here. Both hooks run inside
+# the writing transaction, before its commit, so they can queue Celery tasks with enqueue_after_commit.
+RecordsWrittenHook = Callable[[Session, EntityDefinition, list[str]], None]
+DefinitionChangedHook = Callable[[Session, EntityDefinition, dict | None], None]
+_write_hooks: dict[str, Any] = {"records_written": None, "definition_changed": None}
+
+
+def register_write_hooks(*, records_written: RecordsWrittenHook | None = None,
+                         definition_changed: DefinitionChangedHook | None = None) -> None:
+    """`records_written(session, definition, ids)` after records were created or updated (single or
+    bulk, sync or async); `definition_changed(session, definition, previous_embeddings_config)` after
+    a definition update."""
+    _write_hooks["records_written"] = records_written
+    _write_hooks["definition_changed"] = definition_changed
+
+
+def records_written(session: Session, definition: EntityDefinition, record_ids: list[str]) -> None:
+    """Tell the registered hook that these records were created or updated (before the commit)."""
+    if _write_hooks["records_written"] is not None and record_ids:
+        _write_hooks["records_written"](session, definition, record_ids)
 
 
 # --- relationships --------------------------------------------------------------------------------

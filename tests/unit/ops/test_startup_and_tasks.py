@@ -47,3 +47,16 @@ def test_enqueue_after_commit_sends_only_on_commit(database_url):
         session.commit()
     assert task.sent == [((3,), {})]
     engine.dispose()
+
+
+def test_enqueue_inside_a_savepoint_waits_for_the_outer_commit(database_url):
+    engine = create_engine(database_url)
+    task = RecordingTask()
+    with Session(engine) as session:
+        session.execute(text("SELECT 1"))
+        with session.begin_nested():  # SQLAlchemy fires after_commit when a SAVEPOINT is released
+            enqueue_after_commit(session, task, "job")
+        assert task.sent == []
+        session.commit()
+    assert task.sent == [(("job",), {})]
+    engine.dispose()

@@ -1,0 +1,147 @@
+"""`$similar`: what the entity filter compiler gets from the similarity hook (app.entities.filters).
+
+The query text is embedded with the definition's model (cached briefly per org + model + text);
+records take part when they have a *current* vector (app.embeddings.pipeline) of that size, and,
+with `maxDistance`, are at most that cosine distance away. `distance` is the exact cosine distance.
+
+Fetching a page without a sortBy (`SemanticClause.fetch_page`):
+- few matching records (≤ EMBEDDINGS_EXACT_SEARCH_MAX_ROWS), a size without an HNSW index, or a
+  filter so selective that the index would have to be walked too far: an exact scan (top-N sort);
+- otherwise the HNSW index of that size, with pgvector's iterative scan (`relaxed_order`) so that
+  rows removed by the other filters are replaced by further index entries until the page is full;
+  ef_search is at least the page end. The candidates (the first offset+limit in index order) are
+  materialised and re-sorted by exact distance, because relaxed order may be slightly out of order;
+- with a top-level `$search` as well: reciprocal rank fusion, score = 1/(k + rank by distance) +
+  1/(k + rank by text relevance), k = RRF_K, over the records that match every filter.
+"""
+
+from __future__ import annotations
+
+import math
+
+from flask import current_app
+from pgvector.sqlalchemy import HALFVEC, Vector
+from sqlalchemy import Float, and_, case, cast, false, func, literal, literal_column, select, text
+from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import ColumnElement
+
+from app.db import schema_for
+from app.embeddings import EmbedderConfigError, EmbedderError, EmbedderTransientError, get_query_cache
+from app.embeddings.models import INDEXED_DIMENSIONS, EntityEmbedding
+from app.embeddings.pipeline import embedding_target, session_product
+from app.entities.filters import FilterContext, SimilarSpec
+from app.entities.models import EntityRecord
+from app.errors import ServiceUnavailable
+from app.tenancy import current_tenant
+
+T = EntityRecord.__table__
+E = EntityEmbedding.__table__
+RRF_K = 60                 # the constant of Cormack et al. (2009); damps the weight of the very top ranks
+MAX_EF_SEARCH = 1000       # pgvector's limit
+MAX_INDEX_WALK = 100_000   # beyond this many estimated index tuples an exact scan is cheaper
+MAX_SCAN_TUPLES = 400_000  # cap of hnsw.max_scan_tuples (pgvector default: 20 000)
+
+
+class NoMatches:
+    """`$similar` that cannot match (e.g. a field-level `$similar` on a field that is not embedded)."""
+
+    where = false()
+    distance = literal(None, Float)
+
+    def fetch_page(self, *_args) -> list:
+        return []
+
+
+class SemanticClause:
+    """The compiled `$similar` of one query (see the module docstring)."""
+
+    def __init__(self, vector: list[float], config_hash: str, org_id: str, entity_id: str,
+                 max_distance: float | None):
+        self.dimensions = dims = len(vector)
+        query = cast(literal(_vector_text(vector)), Vector(dims))
+        # Guarded by the size: `<=>` between vectors of different sizes is an error, not a mismatch.
+        self.distance = case((E.c.dimensions == literal_column(str(dims)), E.c.embedding.op("<=>", return_type=Float)(query)),
+                             else_=None)
+        kind = INDEXED_DIMENSIONS.get(dims)
+        # The exact expression of the partial index `(embedding::<kind>(N)) <kind>_cosine_ops WHERE dimensions = N`.
+        vector_type = HALFVEC(dims) if kind == "halfvec" else Vector(dims)
+        self.index_distance = (cast(E.c.embedding, vector_type).op("<=>", return_type=Float)(cast(query, vector_type))
+                               if kind else None)
+        conditions = [E.c.record_id == T.c.id, E.c.org_id == org_id, E.c.entity_id == entity_id,
+                      E.c.dimensions == literal_column(str(dims)),  # a literal, so the partial index applies
+                      E.c.config_hash == config_hash, E.c.record_version == T.c.version]
+        if max_distance is not None:
+            conditions.append(func.coalesce(self.distance <= max_distance, false()))
+        self.where = and_(*conditions)
+
+    def fetch_page(self, session: Session, columns: list, where: list, rank: ColumnElement | None, total: int,
+                   offset: int, limit: int) -> list:
+        if rank is not None:
+            return self._fused(session, columns, where, rank, offset, limit)
+        end = offset + limit
+        walk = self._index_walk(session, total, end)
+        if walk is None:
+            stmt = select(*columns).where(*where).order_by(self.distance, T.c.id).offset(offset).limit(limit)
+            return list(session.execute(stmt))
+        ef_search = min(MAX_EF_SEARCH, max(current_app.config["EMBEDDINGS_HNSW_EF_SEARCH"], end))
+        for name, value in (("hnsw.iterative_scan", "relaxed_order"), ("hnsw.ef_search", str(ef_search)),
+                            ("hnsw.max_scan_tuples", str(walk))):
+            session.execute(select(func.set_config(name, value, True)))  # SET LOCAL: this transaction only
+        candidates = (select(*columns).where(*where).order_by(self.index_distance).limit(end)
+                      .cte("similar_candidates").prefix_with("MATERIALIZED"))
+        stmt = (select(*[candidates.c[c.name] for c in columns])
+                .order_by(candidates.c.distance, candidates.c.id).offset(offset).limit(limit))
+        return list(session.execute(stmt))
+
+    def _index_walk(self, session: Session, total: int, end: int) -> int | None:
+        """hnsw.max_scan_tuples for an index search, or None when an exact scan is the better plan."""
+        if self.index_distance is None or total <= current_app.config["EMBEDDINGS_EXACT_SEARCH_MAX_ROWS"]:
+            return None
+        # The index holds every org's vectors of this size: estimate how far the walk must go to
+        # meet `end` matching rows, from the share of index rows that match.
+        indexed = session.scalar(text("SELECT reltuples FROM pg_class WHERE oid = to_regclass(:name)"),
+                                 {"name": f'"{schema_for(session_product(session))}".entity_embeddings'})
+        indexed = max(float(indexed or 0), float(total))
+        estimate = math.ceil(end * indexed / max(total, 1))
+        if estimate > MAX_INDEX_WALK:
+            return None
+        return int(min(MAX_SCAN_TUPLES, max(20_000, 4 * estimate)))
+
+    def _fused(self, session: Session, columns: list, where: list, rank: ColumnElement, offset: int,
+               limit: int) -> list:
+        ranked = select(*columns,
+                        func.row_number().over(order_by=(self.distance, T.c.id)).label("similar_rank"),
+                        func.row_number().over(order_by=(rank.desc(), T.c.id)).label("search_rank"),
+                        ).where(*where).cte("fused")
+        score = 1.0 / (RRF_K + ranked.c.similar_rank) + 1.0 / (RRF_K + ranked.c.search_rank)
+        stmt = (select(*[ranked.c[c.name] for c in columns])
+                .order_by(score.desc(), ranked.c.distance, ranked.c.id).offset(offset).limit(limit))
+        return list(session.execute(stmt))
+
+
+def similarity_clause(spec: SimilarSpec, ctx: FilterContext) -> SemanticClause | NoMatches:
+    """The similarity hook: embed the query with the definition's model and compile the clause."""
+    config = ctx.embeddings_config or {}
+    if spec.field is not None and spec.field not in (config.get("fields") or []):
+        return NoMatches()  # a field-level $similar needs that field in the embedded text
+    try:
+        target = embedding_target(config)
+        if target is None:
+            return NoMatches()
+        org_id = current_tenant().org_id
+        vector = get_query_cache().get_or_embed(org_id, spec.query, target.embedder)
+    except EmbedderConfigError as exc:
+        raise ServiceUnavailable("Semantic search is not available: the embedding model is not configured.",
+                                 {"reason": exc.message}) from None
+    except EmbedderTransientError:
+        raise ServiceUnavailable("Semantic search is temporarily unavailable (the embedding service did not "
+                                 "answer); retry shortly.") from None
+    except EmbedderError as exc:
+        raise ServiceUnavailable("Semantic search is not available: the embedding service refused the query.",
+                                 {"reason": exc.message}) from None
+    return SemanticClause(vector, target.config_hash, org_id, ctx.definition_id, spec.max_distance)
+
+
+def _vector_text(vector: list[float]) -> str:
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+

@@ -1,0 +1,359 @@
+"""Semantic search (`$similar`) end to end: records are embedded by a real Celery worker on Redis with
+the local all-MiniLM-L6-v2 model, then queried through the HTTP API."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from sqlalchemy import select
+
+from tests.conftest import wait_for
+from tests.fake_embeddings_server import FakeEmbeddingsServer
+from tests.functional.entities_support import BASE, create_definition, create_record, query
+
+SCHEMA = {"type": "object", "properties": {
+    "body": {"type": "text"},
+    "category": {"type": "dropdown", "options": ["vehicles", "food", "nature", "space"]},
+    "rating": {"type": "int"},
+}}
+ENABLED = {"enabled": True, "fields": ["body"]}
+TOPICS = [
+    {"name": "Family sedan review", "fields": {"category": "vehicles", "rating": 4, "body":
+        "This car has a quiet engine, comfortable seats and good fuel economy on the motorway."}},
+    {"name": "Sourdough bread recipe", "fields": {"category": "food", "rating": 5, "body":
+        "Mix flour, water and salt with the starter, knead the dough, let it rise and bake the loaf in a hot oven."}},
+    {"name": "Growing tomatoes", "fields": {"category": "nature", "rating": 3, "body":
+        "Plant the seedlings in sunny garden soil, water them every morning and tie the stems to stakes."}},
+    {"name": "Watching Jupiter", "fields": {"category": "space", "rating": 2, "body":
+        "Through a small telescope the planet shows its cloud bands and four bright moons at night."}},
+    {"name": "Chocolate cake", "fields": {"category": "food", "rating": 4, "body":
+        "Whisk eggs and sugar, fold in cocoa and flour, and bake the sponge for thirty minutes."}},
+]
+
+
+def similar(client, headers, entity, text, **params):
+    filters = params.pop("filters", {})
+    resp = query(client, headers, entity, filters={**filters, "$similar": text}, **params)
+    assert resp.status_code == 200, resp.get_json()
+    return resp.get_json()
+
+
+def names_of(result) -> list[str]:
+    return [r["name"] for r in result["records"]]
+
+
+def wait_embedded(client, headers, entity, count, text="anything", timeout=90.0):
+    """Until `count` records take part in $similar (i.e. the worker stored current vectors)."""
+    return wait_for(lambda: similar(client, headers, entity, text, pageSize=100)["totalCount"] == count,
+                    timeout=timeout)
+
+
+@pytest.fixture()
+def topics(client, auth, celery_worker):
+    headers = auth()
+    create_definition(client, headers, "articles", SCHEMA, embeddingsConfig=ENABLED)
+    records = {r["name"]: create_record(client, headers, "articles", r) for r in TOPICS}
+    wait_embedded(client, headers, "articles", len(TOPICS))
+    return headers, records
+
+
+def test_query_ranks_the_record_about_the_topic_first(client, topics):
+    headers, _ = topics
+    cars = similar(client, headers, "articles", "automobile")
+    assert names_of(cars)[0] == "Family sedan review"
+    baking = similar(client, headers, "articles", "baking")
+    assert names_of(baking)[0] in {"Sourdough bread recipe", "Chocolate cake"}
+    assert set(names_of(baking)[:2]) == {"Sourdough bread recipe", "Chocolate cake"}
+    bread = similar(client, headers, "articles", "how to bake bread")
+    assert names_of(bread)[0] == "Sourdough bread recipe"
+    for result in (cars, baking, bread):
+        distances = [r["distance"] for r in result["records"]]
+        assert distances == sorted(distances)
+        assert all(0 <= d <= 2 for d in distances)
+        assert result["totalCount"] == len(TOPICS)
+
+
+def test_plain_queries_carry_no_distance(client, topics):
+    headers, _ = topics
+    resp = query(client, headers, "articles")
+    assert all("distance" not in r for r in resp.get_json()["records"])
+
+
+def test_similar_combines_with_filters_paging_and_max_distance(client, topics):
+    headers, _ = topics
+    food = similar(client, headers, "articles", "automobile", filters={"category": "food"})
+    assert set(names_of(food)) == {"Sourdough bread recipe", "Chocolate cake"}
+    assert food["totalCount"] == 2
+    rated = similar(client, headers, "articles", "baking", filters={"rating": {"$gte": 4}, "$not": {"category": "food"}})
+    assert names_of(rated) == ["Family sedan review"]
+
+    everything = names_of(similar(client, headers, "articles", "baking", pageSize=10))
+    page1 = similar(client, headers, "articles", "baking", pageSize=2, page=1)
+    page2 = similar(client, headers, "articles", "baking", pageSize=2, page=2)
+    page3 = similar(client, headers, "articles", "baking", pageSize=2, page=3)
+    assert names_of(page1) + names_of(page2) + names_of(page3) == everything
+    assert (page1["totalPages"], page1["hasNextPage"], page3["hasNextPage"]) == (3, True, False)
+
+    full = similar(client, headers, "articles", "baking")["records"]
+    cut = (full[1]["distance"] + full[2]["distance"]) / 2
+    near = query(client, headers, "articles", filters={"$similar": {"query": "baking", "maxDistance": cut}})
+    assert [r["name"] for r in near.get_json()["records"]] == [r["name"] for r in full[:2]]
+    assert near.get_json()["totalCount"] == 2
+
+
+def test_sort_by_overrides_distance_order_but_keeps_distance(client, topics):
+    headers, _ = topics
+    result = similar(client, headers, "articles", "automobile", sortBy="rating", sortOrder=1)
+    assert [r["fields"]["rating"] for r in result["records"]] == [2, 3, 4, 4, 5]
+    assert all(isinstance(r["distance"], float) for r in result["records"])
+
+
+def test_field_level_similar_needs_an_embedded_field(client, topics):
+    headers, _ = topics
+    on_body = query(client, headers, "articles", filters={"body": {"$similar": "automobile"}}).get_json()
+    assert on_body["records"][0]["name"] == "Family sedan review"
+    on_other = query(client, headers, "articles", filters={"category": {"$similar": "automobile"}})
+    assert on_other.status_code == 200 and on_other.get_json()["totalCount"] == 0
+
+
+def test_search_and_similar_are_fused_by_reciprocal_rank(client, topics):
+    headers, _ = topics
+    text, meaning = "bake OR oven OR engine", "automobile"
+    by_text = query(client, headers, "articles", filters={"$search": text}).get_json()["records"]
+    matched = [r["id"] for r in by_text]
+    assert len(matched) == 3  # the car (engine), the bread (bake, oven), the cake (bake)
+    by_meaning = similar(client, headers, "articles", meaning, filters={"id": {"$in": matched}})["records"]
+    text_rank = {r["id"]: i + 1 for i, r in enumerate(by_text)}
+    meaning_rank = {r["id"]: i + 1 for i, r in enumerate(by_meaning)}
+    expected = sorted(matched, key=lambda i: (-(1 / (60 + text_rank[i]) + 1 / (60 + meaning_rank[i])),
+                                              next(r["distance"] for r in by_meaning if r["id"] == i)))
+    fused = query(client, headers, "articles", filters={"$search": text, "$similar": meaning}).get_json()
+    assert [r["id"] for r in fused["records"]] == expected
+    assert fused["totalCount"] == 3
+    assert all("distance" in r for r in fused["records"])
+
+
+def test_updating_the_text_moves_the_record_in_the_ranking(client, topics):
+    headers, records = topics
+    garden = records["Growing tomatoes"]
+    assert names_of(similar(client, headers, "articles", "automobile"))[0] == "Family sedan review"
+    resp = client.put(f"{BASE}/articles/records/{garden['id']}", headers=headers, json={
+        "name": "Racing cars", "fields": {"body": "Fast sports cars and motor vehicles race around the track."}})
+    assert resp.status_code == 200
+    wait_for(lambda: names_of(similar(client, headers, "articles", "automobile"))[0] == "Racing cars", timeout=60)
+    assert similar(client, headers, "articles", "automobile")["totalCount"] == len(TOPICS)
+
+
+def test_an_edit_outside_the_embedded_text_keeps_the_vector(client, topics, app):
+    from app.embeddings.models import EntityEmbedding
+
+    headers, records = topics
+    cake = records["Chocolate cake"]
+    before = _embedding_row(app, cake["id"])
+    resp = client.put(f"{BASE}/articles/records/{cake['id']}", headers=headers, json={"fields": {"rating": 1}})
+    assert resp.status_code == 200
+    wait_for(lambda: _embedding_row(app, cake["id"]).record_version == 2)
+    after = _embedding_row(app, cake["id"])
+    assert after.content_hash == before.content_hash and after.updated_at > before.updated_at
+    assert list(after.embedding) == list(before.embedding)
+    assert EntityEmbedding.__tablename__ == "entity_embeddings"
+
+
+def _embedding_row(app, record_id):
+    from app.db import db
+    from app.embeddings.models import EntityEmbedding
+
+    with app.app_context(), db.product_session("default") as session:
+        return session.scalars(select(EntityEmbedding).where(EntityEmbedding.record_id == record_id)).one()
+
+
+def test_bulk_writes_sync_and_async_are_embedded(client, auth, celery_worker):
+    headers = auth()
+    create_definition(client, headers, "notes", SCHEMA, embeddingsConfig=ENABLED)
+    resp = client.post(f"{BASE}/notes/records/bulk/create", headers=headers,
+                       json={"records": [TOPICS[0], TOPICS[1]]})
+    assert resp.status_code == 200, resp.get_json()
+    resp = client.post(f"{BASE}/notes/records/bulk/create", headers={**headers, "Prefer": "respond-async"},
+                       json={"records": [TOPICS[2], TOPICS[3]]})
+    assert resp.status_code == 202
+    wait_embedded(client, headers, "notes", 4)
+    ids = {r["name"]: r["id"] for r in query(client, headers, "notes", pageSize=10).get_json()["records"]}
+    resp = client.post(f"{BASE}/notes/records/bulk/update", headers={**headers, "Prefer": "respond-async"},
+                       json={"records": [{"id": ids["Watching Jupiter"], "fields": {
+                           "body": "A slow cooker stew with beans, carrots and onions simmers all day."}}]})
+    assert resp.status_code == 202
+    wait_for(lambda: names_of(similar(client, headers, "notes", "cooking a stew"))[0] == "Watching Jupiter",
+             timeout=60)
+
+
+def test_disabled_or_missing_config_returns_no_results(client, auth, celery_worker):
+    headers = auth()
+    create_definition(client, headers, "plain", SCHEMA)
+    create_definition(client, headers, "off", SCHEMA, embeddingsConfig={"enabled": False, "fields": ["body"]})
+    for entity in ("plain", "off"):
+        create_record(client, headers, entity, TOPICS[0])
+        result = similar(client, headers, entity, "automobile")
+        assert (result["totalCount"], result["records"]) == (0, [])
+        assert query(client, headers, entity).get_json()["totalCount"] == 1
+
+
+def test_enabling_later_backfills_existing_records(client, auth, celery_worker):
+    headers = auth()
+    create_definition(client, headers, "later", SCHEMA)
+    for topic in TOPICS[:3]:
+        create_record(client, headers, "later", topic)
+    assert similar(client, headers, "later", "automobile")["totalCount"] == 0
+    resp = client.put(f"{BASE}/definitions/later", headers=headers, json={"embeddingsConfig": ENABLED})
+    assert resp.status_code == 200
+    wait_embedded(client, headers, "later", 3)
+    assert names_of(similar(client, headers, "later", "automobile"))[0] == "Family sedan review"
+
+    # A new field list re-embeds everything: the name alone now (vectors of the old setup are not served)
+    resp = client.put(f"{BASE}/definitions/later", headers=headers,
+                      json={"embeddingsConfig": {"enabled": True, "fields": []}})
+    assert resp.status_code == 200
+    wait_embedded(client, headers, "later", 3)
+    assert names_of(similar(client, headers, "later", "tomato plants"))[0] == "Growing tomatoes"
+
+
+def test_tenants_never_see_each_others_vectors(client, auth, make_token, celery_worker):
+    headers = auth()
+    other = {"Authorization": f"Bearer {make_token(org=f'org-{uuid.uuid4().hex[:12]}')}"}
+    for h, topic in ((headers, TOPICS[0]), (other, TOPICS[1])):
+        create_definition(client, h, "shared", SCHEMA, embeddingsConfig=ENABLED)
+        create_record(client, h, "shared", topic)
+    wait_embedded(client, headers, "shared", 1)
+    wait_embedded(client, other, "shared", 1)
+    assert names_of(similar(client, headers, "shared", "baking")) == ["Family sedan review"]
+    assert names_of(similar(client, other, "shared", "automobile")) == ["Sourdough bread recipe"]
+    # another product of the same org has its own schema: nothing there
+    create_definition(client, auth(product="other"), "shared", SCHEMA, embeddingsConfig=ENABLED)
+    assert similar(client, auth(product="other"), "shared", "automobile")["totalCount"] == 0
+
+
+def test_a_stale_vector_is_never_served(client, auth, celery_worker, make_app):
+    """With the broker unreachable the update's embedding task is lost: the old vector must not be served."""
+    headers = auth()
+    create_definition(client, headers, "stale", SCHEMA, embeddingsConfig=ENABLED)
+    record = create_record(client, headers, "stale", TOPICS[0])
+    wait_embedded(client, headers, "stale", 1)
+
+    offline = make_app(REDIS_URL="redis://127.0.0.1:1/0").test_client()
+    resp = offline.put(f"{BASE}/stale/records/{record['id']}", headers=headers,
+                       json={"fields": {"body": "A garden full of roses."}})
+    assert resp.status_code == 200  # the write does not depend on the broker
+    assert similar(offline, headers, "stale", "automobile")["totalCount"] == 0
+    got = offline.get(f"{BASE}/stale/records/{record['id']}", headers=headers)
+    assert got.status_code == 200 and got.get_json()["fields"]["body"] == "A garden full of roses."
+
+
+DEAD_BROKER = "redis://127.0.0.1:1/0"  # the write's own task is lost; the test runs it under the fake's app
+
+
+def remote_app(make_app, fake, **extra):
+    return make_app(REDIS_URL=DEAD_BROKER, EMBEDDINGS_BACKEND="openai", EMBEDDINGS_ENDPOINT=fake.base_url,
+                    EMBEDDINGS_API_KEY=fake.api_key, EMBEDDINGS_MODEL="text-embedding-3-small", **extra)
+
+
+def run_task(app, task, *args):
+    """Run a task in this process under `app` (its config: the fake endpoint), retries included."""
+    from flask import g
+
+    with app.app_context():
+        g._celery_inline = True  # the shared task base would otherwise push the main test app
+        return task.apply(args=args, throw=False)
+
+
+def test_transient_embedder_failure_is_retried(make_app, auth, org_id):
+    """The OpenAI-compatible backend against a fake endpoint that answers 503 once: the task retries."""
+    from app.db import db
+    from app.embeddings.models import EntityEmbedding
+    from app.embeddings.tasks import embed_records
+
+    headers = auth()
+    with FakeEmbeddingsServer(api_key="sk-test") as fake:
+        fake_app = remote_app(make_app, fake)
+        client = fake_app.test_client()
+        entity_id = create_definition(client, headers, "remote", SCHEMA,
+                                      embeddingsConfig={"enabled": True, "fields": ["body"], "dimensions": 64})
+        record = create_record(client, headers, "remote", TOPICS[0])
+        fake.fail_next(503, times=1)
+        result = run_task(fake_app, embed_records, "default", org_id, entity_id, [record["id"]])
+        assert result.successful() and result.result["embedded"] == 1
+        assert [r.body for r in fake.requests] == [
+            {"model": "text-embedding-3-small", "dimensions": 64,
+             "input": ["Family sedan review\nbody: " + TOPICS[0]["fields"]["body"]]}] * 2  # the 503, then the retry
+        with fake_app.app_context(), db.product_session("default") as session:
+            row = session.get(EntityEmbedding, record["id"])
+            assert (row.model, row.dimensions, row.record_version) == ("text-embedding-3-small", 64, 1)
+        assert names_of(similar(client, headers, "remote", "automobile")) == ["Family sedan review"]
+
+        fake.fail_next(401, times=1)  # the query's embedding refused: 503 in the envelope, not a 500
+        resp = query(client, headers, "remote", filters={"$similar": "never cached before"})
+        assert resp.status_code == 503
+        assert resp.get_json()["error"]["code"] == "SERVICE_UNAVAILABLE"
+
+
+def test_retries_stop_at_the_maximum(make_app, auth, org_id):
+    from app.embeddings import EmbedderTransientError
+    from app.embeddings.tasks import embed_records
+
+    headers = auth()
+    with FakeEmbeddingsServer(api_key="sk-test") as fake:
+        fake_app = remote_app(make_app, fake, EMBEDDINGS_TASK_MAX_RETRIES=2)
+        client = fake_app.test_client()
+        entity_id = create_definition(client, headers, "remote", SCHEMA, embeddingsConfig=ENABLED)
+        record = create_record(client, headers, "remote", TOPICS[0])
+        fake.fail_next(502, times=5)
+        result = run_task(fake_app, embed_records, "default", org_id, entity_id, [record["id"]])
+        assert result.failed() and isinstance(result.result, EmbedderTransientError)
+        assert len(fake.requests) == 3  # the first try and two retries
+
+
+def test_permanent_failure_leaves_the_record_readable_but_unranked(make_app, auth, org_id):
+    from app.embeddings.tasks import EmbeddingFailed, embed_records
+
+    headers = auth()
+    with FakeEmbeddingsServer(api_key="sk-test") as fake:
+        fake_app = remote_app(make_app, fake, EMBEDDINGS_DIMENSIONS=32)
+        client = fake_app.test_client()
+        entity_id = create_definition(client, headers, "remote", SCHEMA, embeddingsConfig=ENABLED)
+        created = sorted((create_record(client, headers, "remote", t) for t in TOPICS[:2]), key=lambda r: r["id"])
+        bad, good = created  # records are embedded in id order: the batch, then the first, then the second
+        fake.fail_next(400, {"error": {"message": "input rejected", "code": "invalid_input"}}, times=2)
+        result = run_task(fake_app, embed_records, "default", org_id, entity_id, [good["id"], bad["id"]])
+        assert [len(r.body["input"]) for r in fake.requests] == [2, 1, 1]
+        assert result.failed() and isinstance(result.result, EmbeddingFailed) and bad["id"] in str(result.result)
+        assert names_of(similar(client, headers, "remote", "automobile")) == [good["name"]]
+        assert client.get(f"{BASE}/remote/records/{bad['id']}", headers=headers).status_code == 200
+        assert query(client, headers, "remote").get_json()["totalCount"] == 2
+
+
+def test_redelivered_task_changes_nothing(client, topics, app):
+    from app.embeddings import pipeline
+
+    headers, records = topics
+    ids = [r["id"] for r in records.values()]
+    before = {i: _embedding_row(app, i).updated_at for i in ids}
+    entity_id = next(iter(records.values()))["entityId"]
+    with app.app_context():
+        outcome = pipeline.embed_records("default", _org_of(app, ids[0]), entity_id, ids)
+    assert (outcome.embedded, outcome.restamped, outcome.skipped) == (0, 0, len(ids))
+    assert {i: _embedding_row(app, i).updated_at for i in ids} == before
+
+
+def _org_of(app, record_id):
+    return _embedding_row(app, record_id).org_id
+
+
+def test_stored_vectors_have_model_dimensions_and_hash(client, topics, app):
+    from app.embeddings import embedding_content_hash
+
+    _, records = topics
+    row = _embedding_row(app, records["Watching Jupiter"]["id"])
+    assert row.model == "sentence-transformers/all-MiniLM-L6-v2" and row.dimensions == 384
+    text = "Watching Jupiter\nbody: " + TOPICS[3]["fields"]["body"]
+    assert row.content_hash == embedding_content_hash(row.model, None, text)
+    assert len(row.embedding) == 384
