@@ -60,13 +60,13 @@ class SemanticClause:
         self.dimensions = dims = len(vector)
         query = cast(literal(_vector_text(vector)), Vector(dims))
         # Guarded by the size: `<=>` between vectors of different sizes is an error, not a mismatch.
-        self.distance = case((E.c.dimensions == literal_column(str(dims)), E.c.embedding.op("<=>", return_type=Float)(query)),
-                             else_=None)
+        exact = E.c.embedding.op("<=>", return_type=Float)(query)
+        self.distance = case((E.c.dimensions == literal_column(str(dims)), exact), else_=None)
         kind = INDEXED_DIMENSIONS.get(dims)
         # The exact expression of the partial index `(embedding::<kind>(N)) <kind>_cosine_ops WHERE dimensions = N`.
         vector_type = HALFVEC(dims) if kind == "halfvec" else Vector(dims)
-        self.index_distance = (cast(E.c.embedding, vector_type).op("<=>", return_type=Float)(cast(query, vector_type))
-                               if kind else None)
+        self.index_distance = (cast(E.c.embedding, vector_type).op("<=>", return_type=Float)(
+            cast(query, vector_type)) if kind else None)
         conditions = [E.c.record_id == T.c.id, E.c.org_id == org_id, E.c.entity_id == entity_id,
                       E.c.dimensions == literal_column(str(dims)),  # a literal, so the partial index applies
                       E.c.config_hash == config_hash, E.c.record_version == T.c.version]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import uuid
 
 import pytest
-
 from sqlalchemy import select
 
 from tests.conftest import wait_for
@@ -86,7 +85,8 @@ def test_similar_combines_with_filters_paging_and_max_distance(client, topics):
     food = similar(client, headers, "articles", "automobile", filters={"category": "food"})
     assert set(names_of(food)) == {"Sourdough bread recipe", "Chocolate cake"}
     assert food["totalCount"] == 2
-    rated = similar(client, headers, "articles", "baking", filters={"rating": {"$gte": 4}, "$not": {"category": "food"}})
+    rated = similar(client, headers, "articles", "baking",
+                    filters={"rating": {"$gte": 4}, "$not": {"category": "food"}})
     assert names_of(rated) == ["Family sedan review"]
 
     everything = names_of(similar(client, headers, "articles", "baking", pageSize=10))
