@@ -39,7 +39,7 @@ def create_app(overrides: dict[str, Any] | None = None) -> Flask:
     app.config.update(load_config(overrides))
     _configure_logging(app)
 
-    from app.auth import authenticate_request, load_secret
+    from app.auth import authenticate_request, authorize_request, load_secret
     from app.errors import register_error_handlers
     from app.extensions import Api, celery_app, db
     from app.tasks import init_celery
@@ -57,6 +57,7 @@ def create_app(overrides: dict[str, Any] | None = None) -> Flask:
     # 5. request pipeline: request id, authentication, CORS
     app.before_request(_assign_request_id)
     app.before_request(authenticate_request)
+    app.before_request(authorize_request)
     app.after_request(_finish_response)
     _register_cli(app)
     return app

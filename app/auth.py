@@ -132,6 +132,45 @@ def authenticate_request() -> None:
     set_tenant(tenant)
 
 
+def _declared_requirements(view) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:
+    """Scopes/roles declared with @require_scopes/@require_role on the view (or MethodView method).
+
+    functools.wraps copies the markers up through flask-smorest's decorators, so they are found
+    whatever the decorator order is."""
+    view_class = getattr(view, "view_class", None)
+    if view_class is not None:
+        view = getattr(view_class, request.method.lower(), None)
+        if view is None and request.method == "HEAD":
+            view = getattr(view_class, "get", None)
+    return getattr(view, "_required_scopes", None), getattr(view, "_required_roles", None)
+
+
+def authorize_request() -> None:
+    """before_request, after authentication: enforce the view's declared scopes and roles before
+    any body or query parsing, so an unauthorized caller learns nothing from validation errors."""
+    if g.get("tenant") is None or request.url_rule is None:
+        return
+    from flask import current_app
+
+    view = current_app.view_functions.get(request.url_rule.endpoint)
+    scopes, roles = _declared_requirements(view)
+    tenant = g.tenant
+    if roles is not None:
+        _check_role(tenant, roles)
+    if scopes is not None:
+        _check_scopes(tenant, scopes)
+
+
+def _check_scopes(tenant: Tenant, required: tuple[str, ...]) -> None:
+    if not has_any_scope(tenant, required):
+        raise Forbidden(f"Missing scope: one of {', '.join(required)} is required.")
+
+
+def _check_role(tenant: Tenant, roles: tuple[str, ...]) -> None:
+    if tenant.role not in roles and "*" not in tenant.scopes:
+        raise Forbidden(f"Requires role {' or '.join(roles)}.")
+
+
 def scope_satisfies(held: str, required: str) -> bool:
     """`write` satisfies `write:agents`; an exact match always does."""
     if held == required or held == "*":
@@ -146,14 +185,14 @@ def has_any_scope(tenant: Tenant, required: Iterable[str]) -> bool:
 
 
 def require_scopes(*required: str) -> Callable:
-    """Route decorator: the token needs any one of `required` (admin roles and `*` bypass)."""
+    """Route decorator: the token needs any one of `required` (admin roles and `*` bypass).
+
+    Checked before the request body is parsed (see `authorize_request`), whatever the decorator order."""
 
     def decorator(view: Callable) -> Callable:
         @functools.wraps(view)
         def wrapper(*args, **kwargs):
-            tenant = current_tenant()
-            if not has_any_scope(tenant, required):
-                raise Forbidden(f"Missing scope: one of {', '.join(required)} is required.")
+            _check_scopes(current_tenant(), required)  # also enforced early by authorize_request
             return view(*args, **kwargs)
 
         wrapper._required_scopes = required  # type: ignore[attr-defined]
@@ -168,11 +207,10 @@ def require_role(*roles: str) -> Callable:
     def decorator(view: Callable) -> Callable:
         @functools.wraps(view)
         def wrapper(*args, **kwargs):
-            tenant = current_tenant()
-            if tenant.role not in roles and "*" not in tenant.scopes:
-                raise Forbidden(f"Requires role {' or '.join(roles)}.")
+            _check_role(current_tenant(), roles)  # also enforced early by authorize_request
             return view(*args, **kwargs)
 
+        wrapper._required_roles = roles  # type: ignore[attr-defined]
         return wrapper
 
     return decorator

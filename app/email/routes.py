@@ -15,9 +15,9 @@ blp = Blueprint("email", __name__, url_prefix="/api/v1/email", description="Outb
 
 @blp.route("/send")
 class SendEmail(MethodView):
-    @require_scopes("write:notifications")
     @blp.arguments(SendEmailRequestSchema)
     @blp.response(200, SendEmailResponseSchema)
+    @require_scopes("write:notifications")
     def post(self, payload):
         """Send one pre-rendered email. Check `success`: delivery failures answer 200 with success false."""
         result = send_email(payload["to"], payload["subject"], payload["body"], current_tenant())

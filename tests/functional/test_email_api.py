@@ -134,3 +134,9 @@ def test_smtp_server_down_answers_quickly_with_success_false(make_app, make_toke
         "Authorization": f"Bearer {make_token(scopes=['write:notifications'])}"})
     assert resp.status_code == 200
     assert resp.get_json() == {"success": False, "message": "SMTP server unavailable: ConnectionRefusedError."}
+
+
+def test_authorization_is_checked_before_body_validation(client, auth):
+    """A token without the scope learns nothing from validation: 403, not 400."""
+    resp = client.post(SEND, json={"to": "nonsense"}, headers=auth("read"))
+    assert resp.status_code == 403 and resp.get_json()["error"]["code"] == "FORBIDDEN"
