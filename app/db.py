@@ -16,7 +16,7 @@ import contextlib
 import re
 from collections.abc import Iterator
 
-from flask import Flask, g, has_app_context
+from flask import Flask, current_app, g, has_app_context
 from sqlalchemy import MetaData, create_engine, event
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Session
@@ -54,13 +54,25 @@ def schema_for(product: str) -> str:
     return f"product_{product_slug(product)}"
 
 
+class _DatabaseState:
+    """What one app's `db.init_app` created: its engine and the per-product engine views."""
+
+    def __init__(self, engine: Engine, default_product: str) -> None:
+        self.engine = engine
+        self.default_product = default_product
+        self.product_engines: dict[str, Engine] = {}
+
+
 class Database:
-    """Unbound extension: `db.init_app(app)` creates the engine for this process."""
+    """Unbound extension: `db.init_app(app)` creates that app's engine.
+
+    State lives per app (`app.extensions["db"]`), so several apps in one process (tests, CLI) never
+    share or overwrite each other's engine; outside an app context the last initialised app's state
+    is used (benchmarks, migrations run from scripts).
+    """
 
     def __init__(self) -> None:
-        self.engine: Engine | None = None
-        self._product_engines: dict[str, Engine] = {}
-        self.default_product = "default"
+        self._last: _DatabaseState | None = None
 
     def init_app(self, app: Flask) -> None:
         url = app.config["DATABASE_URL"]
@@ -69,21 +81,36 @@ class Database:
 
             url = embedded_url(app.config["VAR_DIR"], "platform_gateway")
             app.config["DATABASE_URL"] = url
-        self.engine = make_engine(url, app.config)
-        self._product_engines = {}
-        self.default_product = app.config["DEFAULT_PRODUCT"]
-        app.extensions["db"] = self
+        state = _DatabaseState(make_engine(url, app.config), app.config["DEFAULT_PRODUCT"])
+        app.extensions["db"] = self._last = state
         app.teardown_appcontext(self._teardown)
+
+    def _state(self) -> _DatabaseState:
+        if has_app_context():
+            state = current_app.extensions.get("db")
+            if state is not None:
+                return state
+        if self._last is None:
+            raise RuntimeError("db.init_app() was not called")
+        return self._last
+
+    @property
+    def engine(self) -> Engine:
+        return self._state().engine
+
+    @property
+    def default_product(self) -> str:
+        return self._state().default_product
 
     def engine_for(self, product: str) -> Engine:
         """The engine view whose statements address `product`'s schema (cached per product)."""
-        engine = self._product_engines.get(product)
+        state = self._state()
+        engine = state.product_engines.get(product)
         if engine is None:
-            assert self.engine is not None, "db.init_app() was not called"
-            engine = self.engine.execution_options(
+            engine = state.engine.execution_options(
                 schema_translate_map={PRODUCT_PLACEHOLDER: schema_for(product)}
             )
-            self._product_engines[product] = engine
+            state.product_engines[product] = engine
         return engine
 
     @property
@@ -119,8 +146,8 @@ class Database:
 
     def dispose(self) -> None:
         """Drop pooled connections (after a worker fork)."""
-        if self.engine is not None:
-            self.engine.dispose(close=False)
+        if self._last is not None:
+            self._last.engine.dispose(close=False)
 
 
 def make_engine(url: str, config: dict) -> Engine:

@@ -101,7 +101,7 @@ class ProductRegistry:
         from app.db import db
         from app.ops.models import Product
 
-        with db.engine.connect() as conn:  # type: ignore[union-attr]
+        with db.engine.connect() as conn:
             names = set(conn.scalars(select(Product.slug)))
         with self._lock:
             self._names, self._loaded_at = names, time.monotonic()

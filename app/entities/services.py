@@ -320,10 +320,11 @@ def create_view(definition: EntityDefinition, data: dict) -> EntityView:
         raise ValidationFailed("Request validation failed.", {"fields": {"name": ["Missing data for required "
                                                                                  "field."]}})
     tenant = current_tenant()
-    view = EntityView(org_id=tenant.org_id, entity_id=definition.id, type="table", columns=[], filters={},
-                      sort_order=-1, config={}, is_default=False, created_by=tenant.user_id)
+    _check_view(definition, data)
+    view = EntityView(id=new_id(), org_id=tenant.org_id, entity_id=definition.id, name=data["name"], type="table",
+                      columns=[], filters={}, sort_order=-1, config={}, is_default=False, created_by=tenant.user_id,
+                      created_at=utcnow())
     db.session.add(view)
-    db.session.flush()
     _apply_view(definition, view, data)
     db.session.commit()
     return view
@@ -385,7 +386,7 @@ def record_errors(compiled: CompiledSchema, item: dict) -> dict[str, list[str]]:
     fields = item.get("fields", {})
     if not isinstance(fields, dict):
         return {"fields": ["must be an object"]}
-    return compiled.errors_for(fields)
+    return {} if compiled.is_valid(fields) else compiled.errors_for(fields)
 
 
 def default_name(item: dict) -> str:

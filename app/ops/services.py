@@ -21,7 +21,7 @@ def _timed(check: Callable[[], None]) -> dict:
 
 
 def _check_database() -> None:
-    with db.engine.connect() as conn:  # type: ignore[union-attr]
+    with db.engine.connect() as conn:
         conn.execute(text("SELECT 1"))
 
 

@@ -23,8 +23,6 @@ def record_failed_task(sender=None, task_id=None, exception=None, args=None, kwa
     from app.db import db
     from app.ops.models import FailedTask
 
-    if db.engine is None:
-        return
     try:
         with db.product_session(db.default_product) as session:
             session.add(FailedTask(task_id=str(task_id), task_name=getattr(sender, "name", str(sender)),

@@ -102,3 +102,11 @@ def test_product_schemas_do_not_mix(app):
         for product in ("default", "other"):
             with db.engine_for(product).begin() as conn:
                 probe.drop(conn)
+
+
+def test_a_second_app_does_not_take_over_the_first_apps_database(make_app, client, auth):
+    """Database state is per app: a broken second app leaves the main app's engine alone."""
+    broken = make_app(DATABASE_URL="postgresql+psycopg://postgres@127.0.0.1:1/nothing", DB_POOL_TIMEOUT=1)
+    assert broken.test_client().get("/health").status_code == 503
+    assert client.get("/health").status_code == 200
+    assert client.get("/api/v1/me", headers=auth("read")).status_code == 200
