@@ -1,0 +1,111 @@
+"""Strict JSON field types and the JSON Schema checks shared by every registry schema.
+
+marshmallow's stock Boolean/Float accept strings ("yes", "0.5"); a registry document must keep
+the JSON types the caller meant, so these fields accept only real JSON booleans and numbers.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from jsonschema import Draft202012Validator, validators
+from jsonschema.exceptions import SchemaError
+from marshmallow import ValidationError, fields, validate
+
+MACHINE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+MACHINE_NAME_MESSAGE = ("Must start with a letter or digit and contain only letters, digits, "
+                        "'_', '.', ':' or '-' (at most 128 characters).")
+SERVER_FIELDS = ("id", "orgId", "product", "createdAt", "updatedAt", "createdBy", "updatedBy")
+
+
+class StrictBool(fields.Boolean):
+    """Only JSON `true` / `false`."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if not isinstance(value, bool):
+            raise self.make_error("invalid", input=value)
+        return value
+
+
+class StrictFloat(fields.Float):
+    """A JSON number (integer or fraction); strings and booleans are refused."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.make_error("invalid", input=value)
+        return super()._deserialize(value, attr, data, **kwargs)
+
+
+class StrictInt(fields.Integer):
+    """A JSON integer; 2.0 is accepted as 2, 2.5, strings and booleans are refused."""
+
+    def __init__(self, **kwargs):
+        super().__init__(strict=True, **kwargs)
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool):
+            raise self.make_error("invalid", input=value)
+        return super()._deserialize(value, attr, data, **kwargs)
+
+
+def machine_name(**kwargs) -> fields.String:
+    return fields.String(validate=validate.Regexp(MACHINE_NAME, error=MACHINE_NAME_MESSAGE), **kwargs)
+
+
+def text(max_length: int, *, min_length: int = 0, **kwargs) -> fields.String:
+    return fields.String(validate=validate.Length(min=min_length, max=max_length), **kwargs)
+
+
+def string_list(max_items: int = 100, max_length: int = 500, **kwargs) -> fields.List:
+    return fields.List(fields.String(validate=validate.Length(min=1, max=max_length)),
+                       validate=validate.Length(max=max_items), **kwargs)
+
+
+def check_json_schema(value: Any) -> None:
+    """Raise ValidationError unless `value` is a valid JSON Schema (draft from `$schema`, else 2020-12)."""
+    if not isinstance(value, dict):
+        raise ValidationError("Must be a JSON Schema object.")
+    try:
+        validators.validator_for(value, default=Draft202012Validator).check_schema(value)
+    except SchemaError as exc:
+        where = "/".join(str(p) for p in exc.path)
+        raise ValidationError(f"Not a valid JSON Schema: {exc.message}" + (f" (at /{where})" if where else "")) from None
+    except Exception as exc:  # unresolvable $schema or similar
+        raise ValidationError(f"Not a valid JSON Schema: {exc}") from None
+
+
+def check_object_schema(value: Any) -> None:
+    """A tool's input schema: valid JSON Schema describing an object (arguments are named)."""
+    check_json_schema(value)
+    if value and value.get("type") != "object":
+        raise ValidationError("A tool input schema must have \"type\": \"object\".")
+
+
+def json_schema(**kwargs) -> fields.Dict:
+    return fields.Dict(validate=check_json_schema,
+                       metadata={"description": "A JSON Schema object"}, **kwargs)
+
+
+def schema_errors(schema: dict, instance: Any, limit: int = 20) -> list[str]:
+    """Messages for every way `instance` fails `schema` (empty when it validates)."""
+    validator_cls = validators.validator_for(schema, default=Draft202012Validator)
+    validator = validator_cls(schema, format_checker=validator_cls.FORMAT_CHECKER)
+    messages = []
+    for error in sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path)):
+        where = "/".join(str(p) for p in error.absolute_path)
+        messages.append(f"{error.message}" + (f" (at /{where})" if where else ""))
+        if len(messages) >= limit:
+            break
+    return messages
+
+
+def check_config(data: dict, *, schema_key: str, config_key: str) -> None:
+    """`@validates_schema` helper: data[config_key] must validate against data[schema_key]."""
+    schema, config = data.get(schema_key), data.get(config_key)
+    if isinstance(schema, dict) and config is not None:
+        errors = schema_errors(schema, config)
+        if errors:
+            raise ValidationError(errors, field_name=config_key)

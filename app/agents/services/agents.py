@@ -1,0 +1,288 @@
+"""Agents: CRUD, default agent, summary, by-name, export/import, status transitions.
+
+Writes of agents in one org are serialised by a transaction-scoped advisory lock (`lock_org`),
+taken before any row lock. That makes "setting isDefault on one clears it on the others" atomic
+under concurrent requests, and the partial unique index `uq_agents_default` guarantees it in the
+database whatever happens. Reads return the stored JSON documents as text.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Text, cast, delete, update
+
+from app.agents.fields import schema_errors
+from app.agents.models import Agent, SubAgent
+from app.agents.services.common import (
+    SUCCESS,
+    doc_texts,
+    dumps,
+    existing_ids,
+    flush_or_conflict,
+    invalid,
+    iso,
+    load_for_update,
+    lock_org,
+    merge,
+    new_id,
+    one_doc_text,
+    prune,
+    stamp_created,
+    stamp_updated,
+    utcnow,
+    wrap_many,
+    wrap_one,
+)
+from app.agents.services.prompts import apply_system_prompt
+from app.agents.services.skills import attach_skills
+from app.agents.services.tools import validate_tool_refs
+from app.db import db
+from app.errors import Conflict, NotFound
+from app.tenancy import current_org, current_tenant, tenant_select
+
+# Allowed status changes (staying in the same status is always allowed). A draft is published
+# (active) or discarded (archived); active and inactive toggle; only an inactive agent is archived;
+# an archived agent comes back only as inactive, to be re-activated deliberately.
+TRANSITIONS: dict[str, frozenset[str]] = {
+    "draft": frozenset({"active", "archived"}),
+    "active": frozenset({"inactive"}),
+    "inactive": frozenset({"active", "archived"}),
+    "archived": frozenset({"inactive"}),
+}
+SUMMARY_ALWAYS = ("id", "name", "title", "type", "status", "isDefault", "isPublic", "scope")
+SUMMARY_OPTIONAL = ("description", "iconName", "provider", "model", "capabilities", "samplePrompts", "metadata")
+SUMMARY_SKILL_FIELDS = ("skillId", "skillName", "title", "category", "slashCommand", "iconName", "enabled", "order")
+_NAME_TAKEN = {"uq_agents_org_id_name": "An agent with this name already exists."}
+_LOCK = "agents"
+
+
+# --------------------------------------------------------------------------- reads
+
+
+def list_agents() -> str:
+    """`{agents}`: every agent of the caller's org and product, by name."""
+    return wrap_many("agents", doc_texts(Agent, order_by=Agent.name))
+
+
+def list_summaries() -> str:
+    """`{agents}` of AgentSummary (precomputed at write time), by name."""
+    stmt = tenant_select(Agent).with_only_columns(cast(Agent.summary, Text)).order_by(Agent.name)
+    return wrap_many("agents", db.session.scalars(stmt))
+
+
+def get_agent(agent_id: str) -> str:
+    return wrap_one("agent", one_doc_text(Agent, "Agent", Agent.id == agent_id))
+
+
+def get_agent_by_name(name: str) -> str:
+    return wrap_one("agent", one_doc_text(Agent, f"Agent '{name}'", Agent.name == name))
+
+
+def get_default_agent() -> str:
+    texts = doc_texts(Agent, Agent.is_default.is_(True))
+    if not texts:
+        raise NotFound("No default agent is set.")
+    return wrap_one("agent", texts[0])
+
+
+# --------------------------------------------------------------------------- writes
+
+
+def create_agent(data: dict[str, Any]) -> str:
+    """Create an agent from a validated Partial Agent (schema defaults already applied)."""
+    lock_org(_LOCK)
+    moment = utcnow()
+    doc = _prepare(dict(data), previous=None, prompt_sent=bool(data.get("systemPrompt")), moment=moment)
+    _set_skills(doc, attach_skills(data.get("skills"), []))
+    validate_tool_refs(doc.get("tools"))
+    return _insert(doc, moment)
+
+
+def update_agent(agent_id: str, changes: dict[str, Any]) -> str:
+    """Apply a Partial Agent: named top-level fields replace the stored ones, null clears."""
+    lock_org(_LOCK)
+    row = load_for_update(Agent, agent_id, "Agent")
+    moment = utcnow()
+    previous = row.doc
+    doc = merge(previous, changes)
+    _check_transition(previous["status"], doc["status"])
+    if "type" in changes and "subType" not in changes and previous.get("subType") == previous["type"]:
+        doc["subType"] = doc["type"]  # subType followed type: keep following it
+    doc = _prepare(doc, previous=previous, prompt_sent="systemPrompt" in changes, moment=moment)
+    if "skills" in changes:
+        _set_skills(doc, attach_skills(changes.get("skills"), previous.get("skills")))
+    validate_tool_refs(doc.get("tools"), {t["toolId"] for t in previous.get("tools") or []})
+    stamp_updated(doc, previous, moment)
+    return _store(row, doc, moment)
+
+
+def delete_agent(agent_id: str) -> dict:
+    """Delete an agent; its widgets go with it (ON DELETE CASCADE)."""
+    load_for_update(Agent, agent_id, "Agent")
+    db.session.execute(delete(Agent).where(Agent.org_id == current_org(), Agent.id == agent_id))
+    db.session.commit()
+    return SUCCESS
+
+
+def export_agent(agent_id: str) -> str:
+    """The full Agent, as stored (import accepts this body unchanged)."""
+    return get_agent(agent_id)
+
+
+def import_agent(data: dict[str, Any], *, overwrite: bool) -> tuple[str, bool]:
+    """Create an agent from a full Agent; its name taken → 409, or replaced with `overwrite`.
+    Returns the `{agent}` body and whether a new agent was created.
+
+    Server fields are re-filled: a new id (or, when overwriting, the replaced agent's id and
+    creation stamps), this org and product, and this caller. Skill snapshots are restored as
+    exported, but each skill must still exist in the catalog.
+    """
+    lock_org(_LOCK)
+    moment = utcnow()
+    existing = db.session.scalars(tenant_select(Agent).where(Agent.name == data["name"]).with_for_update()).first()
+    if existing is not None and not overwrite:
+        raise Conflict(f"An agent named '{data['name']}' already exists; use ?overwrite=true to replace it.",
+                       {"agentId": existing.id})
+    doc = _prepare(dict(data), previous=data, prompt_sent=False, moment=moment)
+    _set_skills(doc, attach_skills(data.get("skills"), [], keep_sent_snapshots=True))
+    validate_tool_refs(doc.get("tools"))
+    if existing is None:
+        return _insert(doc, moment), True
+    stamp_updated(doc, existing.doc, moment)
+    return _store(existing, doc, moment), False
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def lock_agents() -> None:
+    """Take the org's agent-write lock (other services that change agents or what they reference)."""
+    lock_org(_LOCK)
+
+
+def _prepare(doc: dict[str, Any], *, previous: dict[str, Any] | None, prompt_sent: bool,
+             moment: datetime) -> dict[str, Any]:
+    """Defaults that depend on other fields, cross-field rules and reference checks."""
+    doc = prune(doc)
+    doc.setdefault("subType", doc["type"])
+    if isinstance(doc.get("lastUsedAt"), datetime):
+        doc["lastUsedAt"] = iso(doc["lastUsedAt"])
+    if doc["type"] == "react":
+        react = {"provider": doc["provider"], "model": doc["model"], "temperature": doc["temperature"],
+                 "maxTokens": doc["maxTokens"], "maxIterations": 10}
+        doc["reactConfig"] = {**react, **prune(doc.get("reactConfig") or {})}
+    if doc["scope"] == "user" and not doc.get("scopeId"):
+        doc["scopeId"] = current_tenant().user_id
+    if doc["scope"] in ("team", "custom") and not doc.get("scopeId"):
+        raise invalid("scopeId", f"scopeId is required when scope is '{doc['scope']}'.")
+    if doc["scope"] == "org":
+        doc.pop("scopeId", None)
+    if doc["isDefault"] and doc["status"] == "archived":
+        raise Conflict("An archived agent cannot be the default agent.")
+    _check_config(doc)
+    _check_sub_agents(doc.get("subAgentIds"))
+    apply_system_prompt(doc, previous=previous, prompt_sent=prompt_sent, moment_iso=iso(moment))
+    return doc
+
+
+def _set_skills(doc: dict[str, Any], skills: list[dict]) -> None:
+    if skills:
+        doc["skills"] = skills
+    else:
+        doc.pop("skills", None)
+
+
+def _check_config(doc: dict[str, Any]) -> None:
+    errors = schema_errors(doc.get("configSchema") or {}, doc.get("config") or {})
+    if errors:
+        raise invalid("config", errors)
+
+
+def _check_sub_agents(ids: list[str] | None) -> None:
+    ids = ids or []
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
+        raise invalid("subAgentIds", f"Sub-agent(s) listed twice: {', '.join(duplicates)}.")
+    missing = sorted(set(ids) - existing_ids(SubAgent, ids))
+    if missing:
+        raise invalid("subAgentIds", f"Unknown sub-agent id(s): {', '.join(missing)}.", unknownSubAgentIds=missing)
+
+
+def _check_transition(old: str, new: str) -> None:
+    if old != new and new not in TRANSITIONS[old]:
+        allowed = ", ".join(sorted(TRANSITIONS[old]))
+        raise Conflict(f"An agent cannot go from '{old}' to '{new}'; from '{old}' it can go to: {allowed}.",
+                       {"from": old, "to": new, "allowed": sorted(TRANSITIONS[old])})
+
+
+def summary_of(doc: dict[str, Any]) -> dict[str, Any]:
+    """AgentSummary: the eight identity fields always, the optional ones when set (non-empty)."""
+    summary = {k: doc[k] for k in SUMMARY_ALWAYS}
+    summary.update({k: doc[k] for k in SUMMARY_OPTIONAL if doc.get(k) not in (None, "", [], {})})
+    if doc.get("skills"):
+        summary["skills"] = [{k: s[k] for k in SUMMARY_SKILL_FIELDS if s.get(k) is not None} for s in doc["skills"]]
+    return summary
+
+
+def _clear_other_defaults(keep_id: str) -> None:
+    """Unset isDefault on every other agent of the org (under the org's agent lock)."""
+    others = db.session.scalars(tenant_select(Agent).where(Agent.is_default.is_(True), Agent.id != keep_id)
+                                .with_for_update()).all()
+    for other in others:
+        doc = {**other.doc, "isDefault": False}
+        db.session.execute(update(Agent).where(Agent.org_id == other.org_id, Agent.id == other.id)
+                           .values(is_default=False, doc=doc, summary=summary_of(doc)))
+
+
+def _columns(doc: dict[str, Any]) -> dict[str, Any]:
+    return {"name": doc["name"], "title": doc["title"], "type": doc["type"], "status": doc["status"],
+            "is_default": doc["isDefault"], "sub_agent_ids": list(doc.get("subAgentIds") or []),
+            "doc": doc, "summary": summary_of(doc)}
+
+
+def _insert(doc: dict[str, Any], moment: datetime) -> str:
+    tenant = current_tenant()
+    doc.update(id=new_id(), orgId=tenant.org_id, product=tenant.product)
+    stamp_created(doc, moment)
+    if doc["isDefault"]:
+        _clear_other_defaults(doc["id"])
+    db.session.add(Agent(id=doc["id"], org_id=tenant.org_id, created_at=moment, updated_at=moment, **_columns(doc)))
+    flush_or_conflict(_NAME_TAKEN)
+    db.session.commit()
+    return dumps({"agent": doc})
+
+
+def _store(row: Agent, doc: dict[str, Any], moment: datetime) -> str:
+    tenant = current_tenant()
+    doc.update(id=row.id, orgId=tenant.org_id, product=tenant.product)
+    if doc["isDefault"] and not row.is_default:
+        _clear_other_defaults(row.id)
+    for column, value in _columns(doc).items():
+        setattr(row, column, value)
+    row.updated_at = moment
+    flush_or_conflict(_NAME_TAKEN)
+    db.session.commit()
+    return dumps({"agent": doc})
+
+
+def remove_sub_agent_references(sub_agent_id: str, moment: datetime) -> None:
+    """Drop `sub_agent_id` from every agent of the org that lists it (sub-agent force delete).
+
+    The caller holds the org's agent lock (`lock_agents`)."""
+    rows = db.session.scalars(tenant_select(Agent).where(Agent.sub_agent_ids.contains([sub_agent_id]))
+                              .with_for_update()).all()
+    user = current_tenant().user_id
+    for row in rows:
+        doc = {**row.doc, "subAgentIds": [i for i in row.doc.get("subAgentIds", []) if i != sub_agent_id],
+               "updatedAt": iso(moment), "updatedBy": user}
+        for column, value in _columns(doc).items():
+            setattr(row, column, value)
+        row.updated_at = moment
+
+
+def agents_referencing_sub_agent(sub_agent_id: str) -> list[dict[str, str]]:
+    stmt = (tenant_select(Agent).with_only_columns(Agent.id, Agent.name)
+            .where(Agent.sub_agent_ids.contains([sub_agent_id])).order_by(Agent.name))
+    return [{"id": row.id, "name": row.name} for row in db.session.execute(stmt)]
