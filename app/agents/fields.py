@@ -72,7 +72,8 @@ def check_json_schema(value: Any) -> None:
         validators.validator_for(value, default=Draft202012Validator).check_schema(value)
     except SchemaError as exc:
         where = "/".join(str(p) for p in exc.path)
-        raise ValidationError(f"Not a valid JSON Schema: {exc.message}" + (f" (at /{where})" if where else "")) from None
+        suffix = f" (at /{where})" if where else ""
+        raise ValidationError(f"Not a valid JSON Schema: {exc.message}{suffix}") from None
     except Exception as exc:  # unresolvable $schema or similar
         raise ValidationError(f"Not a valid JSON Schema: {exc}") from None
 
