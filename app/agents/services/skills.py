@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import delete, distinct
+from sqlalchemy import delete
 
 from app.agents.fields import schema_errors
 from app.agents.models import CatalogSkill
@@ -53,7 +53,7 @@ def get_skill(skill_id: str) -> str:
 
 def categories() -> dict[str, list[str]]:
     """Distinct categories of the caller's catalog skills, sorted."""
-    stmt = (tenant_select(CatalogSkill).with_only_columns(distinct(CatalogSkill.category))
+    stmt = (tenant_select(CatalogSkill).with_only_columns(CatalogSkill.category).distinct()
             .order_by(CatalogSkill.category))
     return {"categories": list(db.session.scalars(stmt))}
 
