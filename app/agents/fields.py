@@ -6,6 +6,8 @@ the JSON types the caller meant, so these fields accept only real JSON booleans 
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 from typing import Any
 
@@ -68,14 +70,25 @@ def check_json_schema(value: Any) -> None:
     """Raise ValidationError unless `value` is a valid JSON Schema (draft from `$schema`, else 2020-12)."""
     if not isinstance(value, dict):
         raise ValidationError("Must be a JSON Schema object.")
+    problem = _schema_problem(json.dumps(value, sort_keys=True))
+    if problem:
+        raise ValidationError(problem)
+
+
+@functools.lru_cache(maxsize=4096)
+def _schema_problem(canonical: str) -> str | None:
+    # Checking a schema against its metaschema costs milliseconds; agents repeat the same tool
+    # schemas over and over, so the verdict is cached by the schema's canonical JSON.
+    value = json.loads(canonical)
     try:
         validators.validator_for(value, default=Draft202012Validator).check_schema(value)
     except SchemaError as exc:
         where = "/".join(str(p) for p in exc.path)
         suffix = f" (at /{where})" if where else ""
-        raise ValidationError(f"Not a valid JSON Schema: {exc.message}{suffix}") from None
+        return f"Not a valid JSON Schema: {exc.message}{suffix}"
     except Exception as exc:  # unresolvable $schema or similar
-        raise ValidationError(f"Not a valid JSON Schema: {exc}") from None
+        return f"Not a valid JSON Schema: {exc}"
+    return None
 
 
 def check_object_schema(value: Any) -> None:
