@@ -15,6 +15,8 @@ from app.agents.services import agents, skills, subagents, tools, widgets
 from app.auth import require_scopes
 from app.extensions import Blueprint
 
+# Path variables keep the spec's names (agentId, toolDefId, …) so the OpenAPI paths match it.
+
 READ, WRITE = "read:agents", "write:agents"
 
 agents_blp = Blueprint("agents", __name__, url_prefix="/api/v1/agents", description="Agent registry: agents")
@@ -91,35 +93,35 @@ class AgentImport(MethodView):
         return _json(body, 201 if created else 200)
 
 
-@agents_blp.route("/<string:agent_id>")
+@agents_blp.route("/<string:agentId>")
 class AgentById(MethodView):
     @agents_blp.response(200, s.AgentEnvelopeSchema)
     @require_scopes(READ)
-    def get(self, agent_id):
+    def get(self, agentId):
         """One agent."""
-        return _json(agents.get_agent(agent_id))
+        return _json(agents.get_agent(agentId))
 
     @agents_blp.arguments(s.partial_of(s.AgentInputSchema))
     @agents_blp.response(200, s.AgentEnvelopeSchema)
     @require_scopes(WRITE)
-    def put(self, data, agent_id):
+    def put(self, data, agentId):
         """Update an agent: named top-level fields replace the stored ones (null clears an optional one)."""
-        return _json(agents.update_agent(agent_id, data))
+        return _json(agents.update_agent(agentId, data))
 
     @agents_blp.response(200, s.SuccessSchema)
     @require_scopes(WRITE)
-    def delete(self, agent_id):
+    def delete(self, agentId):
         """Delete an agent and its widgets."""
-        return agents.delete_agent(agent_id)
+        return agents.delete_agent(agentId)
 
 
-@agents_blp.route("/<string:agent_id>/export")
+@agents_blp.route("/<string:agentId>/export")
 class AgentExport(MethodView):
     @agents_blp.response(200, s.AgentEnvelopeSchema)
     @require_scopes(READ)
-    def get(self, agent_id):
+    def get(self, agentId):
         """The full agent (`{agent}`); POST it unchanged to /agents/import."""
-        return _json(agents.export_agent(agent_id))
+        return _json(agents.export_agent(agentId))
 
 
 # --------------------------------------------------------------------------- catalog skills
@@ -168,13 +170,13 @@ class SkillByName(MethodView):
         return skills.delete_skill(query["name"])
 
 
-@skills_blp.route("/<string:skill_id>")
+@skills_blp.route("/<string:skillId>")
 class SkillById(MethodView):
     @skills_blp.response(200, s.SkillEnvelopeSchema)
     @require_scopes(READ)
-    def get(self, skill_id):
+    def get(self, skillId):
         """One catalog skill."""
-        return _json(skills.get_skill(skill_id))
+        return _json(skills.get_skill(skillId))
 
 
 # --------------------------------------------------------------------------- tool definitions
@@ -206,26 +208,26 @@ class ToolDefinitionsByIds(MethodView):
         return _json(tools.tool_definitions_by_ids(body["ids"]))
 
 
-@tools_blp.route("/<string:tool_id>")
+@tools_blp.route("/<string:toolDefId>")
 class ToolDefinitionById(MethodView):
     @tools_blp.response(200, s.ToolDefinitionEnvelopeSchema)
     @require_scopes(READ)
-    def get(self, tool_id):
+    def get(self, toolDefId):
         """One tool definition."""
-        return _json(tools.get_tool_definition(tool_id))
+        return _json(tools.get_tool_definition(toolDefId))
 
     @tools_blp.arguments(s.ToolDefinitionPatchBodySchema)
     @tools_blp.response(200, s.ToolDefinitionEnvelopeSchema)
     @require_scopes(WRITE)
-    def put(self, body, tool_id):
+    def put(self, body, toolDefId):
         """Update a tool definition from `{toolDefinition}` (named fields replace the stored ones)."""
-        return _json(tools.update_tool_definition(tool_id, body["toolDefinition"]))
+        return _json(tools.update_tool_definition(toolDefId, body["toolDefinition"]))
 
     @tools_blp.response(200, s.SuccessSchema)
     @require_scopes(WRITE)
-    def delete(self, tool_id):
+    def delete(self, toolDefId):
         """Delete a tool definition (agents keep their customised copies)."""
-        return tools.delete_tool_definition(tool_id)
+        return tools.delete_tool_definition(toolDefId)
 
 
 # --------------------------------------------------------------------------- sub-agents
@@ -247,84 +249,84 @@ class SubAgents(MethodView):
         return _json(subagents.create_sub_agent(body["subAgent"]), 201)
 
 
-@subagents_blp.route("/<string:sub_agent_id>")
+@subagents_blp.route("/<string:subAgentId>")
 class SubAgentById(MethodView):
     @subagents_blp.response(200, s.SubAgentEnvelopeSchema)
     @require_scopes(READ)
-    def get(self, sub_agent_id):
+    def get(self, subAgentId):
         """One sub-agent."""
-        return _json(subagents.get_sub_agent(sub_agent_id))
+        return _json(subagents.get_sub_agent(subAgentId))
 
     @subagents_blp.arguments(s.SubAgentPatchBodySchema)
     @subagents_blp.response(200, s.SubAgentEnvelopeSchema)
     @require_scopes(WRITE)
-    def put(self, body, sub_agent_id):
+    def put(self, body, subAgentId):
         """Update a sub-agent from `{subAgent}`."""
-        return _json(subagents.update_sub_agent(sub_agent_id, body["subAgent"]))
+        return _json(subagents.update_sub_agent(subAgentId, body["subAgent"]))
 
     @subagents_blp.arguments(s.ForceQuerySchema, location="query")
     @subagents_blp.response(200, s.SuccessSchema)
     @require_scopes(WRITE)
-    def delete(self, query, sub_agent_id):
+    def delete(self, query, subAgentId):
         """Delete a sub-agent; 409 while agents reference it, unless `?force=true` removes the references."""
-        return subagents.delete_sub_agent(sub_agent_id, force=query["force"])
+        return subagents.delete_sub_agent(subAgentId, force=query["force"])
 
 
 # --------------------------------------------------------------------------- widgets
 
 
-@widgets_blp.route("/agents/<string:agent_id>/widgets")
+@widgets_blp.route("/agents/<string:agentId>/widgets")
 class AgentWidgets(MethodView):
     @widgets_blp.response(200, s.WidgetListSchema)
     @require_scopes(READ)
-    def get(self, agent_id):
+    def get(self, agentId):
         """The agent's widgets (`{widgets}`), by name."""
-        return _json(widgets.list_widgets(agent_id))
+        return _json(widgets.list_widgets(agentId))
 
     @widgets_blp.arguments(s.WidgetBodySchema)
     @widgets_blp.response(201, s.WidgetEnvelopeSchema)
     @require_scopes(WRITE)
-    def post(self, body, agent_id):
+    def post(self, body, agentId):
         """Create a widget for the agent from `{widget}`."""
-        return _json(widgets.create_widget(agent_id, body["widget"]), 201)
+        return _json(widgets.create_widget(agentId, body["widget"]), 201)
 
 
-@widgets_blp.route("/agents/<string:agent_id>/widgets/default")
+@widgets_blp.route("/agents/<string:agentId>/widgets/default")
 class AgentDefaultWidget(MethodView):
     @widgets_blp.response(200, s.WidgetEnvelopeSchema)
     @require_scopes(READ)
-    def get(self, agent_id):
+    def get(self, agentId):
         """The agent's default widget; 404 when it has none."""
-        return _json(widgets.get_default_widget(agent_id))
+        return _json(widgets.get_default_widget(agentId))
 
 
-@widgets_blp.route("/widgets/<string:widget_id>")
+@widgets_blp.route("/widgets/<string:widgetId>")
 class WidgetById(MethodView):
     @widgets_blp.response(200, s.WidgetEnvelopeSchema)
     @require_scopes(READ)
-    def get(self, widget_id):
+    def get(self, widgetId):
         """One widget."""
-        return _json(widgets.get_widget(widget_id))
+        return _json(widgets.get_widget(widgetId))
 
     @widgets_blp.arguments(s.WidgetPatchBodySchema)
     @widgets_blp.response(200, s.WidgetEnvelopeSchema)
     @require_scopes(WRITE)
-    def put(self, body, widget_id):
+    def put(self, body, widgetId):
         """Update a widget from `{widget}`."""
-        return _json(widgets.update_widget(widget_id, body["widget"]))
+        return _json(widgets.update_widget(widgetId, body["widget"]))
 
     @widgets_blp.response(200, s.SuccessSchema)
     @require_scopes(WRITE)
-    def delete(self, widget_id):
+    def delete(self, widgetId):
         """Delete a widget."""
-        return widgets.delete_widget(widget_id)
+        return widgets.delete_widget(widgetId)
 
 
-@widgets_blp.route("/widgets/<string:widget_id>/default")
+@widgets_blp.route("/widgets/<string:widgetId>/default")
 class WidgetDefault(MethodView):
     @widgets_blp.arguments(s.SetDefaultWidgetSchema)
     @widgets_blp.response(200, s.SuccessSchema)
     @require_scopes(WRITE)
-    def post(self, body, widget_id):
+    def post(self, body, widgetId):
         """Make this widget its agent's only default (`{agentId}` must be the widget's agent)."""
-        return widgets.make_default_widget(widget_id, body["agentId"])
+        return widgets.make_default_widget(widgetId, body["agentId"])

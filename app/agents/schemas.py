@@ -494,7 +494,7 @@ class WidgetFields(_Input):
     name = text(128, min_length=1, required=True)
     isDefault = StrictBool(load_default=False)
     enabled = StrictBool(load_default=True)
-    title = text(200, allow_none=True, metadata={"description": "header title; defaults to the agent title"})
+    title = text(200, allow_none=True, metadata={"description": "header title; absent = the agent's title"})
     greeting = text(2000, load_default="")
     placeholder = text(200, load_default="Type a message…")
     position = fields.String(load_default="bottom-right", validate=validate.OneOf(WIDGET_POSITIONS))

@@ -142,3 +142,24 @@ def test_generic_scopes_and_admin_role_are_accepted(client, auth, owner):
 def test_no_token_is_401(client, owner):
     assert_error(client.get("/api/v1/agents"), 401, "UNAUTHORIZED")
     assert_error(client.post("/api/v1/subagents", json={}), 401, "UNAUTHORIZED")
+
+
+REGISTRY_ROUTES = {
+    "/api/v1/agents": {"get", "post"}, "/api/v1/agents/summary": {"get"}, "/api/v1/agents/default": {"get"},
+    "/api/v1/agents/by-name": {"get"}, "/api/v1/agents/import": {"post"},
+    "/api/v1/agents/{agentId}": {"get", "put", "delete"}, "/api/v1/agents/{agentId}/export": {"get"},
+    "/api/v1/skills": {"get", "post"}, "/api/v1/skills/{skillId}": {"get"},
+    "/api/v1/skills/by-name": {"put", "delete"}, "/api/v1/skills/categories": {"get"},
+    "/api/v1/tool-definitions": {"get", "post"}, "/api/v1/tool-definitions/by-ids": {"post"},
+    "/api/v1/tool-definitions/{toolDefId}": {"get", "put", "delete"},
+    "/api/v1/subagents": {"get", "post"}, "/api/v1/subagents/{subAgentId}": {"get", "put", "delete"},
+    "/api/v1/agents/{agentId}/widgets": {"get", "post"}, "/api/v1/agents/{agentId}/widgets/default": {"get"},
+    "/api/v1/widgets/{widgetId}": {"get", "put", "delete"}, "/api/v1/widgets/{widgetId}/default": {"post"},
+}
+
+
+def test_openapi_documents_every_registry_route(client):
+    paths = client.get("/api/v1/openapi.json").get_json()["paths"]
+    for path, methods in REGISTRY_ROUTES.items():
+        assert path in paths, path
+        assert methods <= set(paths[path]), (path, set(paths[path]))
