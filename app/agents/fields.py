@@ -9,11 +9,12 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import SchemaError
-from marshmallow import ValidationError, fields, validate
+from marshmallow import Schema, ValidationError, fields, pre_load, validate
 
 MACHINE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 MACHINE_NAME_MESSAGE = ("Must start with a letter or digit and contain only letters, digits, "
@@ -51,6 +52,29 @@ class StrictInt(fields.Integer):
         if isinstance(value, bool):
             raise self.make_error("invalid", input=value)
         return super()._deserialize(value, attr, data, **kwargs)
+
+
+def contains_nul(value: Any) -> bool:
+    """True when a NUL character hides anywhere in `value` (keys included): PostgreSQL text and
+    JSONB cannot store it, so such input is refused up front instead of failing in the database."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, Mapping):  # JSON objects, and the query-string proxies of webargs
+        getall = getattr(value, "getall", None)
+        return any(contains_nul(k) or contains_nul(getall(k) if getall else value[k]) for k in value)
+    if isinstance(value, list | tuple):
+        return any(contains_nul(v) for v in value)
+    return False
+
+
+class NulFree(Schema):
+    """Base of every request schema: no NUL characters anywhere in the input."""
+
+    @pre_load
+    def _refuse_nul(self, data, **_):
+        if contains_nul(data):
+            raise ValidationError("Text must not contain NUL (\\u0000) characters.")
+        return data
 
 
 def machine_name(**kwargs) -> fields.String:
@@ -108,7 +132,11 @@ def schema_errors(schema: dict, instance: Any, limit: int = 20) -> list[str]:
     validator_cls = validators.validator_for(schema, default=Draft202012Validator)
     validator = validator_cls(schema, format_checker=validator_cls.FORMAT_CHECKER)
     messages = []
-    for error in sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path)):
+    try:
+        errors = sorted(validator.iter_errors(instance), key=lambda e: [str(p) for p in e.absolute_path])
+    except Exception as exc:  # e.g. a $ref that cannot be resolved (remote refs are never fetched)
+        return [f"The schema cannot be applied: {exc}"[:500]]
+    for error in errors:
         where = "/".join(str(p) for p in error.absolute_path)
         messages.append(f"{error.message}" + (f" (at /{where})" if where else ""))
         if len(messages) >= limit:

@@ -16,6 +16,7 @@ from marshmallow import INCLUDE, Schema, ValidationError, fields, pre_load, vali
 
 from app.agents.fields import (
     SERVER_FIELDS,
+    NulFree,
     StrictBool,
     StrictFloat,
     StrictInt,
@@ -56,7 +57,7 @@ def partial_of(schema_cls: type[Schema]) -> Schema:
     return _patch_class(schema_cls)(partial=tuple(schema_cls._declared_fields))
 
 
-class _Input(Schema):
+class _Input(NulFree):
     """Input: server-managed fields are dropped, anything else unknown is an error."""
 
     class Meta:
@@ -310,7 +311,7 @@ class AgentSummaryListSchema(Schema):
     agents = fields.List(fields.Nested(AgentSummarySchema), required=True)
 
 
-class ByNameQuerySchema(Schema):
+class ByNameQuerySchema(NulFree):
     name = fields.String(required=True, validate=validate.Length(min=1, max=128))
 
 
@@ -411,11 +412,11 @@ class ToolDefinitionSchema(ToolDefinitionFields):
     updatedBy = fields.String(dump_only=True)
 
 
-class ToolDefinitionBodySchema(Schema):
+class ToolDefinitionBodySchema(NulFree):
     toolDefinition = fields.Nested(ToolDefinitionFields, required=True)
 
 
-class ToolDefinitionPatchBodySchema(Schema):
+class ToolDefinitionPatchBodySchema(NulFree):
     toolDefinition = fields.Nested(partial_of(ToolDefinitionFields), required=True)
 
 
@@ -427,7 +428,7 @@ class ToolDefinitionListSchema(Schema):
     toolDefinitions = fields.List(fields.Nested(ToolDefinitionSchema), required=True)
 
 
-class ByIdsSchema(Schema):
+class ByIdsSchema(NulFree):
     ids = fields.List(fields.String(validate=validate.Length(min=1, max=64)), required=True,
                       validate=validate.Length(max=500))
 
@@ -460,11 +461,11 @@ class SubAgentSchema(SubAgentFields):
     updatedBy = fields.String(dump_only=True)
 
 
-class SubAgentBodySchema(Schema):
+class SubAgentBodySchema(NulFree):
     subAgent = fields.Nested(SubAgentFields, required=True)
 
 
-class SubAgentPatchBodySchema(Schema):
+class SubAgentPatchBodySchema(NulFree):
     subAgent = fields.Nested(partial_of(SubAgentFields), required=True)
 
 
@@ -535,11 +536,11 @@ class WidgetSchema(WidgetFields):
     updatedBy = fields.String(dump_only=True)
 
 
-class WidgetBodySchema(Schema):
+class WidgetBodySchema(NulFree):
     widget = fields.Nested(WidgetFields, required=True)
 
 
-class WidgetPatchBodySchema(Schema):
+class WidgetPatchBodySchema(NulFree):
     widget = fields.Nested(partial_of(WidgetFields), required=True)
 
 
@@ -551,5 +552,5 @@ class WidgetListSchema(Schema):
     widgets = fields.List(fields.Nested(WidgetSchema), required=True)
 
 
-class SetDefaultWidgetSchema(Schema):
+class SetDefaultWidgetSchema(NulFree):
     agentId = fields.String(required=True, validate=validate.Length(min=1, max=64))

@@ -163,3 +163,13 @@ def test_openapi_documents_every_registry_route(client):
     for path, methods in REGISTRY_ROUTES.items():
         assert path in paths, path
         assert methods <= set(paths[path]), (path, set(paths[path]))
+
+
+def test_nul_characters_are_refused_not_crashing(client, auth, owner):
+    reg = owner["reg"]
+    assert_error(reg.post("/agents", agent_body(title="bad\x00title")), 400, "VALIDATION_ERROR")
+    assert_error(reg.post("/agents", agent_body(metadata={"k\x00": "v"})), 400, "VALIDATION_ERROR")
+    assert_error(reg.post("/tool-definitions/by-ids", {"ids": ["a\x00"]}), 400, "VALIDATION_ERROR")
+    assert_error(reg.get("/agents/by-name", query_string={"name": "a\x00"}), 400, "VALIDATION_ERROR")
+    assert_error(reg.get("/agents/a%00b"), 404, "NOT_FOUND")
+    assert_error(reg.put("/widgets/a%00b", {"widget": {"greeting": "x"}}), 404, "NOT_FOUND")

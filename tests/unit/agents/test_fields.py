@@ -57,3 +57,15 @@ def test_schema_errors_lists_every_failure_with_its_path():
     assert any("(at /a)" in e for e in errors) and any("(at /b)" in e for e in errors)
     assert any("'c' is a required property" in e for e in errors)
     assert schema_errors(schema, {"a": 1, "b": "a@b.co", "c": None}) == []
+
+
+def test_unresolvable_ref_is_a_validation_message_not_a_crash():
+    errors = schema_errors({"$ref": "https://example.invalid/schema.json"}, {"a": 1})
+    assert len(errors) == 1 and "cannot be applied" in errors[0]
+
+
+def test_nul_characters_are_found_anywhere():
+    from app.agents.fields import contains_nul
+
+    assert contains_nul({"a": ["ok", {"b\x00": 1}]}) and contains_nul("x\x00")
+    assert not contains_nul({"a": ["ok", {"b": 1}], "n": None})
