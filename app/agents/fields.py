@@ -10,6 +10,7 @@ import functools
 import json
 import re
 from collections.abc import Mapping
+from datetime import UTC
 from typing import Any
 
 from jsonschema import Draft202012Validator, validators
@@ -52,6 +53,23 @@ class StrictInt(fields.Integer):
         if isinstance(value, bool):
             raise self.make_error("invalid", input=value)
         return super()._deserialize(value, attr, data, **kwargs)
+
+
+class UtcTimestamp(fields.DateTime):
+    """An ISO 8601 timestamp, stored normalised to UTC as `YYYY-MM-DDTHH:MM:SSZ` (no offset = UTC)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(format="iso", **kwargs)
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        moment = super()._deserialize(value, attr, data, **kwargs)
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        try:
+            moment = moment.astimezone(UTC)
+        except (OverflowError, ValueError):
+            raise self.make_error("invalid", input=value, obj_type="datetime") from None
+        return moment.replace(microsecond=0, tzinfo=None).isoformat() + "Z"
 
 
 def contains_nul(value: Any) -> bool:

@@ -20,6 +20,7 @@ from app.agents.fields import (
     StrictBool,
     StrictFloat,
     StrictInt,
+    UtcTimestamp,
     check_config,
     check_json_schema,
     check_object_schema,
@@ -247,7 +248,7 @@ class AgentInputSchema(_Input):
     scope = fields.String(load_default="org", validate=validate.OneOf(AGENT_SCOPES))
     scopeId = text(128, allow_none=True)
     isFavorite = StrictBool(load_default=False)
-    lastUsedAt = fields.DateTime(allow_none=True, format="iso")
+    lastUsedAt = UtcTimestamp(allow_none=True)
     usageCount = StrictInt(load_default=0, validate=validate.Range(min=0))
     artifactVersion = StrictInt(validate=validate.Range(min=0), allow_none=True)
     metadata = fields.Dict(allow_none=True)

@@ -167,8 +167,6 @@ def _prepare(doc: dict[str, Any], *, previous: dict[str, Any] | None, prompt_sen
     """Defaults that depend on other fields, cross-field rules and reference checks."""
     doc = prune(doc)
     doc.setdefault("subType", doc["type"])
-    if isinstance(doc.get("lastUsedAt"), datetime):
-        doc["lastUsedAt"] = iso(doc["lastUsedAt"])
     if doc["type"] == "react":
         react = {"provider": doc["provider"], "model": doc["model"], "temperature": doc["temperature"],
                  "maxTokens": doc["maxTokens"], "maxIterations": 10}

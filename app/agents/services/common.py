@@ -29,8 +29,6 @@ def utcnow() -> datetime:
 
 def iso(moment: datetime) -> str:
     """ISO 8601 UTC with a Z suffix, e.g. 2026-11-22T10:00:00Z (the wire convention)."""
-    if moment.tzinfo is None:  # a caller's timestamp without offset is taken as UTC
-        moment = moment.replace(tzinfo=UTC)
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

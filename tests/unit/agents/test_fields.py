@@ -69,3 +69,20 @@ def test_nul_characters_are_found_anywhere():
 
     assert contains_nul({"a": ["ok", {"b\x00": 1}]}) and contains_nul("x\x00")
     assert not contains_nul({"a": ["ok", {"b": 1}], "n": None})
+
+
+@pytest.mark.parametrize("raw,stored", [("2026-11-20T08:00:00Z", "2026-11-20T08:00:00Z"),
+                                        ("2026-11-20T10:00:00+02:00", "2026-11-20T08:00:00Z"),
+                                        ("2026-11-20T08:00:00.123456", "2026-11-20T08:00:00Z"),
+                                        ("0381-05-23T03:29:34-16:08", "0381-05-23T19:37:34Z")])
+def test_timestamps_are_normalised_to_utc(raw, stored):
+    from app.agents.schemas import AgentInputSchema
+
+    assert AgentInputSchema._declared_fields["lastUsedAt"].deserialize(raw) == stored
+
+
+def test_timestamps_that_leave_the_calendar_are_invalid():
+    from app.agents.schemas import AgentInputSchema
+
+    with pytest.raises(ValidationError):
+        AgentInputSchema._declared_fields["lastUsedAt"].deserialize("0001-01-01T00:00:00+05:00")
