@@ -16,7 +16,18 @@ from sqlalchemy.orm import Mapped, mapped_column
 from app.db import TenantBase
 
 
-class Agent(TenantBase):
+class _Document:
+    """Columns every registry table has: id, org, the wire document, timestamps."""
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    org_id: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(128))
+    doc: Mapped[dict] = mapped_column(JSONB)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class Agent(_Document, TenantBase):
     __tablename__ = "agents"
     __table_args__ = (
         UniqueConstraint("org_id", "name", name="uq_agents_org_id_name"),
@@ -25,61 +36,35 @@ class Agent(TenantBase):
         Index("ix_agents_sub_agent_ids", "sub_agent_ids", postgresql_using="gin"),
     )
 
-    id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    org_id: Mapped[str] = mapped_column(String(64))
-    name: Mapped[str] = mapped_column(String(128))
     title: Mapped[str] = mapped_column(String(200))
     type: Mapped[str] = mapped_column(String(16))
     status: Mapped[str] = mapped_column(String(16))
     is_default: Mapped[bool] = mapped_column(Boolean, default=False)
     sub_agent_ids: Mapped[list[str]] = mapped_column(ARRAY(Text), default=list)
-    doc: Mapped[dict] = mapped_column(JSONB)
     summary: Mapped[dict] = mapped_column(JSONB)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
-class CatalogSkill(TenantBase):
+class CatalogSkill(_Document, TenantBase):
     __tablename__ = "skills"
     __table_args__ = (
         UniqueConstraint("org_id", "name", name="uq_skills_org_id_name"),
         Index("ix_skills_org_id_category", "org_id", "category"),
     )
 
-    id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    org_id: Mapped[str] = mapped_column(String(64))
-    name: Mapped[str] = mapped_column(String(128))
     category: Mapped[str] = mapped_column(String(100))
-    doc: Mapped[dict] = mapped_column(JSONB)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
-class ToolDefinition(TenantBase):
+class ToolDefinition(_Document, TenantBase):
     __tablename__ = "tool_definitions"
     __table_args__ = (UniqueConstraint("org_id", "name", name="uq_tool_definitions_org_id_name"),)
 
-    id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    org_id: Mapped[str] = mapped_column(String(64))
-    name: Mapped[str] = mapped_column(String(128))
-    doc: Mapped[dict] = mapped_column(JSONB)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
-
-class SubAgent(TenantBase):
+class SubAgent(_Document, TenantBase):
     __tablename__ = "sub_agents"
     __table_args__ = (UniqueConstraint("org_id", "name", name="uq_sub_agents_org_id_name"),)
 
-    id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    org_id: Mapped[str] = mapped_column(String(64))
-    name: Mapped[str] = mapped_column(String(128))
-    doc: Mapped[dict] = mapped_column(JSONB)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
-
-class AgentWidget(TenantBase):
+class AgentWidget(_Document, TenantBase):
     __tablename__ = "agent_widgets"
     __table_args__ = (
         UniqueConstraint("agent_id", "name", name="uq_agent_widgets_agent_id_name"),
@@ -87,11 +72,5 @@ class AgentWidget(TenantBase):
         Index("ix_agent_widgets_org_id_agent_id", "org_id", "agent_id"),
     )
 
-    id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    org_id: Mapped[str] = mapped_column(String(64))
     agent_id: Mapped[str] = mapped_column(String(64), ForeignKey("product.agents.id", ondelete="CASCADE"))
-    name: Mapped[str] = mapped_column(String(128))
     is_default: Mapped[bool] = mapped_column(Boolean, default=False)
-    doc: Mapped[dict] = mapped_column(JSONB)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -11,36 +11,27 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Text, cast, delete, update
+from sqlalchemy import Text, cast, update
 
 from app.agents.fields import schema_errors
 from app.agents.models import Agent, SubAgent
 from app.agents.services.common import (
-    SUCCESS,
-    doc_texts,
-    dumps,
     existing_ids,
-    flush_or_conflict,
     invalid,
     iso,
-    load_for_update,
     lock_org,
     merge,
-    new_id,
-    one_doc_text,
     prune,
-    stamp_created,
-    stamp_updated,
     utcnow,
     wrap_many,
-    wrap_one,
 )
+from app.agents.services.documents import DocumentStore
 from app.agents.services.prompts import apply_system_prompt
 from app.agents.services.skills import attach_skills
 from app.agents.services.tools import validate_tool_refs
 from app.db import db
-from app.errors import Conflict, NotFound
-from app.tenancy import current_org, current_tenant, tenant_select
+from app.errors import Conflict
+from app.tenancy import current_tenant, tenant_select
 
 # Allowed status changes (staying in the same status is always allowed). A draft is published
 # (active) or discarded (archived); active and inactive toggle; only an inactive agent is archived;
@@ -54,8 +45,18 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 SUMMARY_ALWAYS = ("id", "name", "title", "type", "status", "isDefault", "isPublic", "scope")
 SUMMARY_OPTIONAL = ("description", "iconName", "provider", "model", "capabilities", "samplePrompts", "metadata")
 SUMMARY_SKILL_FIELDS = ("skillId", "skillName", "title", "category", "slashCommand", "iconName", "enabled", "order")
-_NAME_TAKEN = {"uq_agents_org_id_name": "An agent with this name already exists."}
 _LOCK = "agents"
+
+
+def _columns(doc: dict[str, Any]) -> dict[str, Any]:
+    return {"name": doc["name"], "title": doc["title"], "type": doc["type"], "status": doc["status"],
+            "is_default": doc["isDefault"], "sub_agent_ids": list(doc.get("subAgentIds") or []),
+            "summary": summary_of(doc)}
+
+
+store = DocumentStore(Agent, key="agent", many_key="agents", what="Agent",
+                      conflicts={"uq_agents_org_id_name": "An agent with this name already exists."},
+                      columns=_columns)
 
 
 # --------------------------------------------------------------------------- reads
@@ -63,7 +64,7 @@ _LOCK = "agents"
 
 def list_agents() -> str:
     """`{agents}`: every agent of the caller's org and product, by name."""
-    return wrap_many("agents", doc_texts(Agent, order_by=Agent.name))
+    return store.list()
 
 
 def list_summaries() -> str:
@@ -73,18 +74,15 @@ def list_summaries() -> str:
 
 
 def get_agent(agent_id: str) -> str:
-    return wrap_one("agent", one_doc_text(Agent, "Agent", Agent.id == agent_id))
+    return store.get(agent_id)
 
 
 def get_agent_by_name(name: str) -> str:
-    return wrap_one("agent", one_doc_text(Agent, f"Agent '{name}'", Agent.name == name))
+    return store.find(Agent.name == name, what=f"Agent '{name}'")
 
 
 def get_default_agent() -> str:
-    texts = doc_texts(Agent, Agent.is_default.is_(True))
-    if not texts:
-        raise NotFound("No default agent is set.")
-    return wrap_one("agent", texts[0])
+    return store.find(Agent.is_default.is_(True), what="Default agent (none is set)")
 
 
 # --------------------------------------------------------------------------- writes
@@ -93,37 +91,32 @@ def get_default_agent() -> str:
 def create_agent(data: dict[str, Any]) -> str:
     """Create an agent from a validated Partial Agent (schema defaults already applied)."""
     lock_org(_LOCK)
-    moment = utcnow()
-    doc = _prepare(dict(data), previous=None, prompt_sent=bool(data.get("systemPrompt")), moment=moment)
+    doc = _prepare(dict(data), previous=None, prompt_sent=bool(data.get("systemPrompt")))
     _set_skills(doc, attach_skills(data.get("skills"), []))
     validate_tool_refs(doc.get("tools"))
-    return _insert(doc, moment)
+    return store.create(doc, before=_single_default(None))
 
 
 def update_agent(agent_id: str, changes: dict[str, Any]) -> str:
     """Apply a Partial Agent: named top-level fields replace the stored ones, null clears."""
     lock_org(_LOCK)
-    row = load_for_update(Agent, agent_id, "Agent")
-    moment = utcnow()
+    row = store.lock(agent_id)
     previous = row.doc
     doc = merge(previous, changes)
     _check_transition(previous["status"], doc["status"])
     if "type" in changes and "subType" not in changes and previous.get("subType") == previous["type"]:
         doc["subType"] = doc["type"]  # subType followed type: keep following it
-    doc = _prepare(doc, previous=previous, prompt_sent="systemPrompt" in changes, moment=moment)
+    doc = _prepare(doc, previous=previous, prompt_sent="systemPrompt" in changes)
     if "skills" in changes:
         _set_skills(doc, attach_skills(changes.get("skills"), previous.get("skills")))
     validate_tool_refs(doc.get("tools"), {t["toolId"] for t in previous.get("tools") or []})
-    stamp_updated(doc, previous, moment)
-    return _store(row, doc, moment)
+    return store.save(row, doc, before=_single_default(row))
 
 
 def delete_agent(agent_id: str) -> dict:
     """Delete an agent; its widgets go with it (ON DELETE CASCADE)."""
-    load_for_update(Agent, agent_id, "Agent")
-    db.session.execute(delete(Agent).where(Agent.org_id == current_org(), Agent.id == agent_id))
-    db.session.commit()
-    return SUCCESS
+    store.lock(agent_id)
+    return store.remove(agent_id)
 
 
 def export_agent(agent_id: str) -> str:
@@ -140,18 +133,16 @@ def import_agent(data: dict[str, Any], *, overwrite: bool) -> tuple[str, bool]:
     exported, but each skill must still exist in the catalog.
     """
     lock_org(_LOCK)
-    moment = utcnow()
     existing = db.session.scalars(tenant_select(Agent).where(Agent.name == data["name"]).with_for_update()).first()
     if existing is not None and not overwrite:
         raise Conflict(f"An agent named '{data['name']}' already exists; use ?overwrite=true to replace it.",
                        {"agentId": existing.id})
-    doc = _prepare(dict(data), previous=data, prompt_sent=False, moment=moment)
+    doc = _prepare(dict(data), previous=data, prompt_sent=False)
     _set_skills(doc, attach_skills(data.get("skills"), [], keep_sent_snapshots=True))
     validate_tool_refs(doc.get("tools"))
     if existing is None:
-        return _insert(doc, moment), True
-    stamp_updated(doc, existing.doc, moment)
-    return _store(existing, doc, moment), False
+        return store.create(doc, before=_single_default(None)), True
+    return store.save(existing, doc, before=_single_default(existing)), False
 
 
 # --------------------------------------------------------------------------- helpers
@@ -162,8 +153,7 @@ def lock_agents() -> None:
     lock_org(_LOCK)
 
 
-def _prepare(doc: dict[str, Any], *, previous: dict[str, Any] | None, prompt_sent: bool,
-             moment: datetime) -> dict[str, Any]:
+def _prepare(doc: dict[str, Any], *, previous: dict[str, Any] | None, prompt_sent: bool) -> dict[str, Any]:
     """Defaults that depend on other fields, cross-field rules and reference checks."""
     doc = prune(doc)
     doc.setdefault("subType", doc["type"])
@@ -181,7 +171,7 @@ def _prepare(doc: dict[str, Any], *, previous: dict[str, Any] | None, prompt_sen
         raise Conflict("An archived agent cannot be the default agent.")
     _check_config(doc)
     _check_sub_agents(doc.get("subAgentIds"))
-    apply_system_prompt(doc, previous=previous, prompt_sent=prompt_sent, moment_iso=iso(moment))
+    apply_system_prompt(doc, previous=previous, prompt_sent=prompt_sent, moment_iso=iso(utcnow()))
     return doc
 
 
@@ -234,35 +224,17 @@ def _clear_other_defaults(keep_id: str) -> None:
                            .values(is_default=False, doc=doc, summary=summary_of(doc)))
 
 
-def _columns(doc: dict[str, Any]) -> dict[str, Any]:
-    return {"name": doc["name"], "title": doc["title"], "type": doc["type"], "status": doc["status"],
-            "is_default": doc["isDefault"], "sub_agent_ids": list(doc.get("subAgentIds") or []),
-            "doc": doc, "summary": summary_of(doc)}
+def _single_default(previous: Agent | None):
+    """`before` hook: fill the tenant fields, and an agent becoming the default unsets the others
+    first (under the org's agent lock, so two such requests cannot interleave)."""
 
+    def hook(doc: dict[str, Any]) -> None:
+        tenant = current_tenant()
+        doc.update(orgId=tenant.org_id, product=tenant.product)
+        if doc["isDefault"] and not (previous is not None and previous.is_default):
+            _clear_other_defaults(doc["id"])
 
-def _insert(doc: dict[str, Any], moment: datetime) -> str:
-    tenant = current_tenant()
-    doc.update(id=new_id(), orgId=tenant.org_id, product=tenant.product)
-    stamp_created(doc, moment)
-    if doc["isDefault"]:
-        _clear_other_defaults(doc["id"])
-    db.session.add(Agent(id=doc["id"], org_id=tenant.org_id, created_at=moment, updated_at=moment, **_columns(doc)))
-    flush_or_conflict(_NAME_TAKEN)
-    db.session.commit()
-    return dumps({"agent": doc})
-
-
-def _store(row: Agent, doc: dict[str, Any], moment: datetime) -> str:
-    tenant = current_tenant()
-    doc.update(id=row.id, orgId=tenant.org_id, product=tenant.product)
-    if doc["isDefault"] and not row.is_default:
-        _clear_other_defaults(row.id)
-    for column, value in _columns(doc).items():
-        setattr(row, column, value)
-    row.updated_at = moment
-    flush_or_conflict(_NAME_TAKEN)
-    db.session.commit()
-    return dumps({"agent": doc})
+    return hook
 
 
 def remove_sub_agent_references(sub_agent_id: str, moment: datetime) -> None:
@@ -277,7 +249,7 @@ def remove_sub_agent_references(sub_agent_id: str, moment: datetime) -> None:
                "updatedAt": iso(moment), "updatedBy": user}
         for column, value in _columns(doc).items():
             setattr(row, column, value)
-        row.updated_at = moment
+        row.doc, row.updated_at = doc, moment
 
 
 def agents_referencing_sub_agent(sub_agent_id: str) -> list[dict[str, str]]:

@@ -37,6 +37,13 @@ def prune(doc: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in doc.items() if v is not None}
 
 
+def titled(doc: dict[str, Any]) -> dict[str, Any]:
+    """`prune`, and a missing `title` defaults to the machine `name`."""
+    doc = prune(doc)
+    doc.setdefault("title", doc["name"])
+    return doc
+
+
 def stamp_created(doc: dict[str, Any], moment: datetime) -> None:
     """Fill the audit fields of a new document from the verified token."""
     user = current_tenant().user_id

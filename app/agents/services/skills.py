@@ -9,32 +9,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import delete
-
 from app.agents.fields import schema_errors
 from app.agents.models import CatalogSkill
-from app.agents.services.common import (
-    SUCCESS,
-    doc_texts,
-    dumps,
-    flush_or_conflict,
-    invalid,
-    merge,
-    new_id,
-    one_doc_text,
-    prune,
-    stamp_created,
-    stamp_updated,
-    utcnow,
-    wrap_many,
-    wrap_one,
-)
+from app.agents.services.common import invalid, merge, prune
+from app.agents.services.documents import DocumentStore
 from app.agents.services.tools import validate_tool_refs
 from app.db import db
 from app.errors import NotFound
-from app.tenancy import current_org, tenant_select
+from app.tenancy import tenant_select
 
-_NAME_TAKEN = {"uq_skills_org_id_name": "A skill with this name already exists."}
+store = DocumentStore(CatalogSkill, key="skill", many_key="skills", what="Skill",
+                      conflicts={"uq_skills_org_id_name": "A skill with this name already exists."},
+                      columns=lambda doc: {"name": doc["name"], "category": doc["category"]})
 SNAPSHOT_FIELDS = ("title", "description", "category", "slashCommand", "iconName", "systemPromptExtension")
 SKILL_TOOL_FIELDS = ("toolId", "toolName", "title", "description", "type", "inputSchema", "configSchema",
                      "config", "enabled")
@@ -44,11 +30,11 @@ SKILL_TOOL_FIELDS = ("toolId", "toolName", "title", "description", "type", "inpu
 
 
 def list_skills() -> str:
-    return wrap_many("skills", doc_texts(CatalogSkill, order_by=CatalogSkill.name))
+    return store.list()
 
 
 def get_skill(skill_id: str) -> str:
-    return wrap_one("skill", one_doc_text(CatalogSkill, "Skill", CatalogSkill.id == skill_id))
+    return store.get(skill_id)
 
 
 def categories() -> dict[str, list[str]]:
@@ -58,9 +44,8 @@ def categories() -> dict[str, list[str]]:
     return {"categories": list(db.session.scalars(stmt))}
 
 
-def _skill_by_name(name: str, *, lock: bool = False) -> CatalogSkill:
-    stmt = tenant_select(CatalogSkill).where(CatalogSkill.name == name)
-    skill = db.session.scalars(stmt.with_for_update() if lock else stmt).first()
+def _locked_by_name(name: str) -> CatalogSkill:
+    skill = db.session.scalars(tenant_select(CatalogSkill).where(CatalogSkill.name == name).with_for_update()).first()
     if skill is None:
         raise NotFound(f"Skill '{name}' not found.")
     return skill
@@ -74,36 +59,19 @@ def _finish(doc: dict[str, Any]) -> dict[str, Any]:
 
 def create_skill(data: dict[str, Any]) -> str:
     validate_tool_refs(data.get("tools"))
-    moment = utcnow()
-    doc = _finish({**data, "id": new_id()})
-    stamp_created(doc, moment)
-    db.session.add(CatalogSkill(id=doc["id"], org_id=current_org(), name=doc["name"], category=doc["category"],
-                                doc=doc, created_at=moment, updated_at=moment))
-    flush_or_conflict(_NAME_TAKEN)
-    db.session.commit()
-    return dumps({"skill": doc})
+    return store.create(_finish(data))
 
 
 def update_skill(name: str, changes: dict[str, Any]) -> str:
     """Update the catalog skill `name`. Agents that attached it keep their snapshot."""
-    row = _skill_by_name(name, lock=True)
-    known = {t["toolId"] for t in row.doc.get("tools") or []}
-    validate_tool_refs(changes.get("tools"), known)
-    moment = utcnow()
-    doc = _finish(merge(row.doc, changes))
-    stamp_updated(doc, row.doc, moment)
-    row.name, row.category, row.doc, row.updated_at = doc["name"], doc["category"], doc, moment
-    flush_or_conflict(_NAME_TAKEN)
-    db.session.commit()
-    return dumps({"skill": doc})
+    row = _locked_by_name(name)
+    validate_tool_refs(changes.get("tools"), {t["toolId"] for t in row.doc.get("tools") or []})
+    return store.save(row, _finish(merge(row.doc, changes)))
 
 
 def delete_skill(name: str) -> dict:
     """Delete the catalog skill `name`; agents keep their snapshots of it."""
-    row = _skill_by_name(name, lock=True)
-    db.session.execute(delete(CatalogSkill).where(CatalogSkill.org_id == current_org(), CatalogSkill.id == row.id))
-    db.session.commit()
-    return SUCCESS
+    return store.remove(_locked_by_name(name).id)
 
 
 # --------------------------------------------------------------------------- snapshots

@@ -5,30 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import delete
-
 from app.agents.fields import schema_errors
 from app.agents.models import ToolDefinition
-from app.agents.services.common import (
-    SUCCESS,
-    doc_texts,
-    dumps,
-    existing_ids,
-    flush_or_conflict,
-    invalid,
-    load_for_update,
-    merge,
-    new_id,
-    one_doc_text,
-    prune,
-    stamp_created,
-    stamp_updated,
-    utcnow,
-    wrap_many,
-    wrap_one,
-)
+from app.agents.services.common import dumps, existing_ids, invalid, merge, titled
+from app.agents.services.documents import DocumentStore
 from app.db import db
-from app.tenancy import current_org, tenant_select
+from app.tenancy import tenant_select
 
 # Tools the platform itself provides to every org. An AgentTool with `isSystem: true` may name one
 # of these instead of a tool definition of the org.
@@ -39,7 +21,9 @@ SYSTEM_TOOLS: dict[str, str] = {
     "system.csat_survey": "Ask the customer-satisfaction survey",
     "system.current_time": "Current date and time",
 }
-_NAME_TAKEN = {"uq_tool_definitions_org_id_name": "A tool definition with this name already exists."}
+store = DocumentStore(ToolDefinition, key="toolDefinition", many_key="toolDefinitions", what="Tool definition",
+                      conflicts={"uq_tool_definitions_org_id_name": "A tool definition with this name already exists."},
+                      columns=lambda doc: {"name": doc["name"]})
 
 
 def validate_tool_refs(tools: list[dict[str, Any]] | None, known: set[str] = frozenset(), *,
@@ -64,26 +48,20 @@ def validate_tool_refs(tools: list[dict[str, Any]] | None, known: set[str] = fro
                       unknownToolIds=sorted(missing))
 
 
-def _finish(doc: dict[str, Any]) -> dict[str, Any]:
-    doc = prune(doc)
-    doc.setdefault("title", doc["name"])
-    return doc
-
-
 def list_tool_definitions() -> str:
     """`{toolDefinitions}` of the caller's org, by name."""
-    return wrap_many("toolDefinitions", doc_texts(ToolDefinition, order_by=ToolDefinition.name))
+    return store.list()
 
 
 def get_tool_definition(tool_id: str) -> str:
-    return wrap_one("toolDefinition", one_doc_text(ToolDefinition, "Tool definition", ToolDefinition.id == tool_id))
+    return store.get(tool_id)
 
 
 def tool_definitions_by_ids(ids: list[str]) -> str:
     """The requested tool definitions in request order; unknown ids are simply absent."""
     wanted = list(dict.fromkeys(ids))
     if not wanted:
-        return wrap_many("toolDefinitions", [])
+        return dumps({"toolDefinitions": []})
     rows = db.session.execute(tenant_select(ToolDefinition).with_only_columns(ToolDefinition.id, ToolDefinition.doc)
                               .where(ToolDefinition.id.in_(wanted))).all()
     by_id = {row.id: row.doc for row in rows}
@@ -91,34 +69,19 @@ def tool_definitions_by_ids(ids: list[str]) -> str:
 
 
 def create_tool_definition(data: dict[str, Any]) -> str:
-    moment = utcnow()
-    doc = _finish({**data, "id": new_id()})
-    stamp_created(doc, moment)
-    db.session.add(ToolDefinition(id=doc["id"], org_id=current_org(), name=doc["name"], doc=doc,
-                                  created_at=moment, updated_at=moment))
-    flush_or_conflict(_NAME_TAKEN)
-    db.session.commit()
-    return dumps({"toolDefinition": doc})
+    return store.create(titled(data))
 
 
 def update_tool_definition(tool_id: str, changes: dict[str, Any]) -> str:
-    row = load_for_update(ToolDefinition, tool_id, "Tool definition")
-    moment = utcnow()
-    doc = _finish(merge(row.doc, changes))
+    row = store.lock(tool_id)
+    doc = titled(merge(row.doc, changes))
     errors = schema_errors(doc.get("configSchema") or {}, doc.get("defaultConfig") or {})
     if errors:
         raise invalid("toolDefinition.defaultConfig", errors)
-    stamp_updated(doc, row.doc, moment)
-    row.name, row.doc, row.updated_at = doc["name"], doc, moment
-    flush_or_conflict(_NAME_TAKEN)
-    db.session.commit()
-    return dumps({"toolDefinition": doc})
+    return store.save(row, doc)
 
 
 def delete_tool_definition(tool_id: str) -> dict:
     """Delete a tool definition. Agents keep their customised copies (AgentTools are copies)."""
-    load_for_update(ToolDefinition, tool_id, "Tool definition")
-    db.session.execute(delete(ToolDefinition).where(ToolDefinition.org_id == current_org(),
-                                                    ToolDefinition.id == tool_id))
-    db.session.commit()
-    return SUCCESS
+    store.lock(tool_id)
+    return store.remove(tool_id)

@@ -8,44 +8,32 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import delete, update
+from sqlalchemy import update
 
 from app.agents.models import Agent, AgentWidget
-from app.agents.services.common import (
-    SUCCESS,
-    doc_texts,
-    dumps,
-    flush_or_conflict,
-    invalid,
-    load_for_update,
-    merge,
-    new_id,
-    one_doc_text,
-    stamp_created,
-    stamp_updated,
-    utcnow,
-    wrap_many,
-    wrap_one,
-)
+from app.agents.services.common import SUCCESS, invalid, load_for_update, merge
+from app.agents.services.documents import DocumentStore
 from app.db import db
-from app.tenancy import current_org, get_owned, tenant_select
+from app.tenancy import get_owned, tenant_select
 
-_NAME_TAKEN = {"uq_agent_widgets_agent_id_name": "This agent already has a widget with this name."}
+store = DocumentStore(AgentWidget, key="widget", many_key="widgets", what="Widget",
+                      conflicts={"uq_agent_widgets_agent_id_name": "This agent already has a widget with this name."},
+                      columns=lambda doc: {"name": doc["name"], "is_default": doc["isDefault"],
+                                           "agent_id": doc["agentId"]})
 
 
 def list_widgets(agent_id: str) -> str:
     get_owned(Agent, agent_id, "Agent")
-    return wrap_many("widgets", doc_texts(AgentWidget, AgentWidget.agent_id == agent_id, order_by=AgentWidget.name))
+    return store.list(AgentWidget.agent_id == agent_id)
 
 
 def get_default_widget(agent_id: str) -> str:
     get_owned(Agent, agent_id, "Agent")
-    return wrap_one("widget", one_doc_text(AgentWidget, "Default widget", AgentWidget.agent_id == agent_id,
-                                           AgentWidget.is_default.is_(True)))
+    return store.find(AgentWidget.agent_id == agent_id, AgentWidget.is_default.is_(True), what="Default widget")
 
 
 def get_widget(widget_id: str) -> str:
-    return wrap_one("widget", one_doc_text(AgentWidget, "Widget", AgentWidget.id == widget_id))
+    return store.get(widget_id)
 
 
 def _clear_defaults(agent_id: str, keep_id: str) -> None:
@@ -57,45 +45,35 @@ def _clear_defaults(agent_id: str, keep_id: str) -> None:
                            .values(is_default=False, doc=doc))
 
 
+def _keep_single_default(previous: AgentWidget | None):
+    """`before` hook: a widget becoming its agent's default unsets the others first."""
+
+    def hook(doc: dict[str, Any]) -> None:
+        if doc["isDefault"] and not (previous is not None and previous.is_default):
+            _clear_defaults(doc["agentId"], doc["id"])
+
+    return hook
+
+
 def create_widget(agent_id: str, data: dict[str, Any]) -> str:
     load_for_update(Agent, agent_id, "Agent")  # the agent's row lock serialises its default widget
-    moment = utcnow()
-    doc = {**data, "id": new_id(), "agentId": agent_id}
-    stamp_created(doc, moment)
-    if doc["isDefault"]:
-        _clear_defaults(agent_id, doc["id"])
-    db.session.add(AgentWidget(id=doc["id"], org_id=current_org(), agent_id=agent_id, name=doc["name"],
-                               is_default=doc["isDefault"], doc=doc, created_at=moment, updated_at=moment))
-    flush_or_conflict(_NAME_TAKEN)
-    db.session.commit()
-    return dumps({"widget": doc})
+    return store.create({**data, "agentId": agent_id}, before=_keep_single_default(None))
 
 
 def _load_widget_locked(widget_id: str) -> AgentWidget:
     agent_id = get_owned(AgentWidget, widget_id, "Widget").agent_id
     load_for_update(Agent, agent_id, "Agent")  # lock order: agent, then widget
-    return load_for_update(AgentWidget, widget_id, "Widget")
+    return store.lock(widget_id)
 
 
 def update_widget(widget_id: str, changes: dict[str, Any]) -> str:
     row = _load_widget_locked(widget_id)
-    moment = utcnow()
-    doc = merge(row.doc, changes)
-    doc["agentId"] = row.agent_id
-    stamp_updated(doc, row.doc, moment)
-    if doc["isDefault"] and not row.is_default:
-        _clear_defaults(row.agent_id, row.id)
-    row.name, row.is_default, row.doc, row.updated_at = doc["name"], doc["isDefault"], doc, moment
-    flush_or_conflict(_NAME_TAKEN)
-    db.session.commit()
-    return dumps({"widget": doc})
+    doc = {**merge(row.doc, changes), "agentId": row.agent_id}
+    return store.save(row, doc, before=_keep_single_default(row))
 
 
 def delete_widget(widget_id: str) -> dict:
-    row = _load_widget_locked(widget_id)
-    db.session.execute(delete(AgentWidget).where(AgentWidget.org_id == current_org(), AgentWidget.id == row.id))
-    db.session.commit()
-    return SUCCESS
+    return store.remove(_load_widget_locked(widget_id).id)
 
 
 def make_default_widget(widget_id: str, agent_id: str) -> dict:
@@ -104,11 +82,5 @@ def make_default_widget(widget_id: str, agent_id: str) -> dict:
     if row.agent_id != agent_id:
         raise invalid("agentId", "agentId must be the id of the widget's agent.")
     if not row.is_default:
-        moment = utcnow()
-        _clear_defaults(row.agent_id, row.id)
-        doc = {**row.doc, "isDefault": True}
-        stamp_updated(doc, row.doc, moment)
-        row.is_default, row.doc, row.updated_at = True, doc, moment
-        db.session.flush()
-    db.session.commit()
+        store.save(row, {**row.doc, "isDefault": True}, before=_keep_single_default(row))
     return SUCCESS
