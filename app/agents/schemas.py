@@ -84,6 +84,31 @@ def _unwrap(key: str):
     return pre_load(hook)
 
 
+class _Audited(Schema):
+    """Server-filled fields of a stored registry document (output only)."""
+
+    id = fields.String(dump_only=True)
+    createdAt = fields.String(dump_only=True)
+    updatedAt = fields.String(dump_only=True)
+    createdBy = fields.String(dump_only=True)
+    updatedBy = fields.String(dump_only=True)
+
+
+def _envelopes(key: str, many_key: str, output: type[Schema]) -> tuple[type[Schema], type[Schema]]:
+    """`{key: output}` and `{many_key: [output]}` response schemas."""
+    name = output.__name__.removesuffix("Schema")
+    return (Schema.from_dict({key: fields.Nested(output, required=True)}, name=f"{name}EnvelopeSchema"),
+            Schema.from_dict({many_key: fields.List(fields.Nested(output), required=True)}, name=f"{name}ListSchema"))
+
+
+def _bodies(key: str, input_fields: type[Schema]) -> tuple[type[Schema], type[Schema]]:
+    """`{key: input}` request schemas for create (full) and update (top-level fields optional)."""
+    name = input_fields.__name__.removesuffix("Fields")
+    return (NulFree.from_dict({key: fields.Nested(input_fields, required=True)}, name=f"{name}BodySchema"),
+            NulFree.from_dict({key: fields.Nested(partial_of(input_fields), required=True)},
+                              name=f"{name}PatchBodySchema"))
+
+
 # --------------------------------------------------------------------------- tools
 
 
@@ -258,24 +283,14 @@ class AgentInputSchema(_Input):
         check_config(data, schema_key="configSchema", config_key="config")
 
 
-class AgentSchema(AgentInputSchema):
+class AgentSchema(AgentInputSchema, _Audited):
     """Agent as returned (documentation of the stored document)."""
 
-    id = fields.String(dump_only=True)
     orgId = fields.String(dump_only=True)
     product = fields.String(dump_only=True)
-    createdAt = fields.String(dump_only=True)
-    updatedAt = fields.String(dump_only=True)
-    createdBy = fields.String(dump_only=True)
-    updatedBy = fields.String(dump_only=True)
 
 
-class AgentEnvelopeSchema(Schema):
-    agent = fields.Nested(AgentSchema, required=True)
-
-
-class AgentListSchema(Schema):
-    agents = fields.List(fields.Nested(AgentSchema), required=True)
+AgentEnvelopeSchema, AgentListSchema = _envelopes("agent", "agents", AgentSchema)
 
 
 class AgentSkillSummarySchema(Schema):
@@ -352,21 +367,11 @@ class SkillInputSchema(_Input):
     persisted = fields.Raw(load_only=True, metadata={"description": "ignored; always true on output"})
 
 
-class SkillSchema(SkillInputSchema):
-    id = fields.String(dump_only=True)
+class SkillSchema(SkillInputSchema, _Audited):
     persisted = fields.Boolean(dump_only=True)
-    createdAt = fields.String(dump_only=True)
-    updatedAt = fields.String(dump_only=True)
-    createdBy = fields.String(dump_only=True)
-    updatedBy = fields.String(dump_only=True)
 
 
-class SkillEnvelopeSchema(Schema):
-    skill = fields.Nested(SkillSchema, required=True)
-
-
-class SkillListSchema(Schema):
-    skills = fields.List(fields.Nested(SkillSchema), required=True)
+SkillEnvelopeSchema, SkillListSchema = _envelopes("skill", "skills", SkillSchema)
 
 
 class CategoriesSchema(Schema):
@@ -405,28 +410,13 @@ class ToolDefinitionFields(_Input):
         check_config(data, schema_key="configSchema", config_key="defaultConfig")
 
 
-class ToolDefinitionSchema(ToolDefinitionFields):
-    id = fields.String(dump_only=True)
-    createdAt = fields.String(dump_only=True)
-    updatedAt = fields.String(dump_only=True)
-    createdBy = fields.String(dump_only=True)
-    updatedBy = fields.String(dump_only=True)
+class ToolDefinitionSchema(ToolDefinitionFields, _Audited):
+    """ToolDefinition as returned."""
 
 
-class ToolDefinitionBodySchema(NulFree):
-    toolDefinition = fields.Nested(ToolDefinitionFields, required=True)
-
-
-class ToolDefinitionPatchBodySchema(NulFree):
-    toolDefinition = fields.Nested(partial_of(ToolDefinitionFields), required=True)
-
-
-class ToolDefinitionEnvelopeSchema(Schema):
-    toolDefinition = fields.Nested(ToolDefinitionSchema, required=True)
-
-
-class ToolDefinitionListSchema(Schema):
-    toolDefinitions = fields.List(fields.Nested(ToolDefinitionSchema), required=True)
+ToolDefinitionBodySchema, ToolDefinitionPatchBodySchema = _bodies("toolDefinition", ToolDefinitionFields)
+ToolDefinitionEnvelopeSchema, ToolDefinitionListSchema = _envelopes("toolDefinition", "toolDefinitions",
+                                                                    ToolDefinitionSchema)
 
 
 class ByIdsSchema(NulFree):
@@ -454,28 +444,12 @@ class SubAgentFields(_Input):
     metadata = fields.Dict(allow_none=True)
 
 
-class SubAgentSchema(SubAgentFields):
-    id = fields.String(dump_only=True)
-    createdAt = fields.String(dump_only=True)
-    updatedAt = fields.String(dump_only=True)
-    createdBy = fields.String(dump_only=True)
-    updatedBy = fields.String(dump_only=True)
+class SubAgentSchema(SubAgentFields, _Audited):
+    """SubAgent as returned."""
 
 
-class SubAgentBodySchema(NulFree):
-    subAgent = fields.Nested(SubAgentFields, required=True)
-
-
-class SubAgentPatchBodySchema(NulFree):
-    subAgent = fields.Nested(partial_of(SubAgentFields), required=True)
-
-
-class SubAgentEnvelopeSchema(Schema):
-    subAgent = fields.Nested(SubAgentSchema, required=True)
-
-
-class SubAgentListSchema(Schema):
-    subAgents = fields.List(fields.Nested(SubAgentSchema), required=True)
+SubAgentBodySchema, SubAgentPatchBodySchema = _bodies("subAgent", SubAgentFields)
+SubAgentEnvelopeSchema, SubAgentListSchema = _envelopes("subAgent", "subAgents", SubAgentSchema)
 
 
 # --------------------------------------------------------------------------- widgets
@@ -528,29 +502,12 @@ class WidgetFields(_Input):
                 raise ValidationError("Must be an icon name or an https URL.", field_name="launcherIcon") from None
 
 
-class WidgetSchema(WidgetFields):
-    id = fields.String(dump_only=True)
+class WidgetSchema(WidgetFields, _Audited):
     agentId = fields.String(dump_only=True)
-    createdAt = fields.String(dump_only=True)
-    updatedAt = fields.String(dump_only=True)
-    createdBy = fields.String(dump_only=True)
-    updatedBy = fields.String(dump_only=True)
 
 
-class WidgetBodySchema(NulFree):
-    widget = fields.Nested(WidgetFields, required=True)
-
-
-class WidgetPatchBodySchema(NulFree):
-    widget = fields.Nested(partial_of(WidgetFields), required=True)
-
-
-class WidgetEnvelopeSchema(Schema):
-    widget = fields.Nested(WidgetSchema, required=True)
-
-
-class WidgetListSchema(Schema):
-    widgets = fields.List(fields.Nested(WidgetSchema), required=True)
+WidgetBodySchema, WidgetPatchBodySchema = _bodies("widget", WidgetFields)
+WidgetEnvelopeSchema, WidgetListSchema = _envelopes("widget", "widgets", WidgetSchema)
 
 
 class SetDefaultWidgetSchema(NulFree):
