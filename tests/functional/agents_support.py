@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import threading
 import uuid
 
 SERVER_FIELDS = ("id", "orgId", "product", "createdAt", "updatedAt", "createdBy", "updatedBy")
@@ -133,3 +134,21 @@ class Registry:
         resp = self.post(f"/agents/{agent_id}/widgets", {"widget": body})
         assert resp.status_code == 201, resp.get_data(as_text=True)
         return resp.get_json()["widget"]
+
+
+def concurrently(app, calls):
+    """Run each call (client -> response) in its own thread, released together."""
+    barrier = threading.Barrier(len(calls))
+    results = [None] * len(calls)
+
+    def run(index, call):
+        client = app.test_client()
+        barrier.wait()
+        results[index] = call(client)
+
+    threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(calls)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    return results

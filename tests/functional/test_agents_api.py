@@ -3,8 +3,6 @@ concurrency), summary, by-name, export/import and the generated system prompt.""
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from tests.functional.agents_support import (
@@ -13,6 +11,7 @@ from tests.functional.agents_support import (
     agent_body,
     agent_tool,
     assert_error,
+    concurrently,
     rich_agent_body,
     without_server_fields,
 )
@@ -297,29 +296,11 @@ def test_setting_default_clears_the_previous_one(reg):
     assert_error(reg.get("/agents/default"), 404, "NOT_FOUND")
 
 
-def _concurrently(app, calls):
-    """Run each call (client -> response) in its own thread, released together."""
-    barrier = threading.Barrier(len(calls))
-    results = [None] * len(calls)
-
-    def run(index, call):
-        client = app.test_client()
-        barrier.wait()
-        results[index] = call(client)
-
-    threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(calls)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    return results
-
-
 def test_two_concurrent_make_default_requests_leave_exactly_one_default(app, reg, auth):
     headers = auth("read:agents", "write:agents")
     for _round in range(8):
         a, b = reg.create_agent(), reg.create_agent()
-        results = _concurrently(app, [
+        results = concurrently(app, [
             lambda c, i=a["id"]: c.put(f"/api/v1/agents/{i}", json={"isDefault": True}, headers=headers),
             lambda c, i=b["id"]: c.put(f"/api/v1/agents/{i}", json={"isDefault": True}, headers=headers),
         ])
@@ -331,7 +312,7 @@ def test_two_concurrent_make_default_requests_leave_exactly_one_default(app, reg
 
 def test_two_concurrent_default_creates_leave_exactly_one_default(app, reg, auth):
     headers = auth("read:agents", "write:agents")
-    results = _concurrently(app, [
+    results = concurrently(app, [
         lambda c: c.post("/api/v1/agents", json=agent_body(isDefault=True), headers=headers),
         lambda c: c.post("/api/v1/agents", json=agent_body(isDefault=True), headers=headers),
     ])
@@ -342,7 +323,7 @@ def test_two_concurrent_default_creates_leave_exactly_one_default(app, reg, auth
 def test_concurrent_creates_with_one_name_give_one_409(app, reg, auth):
     headers = auth("read:agents", "write:agents")
     body = agent_body()
-    results = _concurrently(app, [lambda c: c.post("/api/v1/agents", json=body, headers=headers)] * 2)
+    results = concurrently(app, [lambda c: c.post("/api/v1/agents", json=body, headers=headers)] * 2)
     assert sorted(r.status_code for r in results) == [201, 409]
 
 

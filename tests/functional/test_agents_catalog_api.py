@@ -9,6 +9,7 @@ from tests.functional.agents_support import (
     agent_body,
     agent_tool,
     assert_error,
+    concurrently,
     skill_body,
     tool_definition_body,
 )
@@ -339,3 +340,31 @@ def test_widget_name_unique_per_agent(reg):
     reg.create_widget(agent["id"], name="main")
     assert_error(reg.post(f"/agents/{agent['id']}/widgets", {"widget": {"name": "main"}}), 409, "CONFLICT")
     reg.create_widget(other["id"], name="main")
+
+
+# --------------------------------------------------------------------------- races
+
+
+def test_two_concurrent_default_widget_requests_leave_one_default(app, reg, auth):
+    headers = auth("read:agents", "write:agents")
+    agent = reg.create_agent()
+    for _round in range(6):
+        a, b = reg.create_widget(agent["id"]), reg.create_widget(agent["id"])
+        results = concurrently(app, [
+            lambda c, w=w: c.post(f"/api/v1/widgets/{w['id']}/default", json={"agentId": agent["id"]},
+                                  headers=headers) for w in (a, b)])
+        assert [r.status_code for r in results] == [200, 200]
+        widgets = reg.get(f"/agents/{agent['id']}/widgets").get_json()["widgets"]
+        assert len([w for w in widgets if w["isDefault"]]) == 1
+
+
+def test_sub_agent_delete_racing_an_agent_that_references_it_never_leaves_a_dangling_id(app, reg, auth):
+    headers = auth("read:agents", "write:agents")
+    for _round in range(6):
+        sub = reg.create_sub_agent()
+        created, deleted = concurrently(app, [
+            lambda c, s=sub: c.post("/api/v1/agents", json=agent_body(subAgentIds=[s["id"]]), headers=headers),
+            lambda c, s=sub: c.delete(f"/api/v1/subagents/{s['id']}", headers=headers)])
+        assert (created.status_code, deleted.status_code) in {(201, 409), (400, 200)}
+        if created.status_code == 201:
+            assert reg.get(f"/subagents/{sub['id']}").status_code == 200
