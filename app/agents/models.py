@@ -34,6 +34,7 @@ class Agent(_Document, TenantBase):
         # at most one default agent per org: the database enforces it, the service serialises it
         Index("uq_agents_default", "org_id", unique=True, postgresql_where=text("is_default")),
         Index("ix_agents_sub_agent_ids", "sub_agent_ids", postgresql_using="gin"),
+        Index("ix_agents_org_id_status_name", "org_id", "status", "name"),
     )
 
     title: Mapped[str] = mapped_column(String(200))

@@ -49,11 +49,12 @@ def _json(body: str, status: int = 200) -> Response:
 
 @agents_blp.route("")
 class Agents(MethodView):
+    @agents_blp.arguments(s.AgentFilterQuerySchema, location="query")
     @agents_blp.response(200, s.AgentListSchema)
     @require_scopes(READ)
-    def get(self):
-        """List the agents of the caller's org (`{agents}`), by name."""
-        return _json(agents.list_agents())
+    def get(self, filters):
+        """List the agents of the caller's org (`{agents}`), by name; optional filters status, type, isDefault."""
+        return _json(agents.list_agents(**filters))
 
     @agents_blp.arguments(s.AgentInputSchema)
     @agents_blp.response(201, s.AgentEnvelopeSchema)
@@ -65,11 +66,12 @@ class Agents(MethodView):
 
 @agents_blp.route("/summary")
 class AgentSummaries(MethodView):
+    @agents_blp.arguments(s.AgentFilterQuerySchema, location="query")
     @agents_blp.response(200, s.AgentSummaryListSchema)
     @require_scopes(READ)
-    def get(self):
-        """AgentSummary of every agent (`{agents}`), by name."""
-        return _json(agents.list_summaries())
+    def get(self, filters):
+        """AgentSummary of every agent (`{agents}`), by name; same optional filters as the list."""
+        return _json(agents.list_summaries(**filters))
 
 
 @agents_blp.route("/default")

@@ -327,6 +327,14 @@ class AgentSummaryListSchema(Schema):
     agents = fields.List(fields.Nested(AgentSummarySchema), required=True)
 
 
+class AgentFilterQuerySchema(NulFree):
+    """Optional filters of the agent lists (all given filters must match)."""
+
+    status = fields.String(validate=validate.OneOf(AGENT_STATUSES))
+    type_ = fields.String(data_key="type", validate=validate.OneOf(AGENT_TYPES))
+    is_default = fields.Boolean(data_key="isDefault")
+
+
 class ByNameQuerySchema(NulFree):
     name = fields.String(required=True, validate=validate.Length(min=1, max=128))
 

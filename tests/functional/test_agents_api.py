@@ -462,3 +462,18 @@ def test_deleting_an_agent_deletes_its_widgets(reg):
     widget = reg.create_widget(agent["id"], isDefault=True)
     reg.delete(f"/agents/{agent['id']}")
     assert_error(reg.get(f"/widgets/{widget['id']}"), 404, "NOT_FOUND")
+
+
+def test_lists_filter_by_status_type_and_default(reg):
+    draft = reg.create_agent(name="f-draft")
+    active = reg.create_agent(name="f-active", status="active", type="react", isDefault=True)
+    names = lambda path, **q: [a["name"] for a in reg.get(path, query_string=q).get_json()["agents"]]  # noqa: E731
+    for path in ("/agents", "/agents/summary"):
+        assert names(path, status="active") == ["f-active"]
+        assert names(path, type="chat") == ["f-draft"]
+        assert names(path, isDefault="true") == ["f-active"]
+        assert names(path, isDefault="false", status="draft") == ["f-draft"]
+        assert names(path, status="archived") == []
+        assert names(path) == ["f-active", "f-draft"]
+        assert_error(reg.get(path, query_string={"status": "gone"}), 400, "VALIDATION_ERROR")
+    assert draft["id"] != active["id"]

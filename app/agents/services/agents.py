@@ -62,14 +62,26 @@ store = DocumentStore(Agent, key="agent", many_key="agents", what="Agent",
 # --------------------------------------------------------------------------- reads
 
 
-def list_agents() -> str:
-    """`{agents}`: every agent of the caller's org and product, by name."""
-    return store.list()
+def _filters(status: str | None = None, type_: str | None = None, is_default: bool | None = None) -> list:
+    where = []
+    if status is not None:
+        where.append(Agent.status == status)
+    if type_ is not None:
+        where.append(Agent.type == type_)
+    if is_default is not None:
+        where.append(Agent.is_default.is_(is_default))
+    return where
 
 
-def list_summaries() -> str:
-    """`{agents}` of AgentSummary (precomputed at write time), by name."""
-    stmt = tenant_select(Agent).with_only_columns(cast(Agent.summary, Text)).order_by(Agent.name)
+def list_agents(**filters) -> str:
+    """`{agents}`: the agents of the caller's org and product matching `filters`, by name."""
+    return store.list(*_filters(**filters))
+
+
+def list_summaries(**filters) -> str:
+    """`{agents}` of AgentSummary (precomputed at write time) matching `filters`, by name."""
+    stmt = (tenant_select(Agent).with_only_columns(cast(Agent.summary, Text)).where(*_filters(**filters))
+            .order_by(Agent.name))
     return wrap_many("agents", db.session.scalars(stmt))
 
 
