@@ -14,6 +14,7 @@ columns cast to text (`doc::text`), i.e. without the decode, which is what the A
 
 from __future__ import annotations
 
+import os
 import random
 import time
 
@@ -132,6 +133,7 @@ def main() -> str:
     ids = seed(client, headers)
     seed_seconds = time.perf_counter() - started
 
+    load_before = os.getloadavg()[0]
     engine = create_engine(url)
     raw = engine.raw_connection()
     cursor = raw.cursor()
@@ -190,7 +192,8 @@ def main() -> str:
              "per agent). The API returns the stored JSONB as text without decoding it. \"SQL\" decodes the "
              "JSONB into Python objects (a typical direct reader); \"SQL text\" fetches the same column as "
              "text, like the API does, so API/SQL text is what the HTTP layer (auth, tenancy, routing, "
-             "response) adds.")
+             f"response) adds. Load average (1 min) when measuring started: {load_before:.1f} on "
+             f"{os.cpu_count()} cores (the machine is shared; compare ratios, not absolute times).")
     return write_result("agents", "Agent registry benchmark", body, notes)
 
 
