@@ -1,0 +1,171 @@
+"""Strict JSON field types and the JSON Schema checks shared by every registry schema.
+
+marshmallow's stock Boolean/Float accept strings ("yes", "0.5"); a registry document must keep
+the JSON types the caller meant, so these fields accept only real JSON booleans and numbers.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Mapping
+from datetime import UTC
+from typing import Any
+
+from jsonschema import Draft202012Validator, validators
+from jsonschema.exceptions import SchemaError
+from marshmallow import Schema, ValidationError, fields, pre_load, validate
+
+MACHINE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+MACHINE_NAME_MESSAGE = ("Must start with a letter or digit and contain only letters, digits, "
+                        "'_', '.', ':' or '-' (at most 128 characters).")
+SERVER_FIELDS = ("id", "orgId", "product", "createdAt", "updatedAt", "createdBy", "updatedBy")
+
+
+class StrictBool(fields.Boolean):
+    """Only JSON `true` / `false`."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if not isinstance(value, bool):
+            raise self.make_error("invalid", input=value)
+        return value
+
+
+class StrictFloat(fields.Float):
+    """A JSON number (integer or fraction); strings and booleans are refused."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.make_error("invalid", input=value)
+        return super()._deserialize(value, attr, data, **kwargs)
+
+
+class StrictInt(fields.Integer):
+    """A JSON integer; 2.0 is accepted as 2, 2.5, strings and booleans are refused."""
+
+    def __init__(self, **kwargs):
+        super().__init__(strict=True, **kwargs)
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool):
+            raise self.make_error("invalid", input=value)
+        return super()._deserialize(value, attr, data, **kwargs)
+
+
+class UtcTimestamp(fields.DateTime):
+    """An ISO 8601 timestamp, stored normalised to UTC as `YYYY-MM-DDTHH:MM:SSZ` (no offset = UTC)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(format="iso", **kwargs)
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        moment = super()._deserialize(value, attr, data, **kwargs)
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        try:
+            moment = moment.astimezone(UTC)
+        except (OverflowError, ValueError):
+            raise self.make_error("invalid", input=value, obj_type="datetime") from None
+        return moment.replace(microsecond=0, tzinfo=None).isoformat() + "Z"
+
+
+def contains_nul(value: Any) -> bool:
+    """True when a NUL character hides anywhere in `value` (keys included): PostgreSQL text and
+    JSONB cannot store it, so such input is refused up front instead of failing in the database."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, Mapping):  # JSON objects, and the query-string proxies of webargs
+        getall = getattr(value, "getall", None)
+        return any(contains_nul(k) or contains_nul(getall(k) if getall else value[k]) for k in value)
+    if isinstance(value, list | tuple):
+        return any(contains_nul(v) for v in value)
+    return False
+
+
+class NulFree(Schema):
+    """Base of every request schema: no NUL characters anywhere in the input."""
+
+    @pre_load
+    def _refuse_nul(self, data, **_):
+        if contains_nul(data):
+            raise ValidationError("Text must not contain NUL (\\u0000) characters.")
+        return data
+
+
+def machine_name(**kwargs) -> fields.String:
+    return fields.String(validate=validate.Regexp(MACHINE_NAME, error=MACHINE_NAME_MESSAGE), **kwargs)
+
+
+def text(max_length: int, *, min_length: int = 0, **kwargs) -> fields.String:
+    return fields.String(validate=validate.Length(min=min_length, max=max_length), **kwargs)
+
+
+def string_list(max_items: int = 100, max_length: int = 500, **kwargs) -> fields.List:
+    return fields.List(fields.String(validate=validate.Length(min=1, max=max_length)),
+                       validate=validate.Length(max=max_items), **kwargs)
+
+
+def check_json_schema(value: Any) -> None:
+    """Raise ValidationError unless `value` is a valid JSON Schema (draft from `$schema`, else 2020-12)."""
+    if not isinstance(value, dict):
+        raise ValidationError("Must be a JSON Schema object.")
+    problem = _schema_problem(json.dumps(value, sort_keys=True))
+    if problem:
+        raise ValidationError(problem)
+
+
+@functools.lru_cache(maxsize=4096)
+def _schema_problem(canonical: str) -> str | None:
+    # Checking a schema against its metaschema costs milliseconds; agents repeat the same tool
+    # schemas over and over, so the verdict is cached by the schema's canonical JSON.
+    value = json.loads(canonical)
+    try:
+        validators.validator_for(value, default=Draft202012Validator).check_schema(value)
+    except SchemaError as exc:
+        where = "/".join(str(p) for p in exc.path)
+        suffix = f" (at /{where})" if where else ""
+        return f"Not a valid JSON Schema: {exc.message}{suffix}"
+    except Exception as exc:  # unresolvable $schema or similar
+        return f"Not a valid JSON Schema: {exc}"
+    return None
+
+
+def check_object_schema(value: Any) -> None:
+    """A tool's input schema: valid JSON Schema describing an object (arguments are named)."""
+    check_json_schema(value)
+    if value and value.get("type") != "object":
+        raise ValidationError("A tool input schema must have \"type\": \"object\".")
+
+
+def json_schema(**kwargs) -> fields.Dict:
+    return fields.Dict(validate=check_json_schema,
+                       metadata={"description": "A JSON Schema object"}, **kwargs)
+
+
+def schema_errors(schema: dict, instance: Any, limit: int = 20) -> list[str]:
+    """Messages for every way `instance` fails `schema` (empty when it validates)."""
+    validator_cls = validators.validator_for(schema, default=Draft202012Validator)
+    validator = validator_cls(schema, format_checker=validator_cls.FORMAT_CHECKER)
+    messages = []
+    try:
+        errors = sorted(validator.iter_errors(instance), key=lambda e: [str(p) for p in e.absolute_path])
+    except Exception as exc:  # e.g. a $ref that cannot be resolved (remote refs are never fetched)
+        return [f"The schema cannot be applied: {exc}"[:500]]
+    for error in errors:
+        where = "/".join(str(p) for p in error.absolute_path)
+        messages.append(f"{error.message}" + (f" (at /{where})" if where else ""))
+        if len(messages) >= limit:
+            break
+    return messages
+
+
+def check_config(data: dict, *, schema_key: str, config_key: str) -> None:
+    """`@validates_schema` helper: data[config_key] must validate against data[schema_key]."""
+    schema, config = data.get(schema_key), data.get(config_key)
+    if isinstance(schema, dict) and config is not None:
+        errors = schema_errors(schema, config)
+        if errors:
+            raise ValidationError(errors, field_name=config_key)

@@ -1,0 +1,345 @@
+"""Agent registry routes: agents, catalog skills, tool definitions, sub-agents, widgets.
+
+Thin MethodViews: marshmallow validates the body, a service does the work. Reads return the
+stored JSON documents as they are (`_json`), so the response schemas here document the shapes
+without re-serialising 1 000 nested agents per request.
+"""
+
+from __future__ import annotations
+
+from flask import Response, request
+from flask.views import MethodView
+
+from app.agents import schemas as s
+from app.agents.services import agents, skills, subagents, tools, widgets
+from app.auth import require_scopes
+from app.errors import NotFound
+from app.extensions import Blueprint
+
+# Path variables keep the spec's names (agentId, toolDefId, …) so the OpenAPI paths match it.
+
+READ, WRITE = "read:agents", "write:agents"
+
+agents_blp = Blueprint("agents", __name__, url_prefix="/api/v1/agents", description="Agent registry: agents")
+skills_blp = Blueprint("skills", __name__, url_prefix="/api/v1/skills", description="Agent registry: catalog skills")
+tools_blp = Blueprint("tool-definitions", __name__, url_prefix="/api/v1/tool-definitions",
+                      description="Agent registry: tool definitions")
+subagents_blp = Blueprint("subagents", __name__, url_prefix="/api/v1/subagents",
+                          description="Agent registry: sub-agents")
+widgets_blp = Blueprint("widgets", __name__, url_prefix="/api/v1", description="Agent registry: widgets")
+blueprints = [agents_blp, skills_blp, tools_blp, subagents_blp, widgets_blp]
+
+
+def _refuse_nul_in_path():
+    # an id with a NUL character cannot exist (PostgreSQL text cannot hold one): not found
+    if any("\x00" in str(value) for value in (request.view_args or {}).values()):
+        raise NotFound("The requested resource was not found.")
+
+
+for _blp in blueprints:
+    _blp.before_request(_refuse_nul_in_path)
+
+
+def _json(body: str, status: int = 200) -> Response:
+    return Response(body, status=status, mimetype="application/json")
+
+
+# --------------------------------------------------------------------------- agents
+
+
+@agents_blp.route("")
+class Agents(MethodView):
+    @agents_blp.arguments(s.AgentFilterQuerySchema, location="query")
+    @agents_blp.response(200, s.AgentListSchema)
+    @require_scopes(READ)
+    def get(self, filters):
+        """List the agents of the caller's org (`{agents}`), by name; optional filters status, type, isDefault."""
+        return _json(agents.list_agents(**filters))
+
+    @agents_blp.arguments(s.AgentInputSchema)
+    @agents_blp.response(201, s.AgentEnvelopeSchema)
+    @require_scopes(WRITE)
+    def post(self, data):
+        """Create an agent (bare Partial Agent or `{agent}`); missing fields get documented defaults."""
+        return _json(agents.create_agent(data), 201)
+
+
+@agents_blp.route("/summary")
+class AgentSummaries(MethodView):
+    @agents_blp.arguments(s.AgentFilterQuerySchema, location="query")
+    @agents_blp.response(200, s.AgentSummaryListSchema)
+    @require_scopes(READ)
+    def get(self, filters):
+        """AgentSummary of every agent (`{agents}`), by name; same optional filters as the list."""
+        return _json(agents.list_summaries(**filters))
+
+
+@agents_blp.route("/default")
+class DefaultAgent(MethodView):
+    @agents_blp.response(200, s.AgentEnvelopeSchema)
+    @require_scopes(READ)
+    def get(self):
+        """The org's default agent; 404 when none is set."""
+        return _json(agents.get_default_agent())
+
+
+@agents_blp.route("/by-name")
+class AgentByName(MethodView):
+    @agents_blp.arguments(s.ByNameQuerySchema, location="query")
+    @agents_blp.response(200, s.AgentEnvelopeSchema)
+    @require_scopes(READ)
+    def get(self, query):
+        """The agent with this machine name."""
+        return _json(agents.get_agent_by_name(query["name"]))
+
+
+@agents_blp.route("/import")
+class AgentImport(MethodView):
+    @agents_blp.arguments(s.ImportQuerySchema, location="query")
+    @agents_blp.arguments(s.AgentInputSchema)
+    @agents_blp.response(201, s.AgentEnvelopeSchema, description="imported as a new agent")
+    @agents_blp.alt_response(200, schema=s.AgentEnvelopeSchema, description="replaced the agent of that name")
+    @require_scopes(WRITE)
+    def post(self, query, data):
+        """Import an exported Agent; a taken name is 409 unless `?overwrite=true` replaces that agent."""
+        body, created = agents.import_agent(data, overwrite=query["overwrite"])
+        return _json(body, 201 if created else 200)
+
+
+@agents_blp.route("/<string:agentId>")
+class AgentById(MethodView):
+    @agents_blp.response(200, s.AgentEnvelopeSchema)
+    @require_scopes(READ)
+    def get(self, agentId):
+        """One agent."""
+        return _json(agents.get_agent(agentId))
+
+    @agents_blp.arguments(s.partial_of(s.AgentInputSchema))
+    @agents_blp.response(200, s.AgentEnvelopeSchema)
+    @require_scopes(WRITE)
+    def put(self, data, agentId):
+        """Update an agent: named top-level fields replace the stored ones (null clears an optional one)."""
+        return _json(agents.update_agent(agentId, data))
+
+    @agents_blp.response(200, s.SuccessSchema)
+    @require_scopes(WRITE)
+    def delete(self, agentId):
+        """Delete an agent and its widgets."""
+        return agents.delete_agent(agentId)
+
+
+@agents_blp.route("/<string:agentId>/export")
+class AgentExport(MethodView):
+    @agents_blp.response(200, s.AgentEnvelopeSchema)
+    @require_scopes(READ)
+    def get(self, agentId):
+        """The full agent (`{agent}`); POST it unchanged to /agents/import."""
+        return _json(agents.export_agent(agentId))
+
+
+# --------------------------------------------------------------------------- catalog skills
+
+
+@skills_blp.route("")
+class Skills(MethodView):
+    @skills_blp.response(200, s.SkillListSchema)
+    @require_scopes(READ)
+    def get(self):
+        """Catalog skills of the org (`{skills}`), by name."""
+        return _json(skills.list_skills())
+
+    @skills_blp.arguments(s.SkillInputSchema)
+    @skills_blp.response(201, s.SkillEnvelopeSchema)
+    @require_scopes(WRITE)
+    def post(self, data):
+        """Create a catalog skill (bare or `{skill}`); the name is unique in the org."""
+        return _json(skills.create_skill(data), 201)
+
+
+@skills_blp.route("/categories")
+class SkillCategories(MethodView):
+    @skills_blp.response(200, s.CategoriesSchema)
+    @require_scopes(READ)
+    def get(self):
+        """Distinct skill categories, sorted (`{categories}`)."""
+        return skills.categories()
+
+
+@skills_blp.route("/by-name")
+class SkillByName(MethodView):
+    @skills_blp.arguments(s.ByNameQuerySchema, location="query")
+    @skills_blp.arguments(s.partial_of(s.SkillInputSchema))
+    @skills_blp.response(200, s.SkillEnvelopeSchema)
+    @require_scopes(WRITE)
+    def put(self, query, data):
+        """Update the catalog skill with this name (agents keep their snapshots)."""
+        return _json(skills.update_skill(query["name"], data))
+
+    @skills_blp.arguments(s.ByNameQuerySchema, location="query")
+    @skills_blp.response(200, s.SuccessSchema)
+    @require_scopes(WRITE)
+    def delete(self, query):
+        """Delete the catalog skill with this name (agents keep their snapshots)."""
+        return skills.delete_skill(query["name"])
+
+
+@skills_blp.route("/<string:skillId>")
+class SkillById(MethodView):
+    @skills_blp.response(200, s.SkillEnvelopeSchema)
+    @require_scopes(READ)
+    def get(self, skillId):
+        """One catalog skill."""
+        return _json(skills.get_skill(skillId))
+
+
+# --------------------------------------------------------------------------- tool definitions
+
+
+@tools_blp.route("")
+class ToolDefinitions(MethodView):
+    @tools_blp.response(200, s.ToolDefinitionListSchema)
+    @require_scopes(READ)
+    def get(self):
+        """Tool definitions of the org (`{toolDefinitions}`), by name."""
+        return _json(tools.list_tool_definitions())
+
+    @tools_blp.arguments(s.ToolDefinitionBodySchema)
+    @tools_blp.response(201, s.ToolDefinitionEnvelopeSchema)
+    @require_scopes(WRITE)
+    def post(self, body):
+        """Create a tool definition from `{toolDefinition}`."""
+        return _json(tools.create_tool_definition(body["toolDefinition"]), 201)
+
+
+@tools_blp.route("/by-ids")
+class ToolDefinitionsByIds(MethodView):
+    @tools_blp.arguments(s.ByIdsSchema)
+    @tools_blp.response(200, s.ToolDefinitionListSchema)
+    @require_scopes(READ)
+    def post(self, body):
+        """The tool definitions with these ids, in request order; unknown ids are absent."""
+        return _json(tools.tool_definitions_by_ids(body["ids"]))
+
+
+@tools_blp.route("/<string:toolDefId>")
+class ToolDefinitionById(MethodView):
+    @tools_blp.response(200, s.ToolDefinitionEnvelopeSchema)
+    @require_scopes(READ)
+    def get(self, toolDefId):
+        """One tool definition."""
+        return _json(tools.get_tool_definition(toolDefId))
+
+    @tools_blp.arguments(s.ToolDefinitionPatchBodySchema)
+    @tools_blp.response(200, s.ToolDefinitionEnvelopeSchema)
+    @require_scopes(WRITE)
+    def put(self, body, toolDefId):
+        """Update a tool definition from `{toolDefinition}` (named fields replace the stored ones)."""
+        return _json(tools.update_tool_definition(toolDefId, body["toolDefinition"]))
+
+    @tools_blp.response(200, s.SuccessSchema)
+    @require_scopes(WRITE)
+    def delete(self, toolDefId):
+        """Delete a tool definition (agents keep their customised copies)."""
+        return tools.delete_tool_definition(toolDefId)
+
+
+# --------------------------------------------------------------------------- sub-agents
+
+
+@subagents_blp.route("")
+class SubAgents(MethodView):
+    @subagents_blp.response(200, s.SubAgentListSchema)
+    @require_scopes(READ)
+    def get(self):
+        """Sub-agents of the org (`{subAgents}`), by name."""
+        return _json(subagents.list_sub_agents())
+
+    @subagents_blp.arguments(s.SubAgentBodySchema)
+    @subagents_blp.response(201, s.SubAgentEnvelopeSchema)
+    @require_scopes(WRITE)
+    def post(self, body):
+        """Create a sub-agent from `{subAgent}`."""
+        return _json(subagents.create_sub_agent(body["subAgent"]), 201)
+
+
+@subagents_blp.route("/<string:subAgentId>")
+class SubAgentById(MethodView):
+    @subagents_blp.response(200, s.SubAgentEnvelopeSchema)
+    @require_scopes(READ)
+    def get(self, subAgentId):
+        """One sub-agent."""
+        return _json(subagents.get_sub_agent(subAgentId))
+
+    @subagents_blp.arguments(s.SubAgentPatchBodySchema)
+    @subagents_blp.response(200, s.SubAgentEnvelopeSchema)
+    @require_scopes(WRITE)
+    def put(self, body, subAgentId):
+        """Update a sub-agent from `{subAgent}`."""
+        return _json(subagents.update_sub_agent(subAgentId, body["subAgent"]))
+
+    @subagents_blp.arguments(s.ForceQuerySchema, location="query")
+    @subagents_blp.response(200, s.SuccessSchema)
+    @require_scopes(WRITE)
+    def delete(self, query, subAgentId):
+        """Delete a sub-agent; 409 while agents reference it, unless `?force=true` removes the references."""
+        return subagents.delete_sub_agent(subAgentId, force=query["force"])
+
+
+# --------------------------------------------------------------------------- widgets
+
+
+@widgets_blp.route("/agents/<string:agentId>/widgets")
+class AgentWidgets(MethodView):
+    @widgets_blp.response(200, s.WidgetListSchema)
+    @require_scopes(READ)
+    def get(self, agentId):
+        """The agent's widgets (`{widgets}`), by name."""
+        return _json(widgets.list_widgets(agentId))
+
+    @widgets_blp.arguments(s.WidgetBodySchema)
+    @widgets_blp.response(201, s.WidgetEnvelopeSchema)
+    @require_scopes(WRITE)
+    def post(self, body, agentId):
+        """Create a widget for the agent from `{widget}`."""
+        return _json(widgets.create_widget(agentId, body["widget"]), 201)
+
+
+@widgets_blp.route("/agents/<string:agentId>/widgets/default")
+class AgentDefaultWidget(MethodView):
+    @widgets_blp.response(200, s.WidgetEnvelopeSchema)
+    @require_scopes(READ)
+    def get(self, agentId):
+        """The agent's default widget; 404 when it has none."""
+        return _json(widgets.get_default_widget(agentId))
+
+
+@widgets_blp.route("/widgets/<string:widgetId>")
+class WidgetById(MethodView):
+    @widgets_blp.response(200, s.WidgetEnvelopeSchema)
+    @require_scopes(READ)
+    def get(self, widgetId):
+        """One widget."""
+        return _json(widgets.get_widget(widgetId))
+
+    @widgets_blp.arguments(s.WidgetPatchBodySchema)
+    @widgets_blp.response(200, s.WidgetEnvelopeSchema)
+    @require_scopes(WRITE)
+    def put(self, body, widgetId):
+        """Update a widget from `{widget}`."""
+        return _json(widgets.update_widget(widgetId, body["widget"]))
+
+    @widgets_blp.response(200, s.SuccessSchema)
+    @require_scopes(WRITE)
+    def delete(self, widgetId):
+        """Delete a widget."""
+        return widgets.delete_widget(widgetId)
+
+
+@widgets_blp.route("/widgets/<string:widgetId>/default")
+class WidgetDefault(MethodView):
+    @widgets_blp.arguments(s.SetDefaultWidgetSchema)
+    @widgets_blp.response(200, s.SuccessSchema)
+    @require_scopes(WRITE)
+    def post(self, body, widgetId):
+        """Make this widget its agent's only default (`{agentId}` must be the widget's agent)."""
+        return widgets.make_default_widget(widgetId, body["agentId"])

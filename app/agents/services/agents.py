@@ -1,0 +1,270 @@
+"""Agents: CRUD, default agent, summary, by-name, export/import, status transitions.
+
+Writes of agents in one org are serialised by a transaction-scoped advisory lock (`lock_org`),
+taken before any row lock. That makes "setting isDefault on one clears it on the others" atomic
+under concurrent requests, and the partial unique index `uq_agents_default` guarantees it in the
+database whatever happens. Reads return the stored JSON documents as text.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Text, cast, update
+
+from app.agents.fields import schema_errors
+from app.agents.models import Agent, SubAgent
+from app.agents.services.common import (
+    existing_ids,
+    invalid,
+    iso,
+    lock_org,
+    merge,
+    prune,
+    utcnow,
+    wrap_many,
+)
+from app.agents.services.documents import DocumentStore
+from app.agents.services.prompts import apply_system_prompt
+from app.agents.services.skills import attach_skills
+from app.agents.services.tools import validate_tool_refs
+from app.db import db
+from app.errors import Conflict
+from app.tenancy import current_tenant, tenant_select
+
+# Allowed status changes (staying in the same status is always allowed). A draft is published
+# (active) or discarded (archived); active and inactive toggle; only an inactive agent is archived;
+# an archived agent comes back only as inactive, to be re-activated deliberately.
+TRANSITIONS: dict[str, frozenset[str]] = {
+    "draft": frozenset({"active", "archived"}),
+    "active": frozenset({"inactive"}),
+    "inactive": frozenset({"active", "archived"}),
+    "archived": frozenset({"inactive"}),
+}
+SUMMARY_ALWAYS = ("id", "name", "title", "type", "status", "isDefault", "isPublic", "scope")
+SUMMARY_OPTIONAL = ("description", "iconName", "provider", "model", "capabilities", "samplePrompts", "metadata")
+SUMMARY_SKILL_FIELDS = ("skillId", "skillName", "title", "category", "slashCommand", "iconName", "enabled", "order")
+_LOCK = "agents"
+
+
+def _columns(doc: dict[str, Any]) -> dict[str, Any]:
+    return {"name": doc["name"], "title": doc["title"], "type": doc["type"], "status": doc["status"],
+            "is_default": doc["isDefault"], "sub_agent_ids": list(doc.get("subAgentIds") or []),
+            "summary": summary_of(doc)}
+
+
+store = DocumentStore(Agent, key="agent", many_key="agents", what="Agent",
+                      conflicts={"uq_agents_org_id_name": "An agent with this name already exists."},
+                      columns=_columns)
+
+
+# --------------------------------------------------------------------------- reads
+
+
+def _filters(status: str | None = None, type_: str | None = None, is_default: bool | None = None) -> list:
+    where = []
+    if status is not None:
+        where.append(Agent.status == status)
+    if type_ is not None:
+        where.append(Agent.type == type_)
+    if is_default is not None:
+        where.append(Agent.is_default.is_(is_default))
+    return where
+
+
+def list_agents(**filters) -> str:
+    """`{agents}`: the agents of the caller's org and product matching `filters`, by name."""
+    return store.list(*_filters(**filters))
+
+
+def list_summaries(**filters) -> str:
+    """`{agents}` of AgentSummary (precomputed at write time) matching `filters`, by name."""
+    stmt = (tenant_select(Agent).with_only_columns(cast(Agent.summary, Text)).where(*_filters(**filters))
+            .order_by(Agent.name))
+    return wrap_many("agents", db.session.scalars(stmt))
+
+
+def get_agent(agent_id: str) -> str:
+    return store.get(agent_id)
+
+
+def get_agent_by_name(name: str) -> str:
+    return store.find(Agent.name == name, what=f"Agent '{name}'")
+
+
+def get_default_agent() -> str:
+    return store.find(Agent.is_default.is_(True), what="Default agent (none is set)")
+
+
+# --------------------------------------------------------------------------- writes
+
+
+def create_agent(data: dict[str, Any]) -> str:
+    """Create an agent from a validated Partial Agent (schema defaults already applied)."""
+    lock_org(_LOCK)
+    doc = _prepare(dict(data), previous=None, prompt_sent=bool(data.get("systemPrompt")))
+    _set_skills(doc, attach_skills(data.get("skills"), []))
+    validate_tool_refs(doc.get("tools"))
+    return store.create(doc, before=_single_default(None))
+
+
+def update_agent(agent_id: str, changes: dict[str, Any]) -> str:
+    """Apply a Partial Agent: named top-level fields replace the stored ones, null clears."""
+    lock_org(_LOCK)
+    row = store.lock(agent_id)
+    previous = row.doc
+    doc = merge(previous, changes)
+    _check_transition(previous["status"], doc["status"])
+    if "type" in changes and "subType" not in changes and previous.get("subType") == previous["type"]:
+        doc["subType"] = doc["type"]  # subType followed type: keep following it
+    doc = _prepare(doc, previous=previous, prompt_sent="systemPrompt" in changes)
+    if "skills" in changes:
+        _set_skills(doc, attach_skills(changes.get("skills"), previous.get("skills")))
+    validate_tool_refs(doc.get("tools"), {t["toolId"] for t in previous.get("tools") or []})
+    return store.save(row, doc, before=_single_default(row))
+
+
+def delete_agent(agent_id: str) -> dict:
+    """Delete an agent; its widgets go with it (ON DELETE CASCADE)."""
+    store.lock(agent_id)
+    return store.remove(agent_id)
+
+
+def export_agent(agent_id: str) -> str:
+    """The full Agent, as stored (import accepts this body unchanged)."""
+    return get_agent(agent_id)
+
+
+def import_agent(data: dict[str, Any], *, overwrite: bool) -> tuple[str, bool]:
+    """Create an agent from a full Agent; its name taken → 409, or replaced with `overwrite`.
+    Returns the `{agent}` body and whether a new agent was created.
+
+    Server fields are re-filled: a new id (or, when overwriting, the replaced agent's id and
+    creation stamps), this org and product, and this caller. Skill snapshots are restored as
+    exported, but each skill must still exist in the catalog.
+    """
+    lock_org(_LOCK)
+    existing = db.session.scalars(tenant_select(Agent).where(Agent.name == data["name"]).with_for_update()).first()
+    if existing is not None and not overwrite:
+        raise Conflict(f"An agent named '{data['name']}' already exists; use ?overwrite=true to replace it.",
+                       {"agentId": existing.id})
+    doc = _prepare(dict(data), previous=data, prompt_sent=False)
+    _set_skills(doc, attach_skills(data.get("skills"), [], keep_sent_snapshots=True))
+    validate_tool_refs(doc.get("tools"))
+    if existing is None:
+        return store.create(doc, before=_single_default(None)), True
+    return store.save(existing, doc, before=_single_default(existing)), False
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def lock_agents() -> None:
+    """Take the org's agent-write lock (other services that change agents or what they reference)."""
+    lock_org(_LOCK)
+
+
+def _prepare(doc: dict[str, Any], *, previous: dict[str, Any] | None, prompt_sent: bool) -> dict[str, Any]:
+    """Defaults that depend on other fields, cross-field rules and reference checks."""
+    doc = prune(doc)
+    doc.setdefault("subType", doc["type"])
+    if doc["type"] == "react":
+        react = {"provider": doc["provider"], "model": doc["model"], "temperature": doc["temperature"],
+                 "maxTokens": doc["maxTokens"], "maxIterations": 10}
+        doc["reactConfig"] = {**react, **prune(doc.get("reactConfig") or {})}
+    if doc["scope"] == "user" and not doc.get("scopeId"):
+        doc["scopeId"] = current_tenant().user_id
+    if doc["scope"] in ("team", "custom") and not doc.get("scopeId"):
+        raise invalid("scopeId", f"scopeId is required when scope is '{doc['scope']}'.")
+    if doc["scope"] == "org":
+        doc.pop("scopeId", None)
+    if doc["isDefault"] and doc["status"] == "archived":
+        raise Conflict("An archived agent cannot be the default agent.")
+    _check_config(doc)
+    _check_sub_agents(doc.get("subAgentIds"))
+    apply_system_prompt(doc, previous=previous, prompt_sent=prompt_sent, moment_iso=iso(utcnow()))
+    return doc
+
+
+def _set_skills(doc: dict[str, Any], skills: list[dict]) -> None:
+    if skills:
+        doc["skills"] = skills
+    else:
+        doc.pop("skills", None)
+
+
+def _check_config(doc: dict[str, Any]) -> None:
+    errors = schema_errors(doc.get("configSchema") or {}, doc.get("config") or {})
+    if errors:
+        raise invalid("config", errors)
+
+
+def _check_sub_agents(ids: list[str] | None) -> None:
+    ids = ids or []
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
+        raise invalid("subAgentIds", f"Sub-agent(s) listed twice: {', '.join(duplicates)}.")
+    missing = sorted(set(ids) - existing_ids(SubAgent, ids))
+    if missing:
+        raise invalid("subAgentIds", f"Unknown sub-agent id(s): {', '.join(missing)}.", unknownSubAgentIds=missing)
+
+
+def _check_transition(old: str, new: str) -> None:
+    if old != new and new not in TRANSITIONS[old]:
+        allowed = ", ".join(sorted(TRANSITIONS[old]))
+        raise Conflict(f"An agent cannot go from '{old}' to '{new}'; from '{old}' it can go to: {allowed}.",
+                       {"from": old, "to": new, "allowed": sorted(TRANSITIONS[old])})
+
+
+def summary_of(doc: dict[str, Any]) -> dict[str, Any]:
+    """AgentSummary: the eight identity fields always, the optional ones when set (non-empty)."""
+    summary = {k: doc[k] for k in SUMMARY_ALWAYS}
+    summary.update({k: doc[k] for k in SUMMARY_OPTIONAL if doc.get(k) not in (None, "", [], {})})
+    if doc.get("skills"):
+        summary["skills"] = [{k: s[k] for k in SUMMARY_SKILL_FIELDS if s.get(k) is not None} for s in doc["skills"]]
+    return summary
+
+
+def _clear_other_defaults(keep_id: str) -> None:
+    """Unset isDefault on every other agent of the org (under the org's agent lock)."""
+    others = db.session.scalars(tenant_select(Agent).where(Agent.is_default.is_(True), Agent.id != keep_id)
+                                .with_for_update()).all()
+    for other in others:
+        doc = {**other.doc, "isDefault": False}
+        db.session.execute(update(Agent).where(Agent.org_id == other.org_id, Agent.id == other.id)
+                           .values(is_default=False, doc=doc, summary=summary_of(doc)))
+
+
+def _single_default(previous: Agent | None):
+    """`before` hook: fill the tenant fields, and an agent becoming the default unsets the others
+    first (under the org's agent lock, so two such requests cannot interleave)."""
+
+    def hook(doc: dict[str, Any]) -> None:
+        tenant = current_tenant()
+        doc.update(orgId=tenant.org_id, product=tenant.product)
+        if doc["isDefault"] and not (previous is not None and previous.is_default):
+            _clear_other_defaults(doc["id"])
+
+    return hook
+
+
+def remove_sub_agent_references(sub_agent_id: str, moment: datetime) -> None:
+    """Drop `sub_agent_id` from every agent of the org that lists it (sub-agent force delete).
+
+    The caller holds the org's agent lock (`lock_agents`)."""
+    rows = db.session.scalars(tenant_select(Agent).where(Agent.sub_agent_ids.contains([sub_agent_id]))
+                              .with_for_update()).all()
+    user = current_tenant().user_id
+    for row in rows:
+        doc = {**row.doc, "subAgentIds": [i for i in row.doc.get("subAgentIds", []) if i != sub_agent_id],
+               "updatedAt": iso(moment), "updatedBy": user}
+        for column, value in _columns(doc).items():
+            setattr(row, column, value)
+        row.doc, row.updated_at = doc, moment
+
+
+def agents_referencing_sub_agent(sub_agent_id: str) -> list[dict[str, str]]:
+    stmt = (tenant_select(Agent).with_only_columns(Agent.id, Agent.name)
+            .where(Agent.sub_agent_ids.contains([sub_agent_id])).order_by(Agent.name))
+    return [{"id": row.id, "name": row.name} for row in db.session.execute(stmt)]

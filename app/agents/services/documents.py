@@ -1,0 +1,91 @@
+"""One store per registry table: every row holds a wire document (`doc`) plus the scalar columns
+derived from it. Reads return the stored JSON text; writes stamp the audit fields, keep the
+columns in step with the document and turn unique-constraint violations into 409s."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import delete
+
+from app.agents.services.common import (
+    SUCCESS,
+    doc_texts,
+    dumps,
+    flush_or_conflict,
+    load_for_update,
+    new_id,
+    one_doc_text,
+    stamp_created,
+    stamp_updated,
+    utcnow,
+    wrap_many,
+    wrap_one,
+)
+from app.db import db
+from app.tenancy import current_org
+
+Hook = Callable[[dict[str, Any]], None]
+
+
+class DocumentStore:
+    """CRUD of one table of the registry, for the caller's org (and the request's product)."""
+
+    def __init__(self, model, *, key: str, many_key: str, what: str, conflicts: dict[str, str],
+                 columns: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        self.model, self.key, self.many_key, self.what = model, key, many_key, what
+        self.conflicts, self.columns = conflicts, columns
+
+    # reads ------------------------------------------------------------------------------
+
+    def list(self, *where) -> str:
+        """`{many_key: [...]}` of the org's documents, by name."""
+        return wrap_many(self.many_key, doc_texts(self.model, *where, order_by=self.model.name))
+
+    def get(self, object_id: str) -> str:
+        return self.find(self.model.id == object_id)
+
+    def find(self, *where, what: str | None = None) -> str:
+        """`{key: doc}` of the first document matching `where`, or 404."""
+        return wrap_one(self.key, one_doc_text(self.model, what or self.what, *where))
+
+    def lock(self, object_id: str):
+        """The org's row, locked for this transaction (404 otherwise)."""
+        return load_for_update(self.model, object_id, self.what)
+
+    # writes -----------------------------------------------------------------------------
+
+    def create(self, doc: dict[str, Any], *, before: Hook | None = None) -> str:
+        """Insert `doc` with a new id and creation stamps; `before` runs just before the insert."""
+        moment = utcnow()
+        doc.setdefault("id", new_id())
+        stamp_created(doc, moment)
+        if before is not None:
+            before(doc)
+        db.session.add(self.model(id=doc["id"], org_id=current_org(), doc=doc, created_at=moment,
+                                  updated_at=moment, **self.columns(doc)))
+        return self._commit(doc)
+
+    def save(self, row, doc: dict[str, Any], *, before: Hook | None = None) -> str:
+        """Replace `row`'s document with `doc` (creation stamps kept, update stamps refreshed)."""
+        moment = utcnow()
+        stamp_updated(doc, row.doc, moment)
+        doc["id"] = row.id
+        if before is not None:
+            before(doc)
+        for column, value in self.columns(doc).items():
+            setattr(row, column, value)
+        row.doc, row.updated_at = doc, moment
+        return self._commit(doc)
+
+    def remove(self, object_id: str) -> dict:
+        db.session.execute(delete(self.model).where(self.model.org_id == current_org(),
+                                                    self.model.id == object_id))
+        db.session.commit()
+        return SUCCESS
+
+    def _commit(self, doc: dict[str, Any]) -> str:
+        flush_or_conflict(self.conflicts)
+        db.session.commit()
+        return dumps({self.key: doc})

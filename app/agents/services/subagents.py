@@ -1,0 +1,51 @@
+"""Sub-agents: CRUD; deleting one that agents reference is a 409 unless forced."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.agents.models import SubAgent
+from app.agents.services.agents import agents_referencing_sub_agent, lock_agents, remove_sub_agent_references
+from app.agents.services.common import merge, titled, utcnow
+from app.agents.services.documents import DocumentStore
+from app.agents.services.tools import validate_tool_refs
+from app.errors import Conflict
+
+store = DocumentStore(SubAgent, key="subAgent", many_key="subAgents", what="Sub-agent",
+                      conflicts={"uq_sub_agents_org_id_name": "A sub-agent with this name already exists."},
+                      columns=lambda doc: {"name": doc["name"]})
+
+
+def list_sub_agents() -> str:
+    return store.list()
+
+
+def get_sub_agent(sub_agent_id: str) -> str:
+    return store.get(sub_agent_id)
+
+
+def create_sub_agent(data: dict[str, Any]) -> str:
+    validate_tool_refs(data.get("tools"), field="subAgent.tools")
+    return store.create(titled(data))
+
+
+def update_sub_agent(sub_agent_id: str, changes: dict[str, Any]) -> str:
+    row = store.lock(sub_agent_id)
+    validate_tool_refs(changes.get("tools"), {t["toolId"] for t in row.doc.get("tools") or []},
+                       field="subAgent.tools")
+    doc = titled(merge(row.doc, changes))
+    doc.setdefault("tools", [])
+    return store.save(row, doc)
+
+
+def delete_sub_agent(sub_agent_id: str, *, force: bool) -> dict:
+    """Delete a sub-agent. Referenced by agents → 409 naming them, unless `force` removes the references."""
+    lock_agents()  # agent writes check sub-agent ids under this lock: no reference can slip in meanwhile
+    store.lock(sub_agent_id)
+    referencing = agents_referencing_sub_agent(sub_agent_id)
+    if referencing and not force:
+        raise Conflict(f"The sub-agent is used by {len(referencing)} agent(s); remove it from them first "
+                       "or delete with ?force=true.", {"agents": referencing})
+    if referencing:
+        remove_sub_agent_references(sub_agent_id, utcnow())
+    return store.remove(sub_agent_id)

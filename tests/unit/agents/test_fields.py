@@ -1,0 +1,88 @@
+"""Strict JSON fields and JSON Schema checks."""
+
+from __future__ import annotations
+
+import pytest
+from marshmallow import Schema, ValidationError
+
+from app.agents.fields import StrictBool, StrictFloat, StrictInt, check_json_schema, check_object_schema, schema_errors
+
+
+class Sample(Schema):
+    flag = StrictBool()
+    number = StrictFloat()
+    count = StrictInt()
+
+
+@pytest.mark.parametrize("field,value", [("flag", "true"), ("flag", 1), ("number", "0.5"), ("number", True),
+                                         ("number", None), ("count", 1.5), ("count", "3"), ("count", False),
+                                         ("number", float("nan"))])
+def test_strict_fields_refuse_other_json_types(field, value):
+    with pytest.raises(ValidationError) as info:
+        Sample().load({field: value})
+    assert field in info.value.messages
+
+
+def test_strict_fields_accept_their_types():
+    assert Sample().load({"flag": False, "number": 1, "count": 3.0}) == {"flag": False, "number": 1.0, "count": 3}
+
+
+DRAFT7 = {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
+          "properties": {"a": {"type": "string"}}}
+
+
+@pytest.mark.parametrize("schema", [{}, {"type": "object"}, DRAFT7])
+def test_valid_json_schemas(schema):
+    check_json_schema(schema)
+
+
+@pytest.mark.parametrize("schema", [[], "object", {"type": "strin"}, {"required": "a"}, {"minimum": "1"},
+                                    {"properties": {"a": {"type": 5}}}])
+def test_invalid_json_schemas(schema):
+    with pytest.raises(ValidationError):
+        check_json_schema(schema)
+
+
+def test_tool_input_schema_must_describe_an_object():
+    check_object_schema({"type": "object", "properties": {}})
+    with pytest.raises(ValidationError):
+        check_object_schema({"type": "array"})
+
+
+def test_schema_errors_lists_every_failure_with_its_path():
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"format": "email", "type": "string"}},
+              "required": ["c"]}
+    errors = schema_errors(schema, {"a": "x", "b": "not-an-email"})
+    assert len(errors) == 3
+    assert any("(at /a)" in e for e in errors) and any("(at /b)" in e for e in errors)
+    assert any("'c' is a required property" in e for e in errors)
+    assert schema_errors(schema, {"a": 1, "b": "a@b.co", "c": None}) == []
+
+
+def test_unresolvable_ref_is_a_validation_message_not_a_crash():
+    errors = schema_errors({"$ref": "https://example.invalid/schema.json"}, {"a": 1})
+    assert len(errors) == 1 and "cannot be applied" in errors[0]
+
+
+def test_nul_characters_are_found_anywhere():
+    from app.agents.fields import contains_nul
+
+    assert contains_nul({"a": ["ok", {"b\x00": 1}]}) and contains_nul("x\x00")
+    assert not contains_nul({"a": ["ok", {"b": 1}], "n": None})
+
+
+@pytest.mark.parametrize("raw,stored", [("2026-11-20T08:00:00Z", "2026-11-20T08:00:00Z"),
+                                        ("2026-11-20T10:00:00+02:00", "2026-11-20T08:00:00Z"),
+                                        ("2026-11-20T08:00:00.123456", "2026-11-20T08:00:00Z"),
+                                        ("0381-05-23T03:29:34-16:08", "0381-05-23T19:37:34Z")])
+def test_timestamps_are_normalised_to_utc(raw, stored):
+    from app.agents.schemas import AgentInputSchema
+
+    assert AgentInputSchema._declared_fields["lastUsedAt"].deserialize(raw) == stored
+
+
+def test_timestamps_that_leave_the_calendar_are_invalid():
+    from app.agents.schemas import AgentInputSchema
+
+    with pytest.raises(ValidationError):
+        AgentInputSchema._declared_fields["lastUsedAt"].deserialize("0001-01-01T00:00:00+05:00")
