@@ -272,16 +272,18 @@ def _write(session: Session, org_id: str, entity_id: str, config: dict | None, t
 # --- backfill ---------------------------------------------------------------------------------------
 
 def backfill_step(product: str, org_id: str, entity_id: str, fingerprint: str,
-                  after_id: str) -> tuple[Outcome, str | None]:
+                  after_id: str) -> tuple[Outcome, str | None, str]:
     """Embed the next RECORDS_PER_TASK records (by id, after `after_id`) that lack a current vector.
 
-    Returns the outcome and the id to continue after, or None when the walk is done or the
-    definition's setup changed meanwhile (a newer backfill covers it)."""
+    Returns the outcome, the id to continue after (None when the walk is done or the definition's
+    setup is no longer `fingerprint`: a newer backfill covers it) and the fingerprint walked; an
+    empty `fingerprint` means the present setup (an operator's manual backfill)."""
     with db.product_session(product) as session:
         definition = _definition(session, org_id, entity_id)
         config = definition.embeddings_config if definition is not None else None
+        fingerprint = fingerprint or config_fingerprint(config)
         if not is_enabled(config) or config_fingerprint(config) != fingerprint:
-            return Outcome(), None
+            return Outcome(), None, fingerprint
         target = embedding_target(config)
         current = exists().where(E.c.record_id == T.c.id, E.c.config_hash == target.config_hash,
                                  E.c.record_version == T.c.version)
@@ -290,6 +292,6 @@ def backfill_step(product: str, org_id: str, entity_id: str, fingerprint: str,
                                       T.c.id > after_id, ~current))
             .order_by(T.c.id).limit(RECORDS_PER_TASK)))
     if not ids:
-        return Outcome(), None
+        return Outcome(), None, fingerprint
     outcome = embed_records(product, org_id, entity_id, ids)
-    return outcome, (ids[-1] if len(ids) == RECORDS_PER_TASK else None)
+    return outcome, (ids[-1] if len(ids) == RECORDS_PER_TASK else None), fingerprint

@@ -53,13 +53,14 @@ def embed_records(self, product: str, org_id: str, entity_id: str, record_ids: l
 
 
 @celery_app.task(name="embeddings.backfill", bind=True, acks_late=True, reject_on_worker_lost=True)
-def backfill(self, product: str, org_id: str, entity_id: str, fingerprint: str, after_id: str = "") -> dict:
+def backfill(self, product: str, org_id: str, entity_id: str, fingerprint: str = "", after_id: str = "") -> dict:
     """Re-embed a definition's records after embeddings were enabled or their setup changed.
 
     One step per task (RECORDS_PER_TASK records, in id order); the next step is queued when this
-    one has committed, so new-record tasks interleave with a long backfill instead of waiting."""
+    one has committed, so new-record tasks interleave with a long backfill instead of waiting.
+    An empty `fingerprint` walks the present setup (`celery -A workers call embeddings.backfill`)."""
     try:
-        outcome, next_after = pipeline.backfill_step(product, org_id, entity_id, fingerprint, after_id)
+        outcome, next_after, fingerprint = pipeline.backfill_step(product, org_id, entity_id, fingerprint, after_id)
     except (EmbedderTransientError, OperationalError) as exc:
         raise _retry(self, exc) from None
     except EmbedderError as exc:  # not configured / cannot run: nothing to gain by walking on

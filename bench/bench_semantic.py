@@ -1,0 +1,246 @@
+"""Semantic search at 100 000 records (issue 5, parts b and c; part a is bench_embeddings).
+
+Data: 100 000 synthetic, unit-length 384-d vectors in one org, drawn from a mixture of 200 Gaussian
+clusters (real sentence embeddings are clustered too; uniform random vectors in 384-d have no
+neighbourhood structure and are not what an HNSW index is for). Records and vectors are written with
+binary COPY, stamped as current for the definition's setup, so the embedder is not involved. The
+HNSW index (the migration's own definition, m=16, ef_construction=64) is dropped before the load and
+rebuilt after it, and that build is timed.
+
+(b) 200 queries (new samples of the same mixture): recall@10 of the index against exact search
+    (numpy), p50/p99 of the SQL index search alone, and of the API `$similar` query (HTTP test client,
+    JWT, filter compiler, count, page, JSON) with the query vector injected into the query cache, so
+    the model is not part of it; ratio API/SQL.
+(c) The same with a filter that keeps 10 % of the records (`bucket = 3`): fraction of queries that
+    return a full page of 10, with pgvector's iterative scan (what the API does) and without it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import numpy as np
+from sqlalchemy import text
+
+from bench.common import bench_app, bench_token, summary, table, write_result
+
+N, DIMS, CLUSTERS, QUERIES, K = 100_000, 384, 200, 200, 10
+ORG = "bench-semantic"
+ENTITY = "bench_vectors"
+SCHEMA = {"type": "object", "properties": {"bucket": {"type": "int"}, "body": {"type": "text"}}}
+CONFIG = {"enabled": True, "fields": ["body"]}
+INDEX_DDL = ("CREATE INDEX ix_entity_embeddings_hnsw_384 ON entity_embeddings USING hnsw "
+             "((embedding::vector(384)) vector_cosine_ops) WITH (m = 16, ef_construction = 64) WHERE dimensions = 384")
+
+
+def synthetic(rng: np.random.Generator, n: int, centers: np.ndarray) -> np.ndarray:
+    picks = rng.integers(0, len(centers), n)
+    # noise as long as the unit centre: neighbours within a cluster at cosine ≈ 0.5, as with real text
+    vectors = centers[picks] + rng.normal(0, 1 / np.sqrt(DIMS), (n, DIMS)).astype(np.float32)
+    return (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
+
+
+def load(app, client, headers, vectors: np.ndarray) -> tuple[str, dict, list[str]]:
+    """A definition + N records + N current vectors (COPY); returns the entity id and build timings."""
+    from pgvector.psycopg import register_vector
+
+    from app.db import db, schema_for
+    from app.embeddings.pipeline import embedding_target
+
+    schema = schema_for("default")
+    with db.engine.begin() as conn:  # start clean: earlier runs of this benchmark
+        conn.execute(text(f'DELETE FROM "{schema}".entity_records WHERE org_id = :org'), {"org": ORG})
+        conn.execute(text(f'DELETE FROM "{schema}".entity_definitions WHERE org_id = :org'), {"org": ORG})
+    resp = client.post("/api/v1/entities/definitions", headers=headers,
+                       json={"name": ENTITY, "schema": SCHEMA, "embeddingsConfig": CONFIG})
+    assert resp.status_code == 201, resp.get_json()
+    entity_id = resp.get_json()["id"]
+    with app.app_context():
+        target = embedding_target(CONFIG)
+    timings = {}
+    raw = db.engine.raw_connection()
+    try:
+        conn = raw.driver_connection
+        register_vector(conn)
+        conn.execute(f'SET search_path TO "{schema}", public')
+        conn.execute("SET statement_timeout = 0")  # the index build takes longer than a request may
+        conn.execute("DROP INDEX IF EXISTS ix_entity_embeddings_hnsw_384")
+        started = time.perf_counter()
+        ids = [str(uuid.uuid4()) for _ in range(N)]
+        with conn.cursor() as cur:
+            with cur.copy("COPY entity_records (id, org_id, entity_id, name, fields, tags, version, is_active) "
+                          "FROM STDIN") as copy:
+                for i, record_id in enumerate(ids):
+                    copy.write_row((record_id, ORG, entity_id, f"vector {i}",
+                                    json.dumps({"bucket": i % 10, "body": f"synthetic {i}"}), [], 1, True))
+            with cur.copy("COPY entity_embeddings (record_id, org_id, entity_id, model, dimensions, config_hash, "
+                          "content_hash, record_version, embedding) FROM STDIN WITH (FORMAT BINARY)") as copy:
+                copy.set_types(["text", "text", "text", "text", "int4", "text", "text", "int4", "vector"])
+                for record_id, vector in zip(ids, vectors, strict=True):
+                    copy.write_row((record_id, ORG, entity_id, target.model, DIMS, target.config_hash, "-", 1,
+                                    vector))
+        conn.commit()
+        timings["load_s"] = time.perf_counter() - started
+        conn.execute("SET maintenance_work_mem = '1GB'")
+        conn.execute("SET max_parallel_maintenance_workers = 1")
+        started = time.perf_counter()
+        conn.execute(INDEX_DDL)
+        conn.commit()
+        timings["build_s"] = time.perf_counter() - started
+        conn.commit()
+        conn.autocommit = True  # VACUUM: the visibility map lets the count use index-only scans
+        conn.execute("VACUUM ANALYZE entity_records")
+        conn.execute("VACUUM ANALYZE entity_embeddings")
+    finally:
+        raw.close()
+    return entity_id, timings, ids
+
+
+def sql_search(conn, entity_id: str, vector: np.ndarray, ef_search: int, bucket: int | None,
+               iterative: bool = True) -> list[str]:
+    conn.execute("BEGIN")
+    conn.execute(f"SET LOCAL hnsw.ef_search = {ef_search}")
+    conn.execute(f"SET LOCAL hnsw.iterative_scan = {'relaxed_order' if iterative else 'off'}")
+    condition = "AND r.fields @> %(bucket)s::jsonb" if bucket is not None else ""
+    rows = conn.execute(
+        "SELECT e.record_id FROM entity_embeddings e JOIN entity_records r ON r.id = e.record_id "
+        "WHERE e.dimensions = 384 AND e.org_id = %(org)s AND e.entity_id = %(entity)s "
+        f"AND r.version = e.record_version AND r.is_active {condition} "
+        "ORDER BY e.embedding::vector(384) <=> %(q)s::vector(384) LIMIT %(k)s",
+        {"org": ORG, "entity": entity_id, "q": vector, "k": K,
+         "bucket": json.dumps({"bucket": bucket})}).fetchall()
+    conn.execute("COMMIT")
+    return [r[0] for r in rows]
+
+
+def exact_top(vectors: np.ndarray, ids: list[str], query: np.ndarray, mask: np.ndarray | None) -> list[str]:
+    scores = vectors @ query
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    top = np.argpartition(-scores, K)[:K]
+    return [ids[i] for i in top[np.argsort(-scores[top])]]
+
+
+def recall(found: list[str], truth: list[str]) -> float:
+    return len(set(found) & set(truth)) / len(truth)
+
+
+def main() -> str:
+    from pgvector.psycopg import register_vector
+
+    from app.db import db, schema_for
+    from app.embeddings import get_embedder, get_query_cache
+
+    rng = np.random.default_rng(5)
+    centers = rng.normal(0, 1, (CLUSTERS, DIMS)).astype(np.float32)
+    centers /= np.linalg.norm(centers, axis=1, keepdims=True)
+    vectors = synthetic(rng, N, centers)
+    queries = synthetic(rng, QUERIES, centers)
+    app = bench_app()
+    client = app.test_client()
+    headers = {"Authorization": f"Bearer {bench_token(ORG)}"}
+    entity_id, timings, ids = load(app, client, headers, vectors)
+    buckets = np.arange(N) % 10
+    truth = [exact_top(vectors, ids, q, None) for q in queries]
+    truth_f = [exact_top(vectors, ids, q, buckets == 3) for q in queries]
+
+    raw = db.engine.raw_connection()
+    conn = raw.driver_connection
+    conn.autocommit = True
+    register_vector(conn)
+    conn.execute(f'SET search_path TO "{schema_for("default")}", public')
+    plan = "\n".join(r[0] for r in conn.execute(
+        "EXPLAIN SELECT e.record_id FROM entity_embeddings e WHERE e.dimensions = 384 AND e.org_id = %s "
+        "ORDER BY e.embedding::vector(384) <=> %s::vector(384) LIMIT 10", (ORG, queries[0])).fetchall())
+    assert "ix_entity_embeddings_hnsw_384" in plan, plan
+
+    rows = []
+    ef_default = app.config["EMBEDDINGS_HNSW_EF_SEARCH"]
+    for ef in (40, ef_default, 200):
+        found = [sql_search(conn, entity_id, q, ef, None) for q in queries]
+        rows.append([f"recall@10, SQL index search, ef_search={ef}",
+                     float(np.mean([recall(f, t) for f, t in zip(found, truth, strict=True)]))])
+
+    def sql_timings(bucket):
+        samples = []
+        for q in queries:
+            started = time.perf_counter()
+            sql_search(conn, entity_id, q, ef_default, bucket)
+            samples.append((time.perf_counter() - started) * 1000)
+        return summary(samples)
+
+    # API path: the query vectors go into the query cache under the texts the requests will send.
+    with app.app_context():
+        cache, embedder = get_query_cache(), get_embedder()
+        for i, q in enumerate(queries):
+            cache._set_local(cache.key(ORG, embedder.model, embedder.dimensions, f"query {i}"), q.tolist())
+
+    def api(i, filters=None, page_size=K):
+        body = {"query": {"filters": {**(filters or {}), "$similar": f"query {i}"}, "pageSize": page_size}}
+        resp = client.post(f"/api/v1/entities/{ENTITY}/records/query", headers=headers, json=body)
+        assert resp.status_code == 200, resp.get_json()
+        return resp.get_json()
+
+    def api_timings(filters):
+        samples, pages = [], []
+        for i in range(QUERIES):
+            started = time.perf_counter()
+            pages.append(api(i, filters))
+            samples.append((time.perf_counter() - started) * 1000)
+        return summary(samples), pages
+
+    for i in range(20):  # warm-up: plans, caches, the model load behind embedder.dimensions
+        api(i)
+        sql_search(conn, entity_id, queries[i], ef_default, None)
+    sql_all = sql_timings(None)
+    api_all, pages = api_timings(None)
+    api_recall = np.mean([recall([r["id"] for r in p["records"]], t) for p, t in zip(pages, truth, strict=True)])
+    sql_f = sql_timings(3)
+    api_f, pages_f = api_timings({"bucket": 3})
+    full_api = np.mean([len(p["records"]) == K for p in pages_f])
+    api_recall_f = np.mean([recall([r["id"] for r in p["records"]], t) for p, t in zip(pages_f, truth_f,
+                                                                                         strict=True)])
+    count_sql = ("SELECT count(*) FROM entity_records r JOIN entity_embeddings e ON e.record_id = r.id "
+                 "WHERE r.org_id = %(org)s AND r.entity_id = %(entity)s AND r.is_active AND e.org_id = %(org)s "
+                 "AND e.entity_id = %(entity)s AND e.dimensions = 384 AND e.config_hash = %(hash)s "
+                 "AND e.record_version = r.version")
+    config_hash = conn.execute("SELECT config_hash FROM entity_embeddings WHERE entity_id = %s LIMIT 1",
+                               (entity_id,)).fetchone()[0]
+    count_samples = []
+    for _ in range(50):
+        started = time.perf_counter()
+        conn.execute(count_sql, {"org": ORG, "entity": entity_id, "hash": config_hash}).fetchone()
+        count_samples.append((time.perf_counter() - started) * 1000)
+    count_all = summary(count_samples)
+    no_iter = [sql_search(conn, entity_id, q, 40, 3, iterative=False) for q in queries]
+    full_no_iter = np.mean([len(f) == K for f in no_iter])
+    raw.close()
+
+    rows += [
+        ["recall@10, API `$similar` (page of 10)", float(api_recall)],
+        ["SQL index search p50 / p99 (ms)", f"{sql_all['p50']:.2f} / {sql_all['p99']:.2f}"],
+        ["API `$similar` p50 / p99 (ms)", f"{api_all['p50']:.2f} / {api_all['p99']:.2f}"],
+        ["API / SQL ratio at p50", api_all["p50"] / sql_all["p50"]],
+        ["of which: the totalCount query over 100 000 matches p50 / p99 (ms)",
+         f"{count_all['p50']:.2f} / {count_all['p99']:.2f}"],
+        ["10 % filter: SQL index search p50 / p99 (ms)", f"{sql_f['p50']:.2f} / {sql_f['p99']:.2f}"],
+        ["10 % filter: API p50 / p99 (ms)", f"{api_f['p50']:.2f} / {api_f['p99']:.2f}"],
+        ["10 % filter: API / SQL ratio at p50", api_f["p50"] / sql_f["p50"]],
+        ["10 % filter: queries with a full page, API (iterative scan)", float(full_api)],
+        ["10 % filter: recall@10, API", float(api_recall_f)],
+        ["10 % filter: queries with a full page, iterative scan off, ef_search=40", float(full_no_iter)],
+        ["load 100 000 records + vectors (COPY, s)", timings["load_s"]],
+        ["HNSW build, m=16, ef_construction=64 (s)", timings["build_s"]],
+    ]
+    body = table(["measure", "value"], rows)
+    notes = (f"{N} vectors of {DIMS} dimensions, {CLUSTERS} Gaussian clusters, {QUERIES} queries, k={K}; "
+             f"API default ef_search={ef_default}. The API time includes the totalCount query (a join of "
+             "the org's records with their current vectors), which the bare index search does not do.\n\n"
+             f"Plan of the index search:\n\n```\n{plan}\n```")
+    return write_result("semantic", "Semantic search: HNSW recall and latency at 100k vectors", body, notes)
+
+
+if __name__ == "__main__":
+    main()
