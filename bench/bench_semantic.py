@@ -18,6 +18,8 @@ rebuilt after it, and that build is timed.
 from __future__ import annotations
 
 import json
+import os
+import re
 import time
 import uuid
 
@@ -155,6 +157,7 @@ def main() -> str:
         "EXPLAIN SELECT e.record_id FROM entity_embeddings e WHERE e.dimensions = 384 AND e.org_id = %s "
         "ORDER BY e.embedding::vector(384) <=> %s::vector(384) LIMIT 10", (ORG, queries[0])).fetchall())
     assert "ix_entity_embeddings_hnsw_384" in plan, plan
+    plan = re.sub(r"'\[[^]]*\]'", "'[…384 numbers…]'", plan)
 
     rows = []
     ef_default = app.config["EMBEDDINGS_HNSW_EF_SEARCH"]
@@ -235,7 +238,10 @@ def main() -> str:
         ["HNSW build, m=16, ef_construction=64 (s)", timings["build_s"]],
     ]
     body = table(["measure", "value"], rows)
-    notes = (f"{N} vectors of {DIMS} dimensions, {CLUSTERS} Gaussian clusters, {QUERIES} queries, k={K}; "
+    load_avg = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    notes = (f"Machine load average (1/5/15 min) at the end: {load_avg} — the 2 cores are shared with other "
+             "work, so absolute latencies vary between runs by up to 2x; recall and full-page fractions do not.\n\n"
+             f"{N} vectors of {DIMS} dimensions, {CLUSTERS} Gaussian clusters, {QUERIES} queries, k={K}; "
              f"API default ef_search={ef_default}. The API time includes the totalCount query (a join of "
              "the org's records with their current vectors), which the bare index search does not do.\n\n"
              f"Plan of the index search:\n\n```\n{plan}\n```")
