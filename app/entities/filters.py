@@ -576,7 +576,8 @@ class _Compiler:
                 return self.r.column(ref) == ""
             return false()
         jv = self.r.jsonb(ref)
-        return or_(jv.is_(None), func.jsonb_typeof(jv) == "null", jv == "", jv == [], jv == {})
+        return or_(jv.is_(None), func.jsonb_typeof(jv) == "null", jv == cast("", JSONB), jv == cast([], JSONB),
+                   jv == cast({}, JSONB))
 
 
 def _json_scalar(value: Any) -> Any:
