@@ -32,7 +32,7 @@ PROPERTY_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 # Keywords of ours that are not JSON Schema; stripped from the compiled schema.
 PLATFORM_KEYWORDS = ("fieldType", "options", "entity", "label", "placeholder", "helpText", "order", "hidden")
 MAX_PROPERTIES = 500
-PHONE = r"^\+?[0-9][0-9 ().\-]{2,30}[0-9]$"
+PHONE = r"^\+?[0-9(][0-9 ().\-]{2,30}[0-9]$"
 CURRENCY_CODE = r"^[A-Z]{3}$"
 _DATE_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,6})?([Zz]|[+-]\d{2}:\d{2})$", re.ASCII)
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$", re.ASCII)

@@ -122,7 +122,8 @@ class AdminUpsertSchema(Schema):
     class Meta:
         unknown = RAISE
 
-    definitions = ma.List(ma.Dict(), required=True, validate=validate.Length(min=1, max=500))
+    definitions = ma.List(AnyJson(), required=True, validate=validate.Length(min=1, max=500),
+                          metadata={"description": "EntityDefinition objects; each is checked on its own"})
 
 
 class AdminUpsertResultSchema(Schema):
@@ -281,7 +282,8 @@ class BulkRecordsSchema(Schema):
     class Meta:
         unknown = RAISE
 
-    records = ma.List(ma.Dict(), required=True, validate=validate.Length(min=1))
+    records = ma.List(AnyJson(), required=True, validate=validate.Length(min=1),
+                      metadata={"description": "Partial EntityRecord objects; each is checked, all or nothing"})
 
 
 class BulkDeleteSchema(Schema):
@@ -289,7 +291,7 @@ class BulkDeleteSchema(Schema):
         unknown = RAISE
 
     recordIds = ma.List(ma.String(validate=validate.Length(min=1, max=64)), required=True,
-                            validate=validate.Length(min=1))
+                        validate=validate.Length(min=1))
 
 
 class BulkResultSchema(Schema):

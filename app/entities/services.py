@@ -18,7 +18,7 @@ from sqlalchemy.orm import aliased
 from app.db import db
 from app.entities.fieldtypes import CompiledSchema, compile_definition_schema, search_document
 from app.entities.filters import SEARCH_CONFIG, FieldResolver, FilterContext, FilterLimits, parse_filters
-from app.entities.models import EntityDefinition, EntityRecord, EntityRelationship, EntityView
+from app.entities.models import EntityDefinition, EntityRecord, EntityRelationship, EntityView, new_id
 from app.errors import ApiError, Conflict, NotFound, ValidationFailed
 from app.tenancy import current_tenant, tenant_select
 
@@ -316,10 +316,11 @@ def create_view(definition: EntityDefinition, data: dict) -> EntityView:
         raise ValidationFailed("Request validation failed.", {"fields": {"name": ["Missing data for required "
                                                                                  "field."]}})
     tenant = current_tenant()
-    view = EntityView(org_id=tenant.org_id, entity_id=definition.id, type="table", columns=[], filters={},
-                      sort_order=-1, config={}, is_default=False, created_by=tenant.user_id)
+    _check_view(definition, data)
+    view = EntityView(id=new_id(), org_id=tenant.org_id, entity_id=definition.id, name=data["name"], type="table",
+                      columns=[], filters={}, sort_order=-1, config={}, is_default=False, created_by=tenant.user_id,
+                      created_at=utcnow())
     db.session.add(view)
-    db.session.flush()
     _apply_view(definition, view, data)
     db.session.commit()
     return view
