@@ -244,13 +244,13 @@ def _field_type_of(prop: dict) -> str:
         if "enum" in prop:
             return "dropdown"
         raise ValueError("needs a type or fieldType")
+    if json_type == "string" and prop.get("format") in ("date", "date-time", "email", "uri"):
+        return {"date": "date", "date-time": "datetime", "email": "email", "uri": "url"}[prop["format"]]
     if json_type in PLATFORM_TYPES:
         return json_type
     if json_type in JSON_TYPES:
-        if json_type == "array" and _is_string_array(prop):
+        if json_type == "array" and _is_string_array(prop) and "enum" in prop["items"]:
             return "multiselect"
-        if json_type == "string" and prop.get("format") in ("date", "date-time", "email", "uri"):
-            return {"date": "date", "date-time": "datetime", "email": "email", "uri": "url"}[prop["format"]]
         return JSON_TYPES[json_type]
     raise ValueError(f"unknown type '{json_type}'; allowed: {', '.join(PLATFORM_TYPES)} or a JSON Schema type")
 
@@ -296,7 +296,11 @@ def _compile_property(name: str, prop: Any, *, nullable: bool) -> tuple[dict, Fi
     if nullable:
         compiled = {"anyOf": [{"type": "null"}, compiled]} if "anyOf" in compiled or "oneOf" in compiled \
             else _allow_null(compiled)
-    return compiled, FieldSpec(name, ftype, KIND_BY_TYPE[ftype], options, entity)
+    kind = KIND_ARRAY if ftype == "json" and prop.get("type") == "array" and _is_string_array(prop) \
+        else KIND_BY_TYPE[ftype]  # a plain list of strings filters like a multiselect
+    if ftype == "json" and prop.get("type") in ("object", "array"):
+        compiled = _allow_null(dict(compiled, type=prop["type"])) if nullable else dict(compiled, type=prop["type"])
+    return compiled, FieldSpec(name, ftype, kind, options, entity)
 
 
 def _allow_null(schema: dict) -> dict:

@@ -1,0 +1,68 @@
+"""Definition schemas: platform field types compile to plain JSON Schema, with checked formats."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.entities.fieldtypes import PLATFORM_TYPES, compile_definition_schema, search_document
+from app.errors import ValidationFailed
+
+
+def compiled(props, required=()):
+    return compile_definition_schema({"type": "object", "properties": props, "required": list(required)})
+
+
+@pytest.mark.parametrize("ftype", PLATFORM_TYPES)
+def test_every_platform_type_compiles_both_ways(ftype):
+    extra = {"options": ["x", "y"]} if ftype in ("dropdown", "multiselect") else {}
+    as_type = compiled({"f": {"type": ftype, **extra}})
+    as_keyword = compiled({"f": {"fieldType": ftype, **extra}})
+    assert as_type.json_schema == as_keyword.json_schema
+    assert as_type.catalog.get("f").field_type == ftype
+    assert "fieldType" not in str(as_type.json_schema) and "options" not in str(as_type.json_schema)
+
+
+def test_json_schema_types_map_to_platform_types():
+    schema = compiled({"a": {"type": "integer"}, "b": {"type": "number"}, "c": {"type": "boolean"},
+                       "d": {"type": "string", "format": "date-time"}, "e": {"type": "array", "items": {"type": "string"}},
+                       "f": {"type": "object"}, "g": {"enum": ["p", "q"]}})
+    kinds = {n: f.field_type for n, f in schema.catalog.fields.items()}
+    assert kinds == {"a": "int", "b": "float", "c": "bool", "d": "datetime", "e": "json", "f": "json",
+                     "g": "dropdown"}
+    assert schema.catalog.get("e").kind == "array"  # a list of strings filters like a multiselect
+    assert schema.errors_for({"e": ["x"], "f": {}}) == {} and set(schema.errors_for({"e": "x", "f": 1})) == {
+        "fields.e", "fields.f"}
+
+
+def test_required_fields_reject_null_optional_accept_it():
+    schema = compiled({"a": {"type": "string"}, "b": {"type": "int"}}, required=["a"])
+    assert schema.errors_for({"a": "x", "b": None}) == {}
+    assert "fields.a" in schema.errors_for({"a": None})
+    assert "fields" in schema.errors_for({"a": "x", "zzz": 1})
+
+
+def test_standard_keywords_are_kept():
+    schema = compiled({"n": {"type": "int", "minimum": 0, "maximum": 5}, "s": {"type": "string", "maxLength": 2}})
+    assert schema.errors_for({"n": 3, "s": "ab"}) == {}
+    assert set(schema.errors_for({"n": 6, "s": "abc"})) == {"fields.n", "fields.s"}
+
+
+@pytest.mark.parametrize("bad", [{"type": "lookup", "entity": 5}, {"type": "string", "entity": "x"},
+                                 {"type": "dropdown", "options": ["a", "a"]},
+                                 {"type": "dropdown", "options": [{"label": "no value"}]},
+                                 {"type": ["string", "integer"]}, "string"])
+def test_bad_properties(bad):
+    with pytest.raises(ValidationFailed) as info:
+        compiled({"f": bad})
+    assert "schema.properties.f" in info.value.details["fields"]
+
+
+def test_options_accept_value_label_objects():
+    schema = compiled({"s": {"type": "dropdown", "options": [{"value": "a", "label": "A"}, "b"]}})
+    assert schema.errors_for({"s": "a"}) == {} and schema.errors_for({"s": "A"})
+
+
+def test_search_document_uses_text_like_fields_only():
+    schema = compiled({"t": {"type": "text"}, "n": {"type": "int"}, "m": {"type": "multiselect", "options": ["x"]},
+                       "l": {"type": "lookup"}})
+    assert search_document("Name", {"t": "hello", "n": 5, "m": ["x"], "l": "id-1"}, schema.catalog).split() == ["Name", "x", "hello"]  # schema order (keys sorted)
