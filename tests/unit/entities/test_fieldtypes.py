@@ -24,7 +24,8 @@ def test_every_platform_type_compiles_both_ways(ftype):
 
 def test_json_schema_types_map_to_platform_types():
     schema = compiled({"a": {"type": "integer"}, "b": {"type": "number"}, "c": {"type": "boolean"},
-                       "d": {"type": "string", "format": "date-time"}, "e": {"type": "array", "items": {"type": "string"}},
+                       "d": {"type": "string", "format": "date-time"},
+                       "e": {"type": "array", "items": {"type": "string"}},
                        "f": {"type": "object"}, "g": {"enum": ["p", "q"]}})
     kinds = {n: f.field_type for n, f in schema.catalog.fields.items()}
     assert kinds == {"a": "int", "b": "float", "c": "bool", "d": "datetime", "e": "json", "f": "json",
@@ -65,4 +66,5 @@ def test_options_accept_value_label_objects():
 def test_search_document_uses_text_like_fields_only():
     schema = compiled({"t": {"type": "text"}, "n": {"type": "int"}, "m": {"type": "multiselect", "options": ["x"]},
                        "l": {"type": "lookup"}})
-    assert search_document("Name", {"t": "hello", "n": 5, "m": ["x"], "l": "id-1"}, schema.catalog).split() == ["Name", "x", "hello"]  # schema order (keys sorted)
+    document = search_document("Name", {"t": "hello", "n": 5, "m": ["x"], "l": "id-1"}, schema.catalog)
+    assert document.split() == ["Name", "x", "hello"]  # name, then fields in (sorted) schema order
