@@ -382,7 +382,7 @@ def record_errors(compiled: CompiledSchema, item: dict) -> dict[str, list[str]]:
     fields = item.get("fields", {})
     if not isinstance(fields, dict):
         return {"fields": ["must be an object"]}
-    return compiled.errors_for(fields)
+    return {} if compiled.is_valid(fields) else compiled.errors_for(fields)
 
 
 def default_name(item: dict) -> str:

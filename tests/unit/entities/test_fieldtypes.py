@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.entities.fieldtypes import PLATFORM_TYPES, compile_definition_schema, search_document
 from app.errors import ValidationFailed
@@ -68,3 +70,26 @@ def test_search_document_uses_text_like_fields_only():
                        "l": {"type": "lookup"}})
     document = search_document("Name", {"t": "hello", "n": 5, "m": ["x"], "l": "id-1"}, schema.catalog)
     assert document.split() == ["Name", "x", "hello"]  # name, then fields in (sorted) schema order
+
+
+QUICK_SCHEMA = {"type": "object", "required": ["t"], "properties": {
+    "t": {"type": "string", "maxLength": 3}, "n": {"type": "int", "minimum": 0}, "f": {"type": "float"},
+    "b": {"type": "bool"}, "d": {"type": "date"}, "dt": {"type": "datetime"}, "e": {"type": "email"},
+    "s": {"type": "dropdown", "options": ["a", "b"]}, "m": {"type": "multiselect", "options": ["a", "b"]},
+    "c": {"type": "currency"}, "p": {"type": "phone"}, "j": {"type": "json"}, "u": {"type": "url"}}}
+json_values = st.recursive(st.none() | st.booleans() | st.integers(-3, 3) | st.floats(-3, 3, allow_nan=False)
+                           | st.sampled_from(["a", "b", "abc", "abcd", "2026-01-01", "2026-01-01T00:00:00Z", "a@b.co",
+                                              "+47 22 33", "https://x.io", ""]),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+                               st.sampled_from(["amount", "currency", "k"]), inner, max_size=2), max_leaves=4)
+
+
+@settings(max_examples=400, deadline=None)
+@given(title=st.one_of(st.sampled_from(["", "abc", "abcd"]), json_values), fields=st.dictionaries(
+    st.sampled_from([*QUICK_SCHEMA["properties"], "zz"]), json_values, max_size=3), with_title=st.booleans())
+def test_quick_check_agrees_with_jsonschema(title, fields, with_title):
+    if with_title:
+        fields = {**fields, "t": title}
+    schema = compile_definition_schema(QUICK_SCHEMA)
+    assert schema.quick is not None
+    assert schema.is_valid(fields) == schema.validator.is_valid(fields) == (schema.errors_for(fields) == {})
