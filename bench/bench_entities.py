@@ -175,7 +175,7 @@ def explain(conn, statements) -> str:
             continue
         plan = [r[0] for r in conn.execute("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY ON) " + statement,
                                            params).fetchall()]
-        lines.append("\n".join("    " + p for p in plan[:14]))
+        lines.append("\n".join("    " + p for p in plan[:24]))
     return "\n\n".join(lines)
 
 
