@@ -36,6 +36,7 @@ from app.entities.schemas import (
     ViewInputSchema,
     ViewListSchema,
 )
+from app.errors import InvalidInput
 from app.extensions import Blueprint
 
 READ, WRITE = "read:entities", "write:entities"
@@ -47,6 +48,24 @@ admin_blp = Blueprint("entities_admin", __name__, url_prefix="/api/v1/admin/enti
                       description="Entity store administration")
 jobs_blp = Blueprint("jobs", __name__, url_prefix="/api/v1/jobs", description="Asynchronous jobs")
 blueprints = [blp, admin_blp, jobs_blp]
+BULK_ENDPOINTS = {"entities.BulkCreate", "entities.BulkUpdate", "entities.BulkDelete"}
+
+
+def _refuse_unstorable() -> None:
+    """Path and query values, and JSON bodies, must be storable (no NUL, no NaN) — a 400, never a
+    database error. Bulk bodies are checked per record instead, so the answer lists the indexes."""
+    for source in (request.view_args or {}, request.args):
+        for key, value in source.items():
+            if "\x00" in key or "\x00" in str(value):
+                raise InvalidInput(f"Parameter '{key.replace(chr(0), '')}' must not contain the NUL character.")
+    if request.endpoint not in BULK_ENDPOINTS and request.is_json:
+        body = request.get_json(silent=True)
+        if body is not None:
+            services.check_storable(body)
+
+
+for _blueprint in blueprints:
+    _blueprint.before_request(_refuse_unstorable)
 
 
 # --- definitions ----------------------------------------------------------------------------------

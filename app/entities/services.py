@@ -6,6 +6,7 @@ definition, so another org's or another entity's object is a 404. Writes commit 
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from typing import Any
 
@@ -356,19 +357,30 @@ def record_to_wire(row: Any) -> dict[str, Any]:
             "isActive": get("is_active"), "version": get("version")}
 
 
-def nul_errors(value: Any, path: str, out: dict[str, list[str]]) -> None:
-    """PostgreSQL text and JSONB cannot hold U+0000: name each place that has one."""
+def unstorable_errors(value: Any, path: str, out: dict[str, list[str]]) -> None:
+    """PostgreSQL text and JSONB cannot hold U+0000, JSONB no NaN/Infinity: name each place."""
     if isinstance(value, str):
         if "\x00" in value:
             out.setdefault(path, []).append("must not contain the NUL character")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            out.setdefault(path, []).append("must be a finite number")
     elif isinstance(value, dict):
         for key, item in value.items():
-            if "\x00" in key:
+            if isinstance(key, str) and "\x00" in key:
                 out.setdefault(path, []).append("keys must not contain the NUL character")
-            nul_errors(item, f"{path}.{key}", out)
+            unstorable_errors(item, f"{path}.{key}" if path else str(key), out)
     elif isinstance(value, list):
         for i, item in enumerate(value):
-            nul_errors(item, f"{path}[{i}]", out)
+            unstorable_errors(item, f"{path}[{i}]", out)
+
+
+def check_storable(payload: Any, what: str = "Request") -> None:
+    """400 naming every NUL character or non-finite number in a payload (never a database error)."""
+    errors: dict[str, list[str]] = {}
+    unstorable_errors(payload, "", errors)
+    if errors:
+        raise ValidationFailed(f"{what} contains values that cannot be stored.", {"fields": errors})
 
 
 def record_errors(compiled: CompiledSchema, item: dict) -> dict[str, list[str]]:
@@ -376,7 +388,7 @@ def record_errors(compiled: CompiledSchema, item: dict) -> dict[str, list[str]]:
     errors: dict[str, list[str]] = {}
     for key in ("name", "fields", "tags", "metadata"):
         if key in item:
-            nul_errors(item[key], key, errors)
+            unstorable_errors(item[key], key, errors)
     if errors:
         return errors
     fields = item.get("fields", {})
@@ -513,8 +525,8 @@ def create_relationship(definition: EntityDefinition, record_id: str, data: dict
     target_definition = find_definition(data["toEntityName"])
     target = find_record(target_definition, data["toRecordId"])
     errors: dict[str, list[str]] = {}
-    nul_errors(data.get("fields"), "fields", errors)
-    nul_errors(data["relationshipType"], "relationshipType", errors)
+    unstorable_errors(data.get("fields"), "fields", errors)
+    unstorable_errors(data["relationshipType"], "relationshipType", errors)
     if errors:
         raise ValidationFailed("Invalid relationship.", {"fields": errors})
     tenant = current_tenant()

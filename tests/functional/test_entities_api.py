@@ -471,3 +471,31 @@ def test_scopes(client, auth):
     error(query(client, auth("read:agents"), "items"), 403, "FORBIDDEN")
     assert client.post(f"{BASE}/items/records", json={"fields": {"title": "t"}},
                        headers=auth("write:entities")).status_code == 201
+
+
+def test_unstorable_values_are_400_not_500(client, auth):
+    headers = auth()
+    create_definition(client, headers)
+    error(client.get(f"{BASE}/definitions/a%00b", headers=headers), 400, "INVALID_INPUT")
+    error(client.get(f"{BASE}/items/records/x%00", headers=headers), 400, "INVALID_INPUT")
+    error(client.get(f"{BASE}/definitions?module=a%00", headers=headers), 400, "INVALID_INPUT")
+    error(client.get("/api/v1/jobs/%00", headers=headers), 400, "INVALID_INPUT")
+    err = error(client.post(f"{BASE}/definitions", json={"name": "n", "displayName": "a\x00"}, headers=headers), 400)
+    assert "displayName" in err["details"]["fields"]
+    raw = '{"name": "x", "fields": {"title": "t", "price": NaN, "meta": {"v": Infinity}}}'
+    err = error(client.post(f"{BASE}/items/records", data=raw, headers={**headers, "Content-Type": "application/json"}),
+                400)
+    assert set(err["details"]["fields"]) == {"fields.price", "fields.meta.v"}
+    bulk = '{"records": [{"fields": {"title": "ok"}}, {"fields": {"title": "t", "price": NaN}}]}'
+    err = error(client.post(f"{BASE}/items/records/bulk/create", data=bulk,
+                            headers={**headers, "Content-Type": "application/json"}), 400)
+    assert err["details"]["indexes"] == [1]
+    err = error(client.post(f"{BASE}/items/records/bulk/delete", json={"recordIds": ["a\x00"]}, headers=headers), 400)
+    assert err["details"]["indexes"] == [0]
+    err = error(client.post(f"{BASE}/items/records/bulk/update", json={"records": [{"id": "a\x00"}]},
+                            headers=headers), 400)
+    assert err["details"]["indexes"] == [0]
+    bad_schema = {"name": "weird", "schema": {"type": "object", "properties": {"a": {"type": {"x": 1}}}}}
+    assert "schema.properties.a" in error(client.post(f"{BASE}/definitions", json=bad_schema, headers=headers),
+                                          400)["details"]["fields"]
+    assert query(client, headers, "items").get_json()["totalCount"] == 0
