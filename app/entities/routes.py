@@ -48,17 +48,20 @@ admin_blp = Blueprint("entities_admin", __name__, url_prefix="/api/v1/admin/enti
                       description="Entity store administration")
 jobs_blp = Blueprint("jobs", __name__, url_prefix="/api/v1/jobs", description="Asynchronous jobs")
 blueprints = [blp, admin_blp, jobs_blp]
-BULK_ENDPOINTS = {"entities.BulkCreate", "entities.BulkUpdate", "entities.BulkDelete"}
+# Bodies checked by their own parsers: bulk per record (the answer lists indexes), query/count by the
+# filter parser (the answer names the filter path).
+SELF_CHECKED = {"entities.BulkCreate", "entities.BulkUpdate", "entities.BulkDelete", "entities.RecordQuery",
+                "entities.RecordCount"}
 
 
 def _refuse_unstorable() -> None:
     """Path and query values, and JSON bodies, must be storable (no NUL, no NaN) — a 400, never a
-    database error. Bulk bodies are checked per record instead, so the answer lists the indexes."""
+    database error."""
     for source in (request.view_args or {}, request.args):
         for key, value in source.items():
             if "\x00" in key or "\x00" in str(value):
                 raise InvalidInput(f"Parameter '{key.replace(chr(0), '')}' must not contain the NUL character.")
-    if request.endpoint not in BULK_ENDPOINTS and request.is_json:
+    if request.endpoint not in SELF_CHECKED and request.is_json:
         body = request.get_json(silent=True)
         if body is not None:
             services.check_storable(body)
