@@ -243,37 +243,26 @@ def _bulk(entity_name: str, operation: str, items: list):
     return bulk.run_bulk(definition, operation, items)
 
 
-@blp.route("/<string:entity_name>/records/bulk/create")
-class BulkCreate(MethodView):
-    @blp.arguments(BulkRecordsSchema)
-    @blp.response(200, BulkResultSchema)
-    @blp.alt_response(202, schema=JobAcceptedSchema, description="With `Prefer: respond-async`")
-    @require_scopes(WRITE)
-    def post(self, data, entity_name):
-        """Create many records, all or nothing (`Prefer: respond-async` → 202 {jobId})."""
-        return _bulk(entity_name, "create", data["records"])
+def _bulk_route(operation: str, body_schema, key: str, summary: str) -> None:
+    """One bulk endpoint (`/records/bulk/<operation>`); the three differ only in body and operation."""
+
+    class BulkView(MethodView):
+        @blp.arguments(body_schema)
+        @blp.response(200, BulkResultSchema)
+        @blp.alt_response(202, schema=JobAcceptedSchema, description="With `Prefer: respond-async`")
+        @require_scopes(WRITE)
+        def post(self, data, entity_name):
+            return _bulk(entity_name, operation, data[key])
+
+    BulkView.post.__doc__ = summary
+    BulkView.__name__ = BulkView.__qualname__ = f"Bulk{operation.title()}"
+    blp.route(f"/<string:entity_name>/records/bulk/{operation}")(BulkView)
 
 
-@blp.route("/<string:entity_name>/records/bulk/update")
-class BulkUpdate(MethodView):
-    @blp.arguments(BulkRecordsSchema)
-    @blp.response(200, BulkResultSchema)
-    @blp.alt_response(202, schema=JobAcceptedSchema, description="With `Prefer: respond-async`")
-    @require_scopes(WRITE)
-    def post(self, data, entity_name):
-        """Update many records by id (fields merge), all or nothing."""
-        return _bulk(entity_name, "update", data["records"])
-
-
-@blp.route("/<string:entity_name>/records/bulk/delete")
-class BulkDelete(MethodView):
-    @blp.arguments(BulkDeleteSchema)
-    @blp.response(200, BulkResultSchema)
-    @blp.alt_response(202, schema=JobAcceptedSchema, description="With `Prefer: respond-async`")
-    @require_scopes(WRITE)
-    def post(self, data, entity_name):
-        """Soft-delete many records by id, all or nothing."""
-        return _bulk(entity_name, "delete", data["recordIds"])
+_bulk_route("create", BulkRecordsSchema, "records",
+            "Create many records, all or nothing (`Prefer: respond-async` → 202 {jobId}).")
+_bulk_route("update", BulkRecordsSchema, "records", "Update many records by id (fields merge), all or nothing.")
+_bulk_route("delete", BulkDeleteSchema, "recordIds", "Soft-delete many records by id, all or nothing.")
 
 
 @jobs_blp.route("/<string:job_id>")

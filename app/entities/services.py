@@ -249,7 +249,8 @@ def view_to_wire(v: EntityView, definition: EntityDefinition) -> dict[str, Any]:
     return {"id": v.id, "entityId": v.entity_id, "entityName": definition.name, "name": v.name, "type": v.type,
             "description": v.description, "columns": v.columns, "filters": v.filters, "sortBy": v.sort_by,
             "sortOrder": v.sort_order, "pageSize": v.page_size, "isDefault": v.is_default, "config": v.config,
-            "createdAt": iso(v.created_at), "updatedAt": iso(v.updated_at), "createdBy": v.created_by}
+            "createdAt": iso(v.created_at), "updatedAt": iso(v.updated_at), "createdBy": v.created_by,
+            "updatedBy": v.updated_by}
 
 
 def list_views(definition: EntityDefinition) -> list[EntityView]:
