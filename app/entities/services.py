@@ -121,7 +121,15 @@ def _apply_definition(definition: EntityDefinition, data: dict, *, provenance: b
     if "name" in data:
         definition.name = data["name"]
     if "defaultViewId" in data and data["defaultViewId"] is not None:
-        _owned_view(definition, data["defaultViewId"])
+        try:
+            _owned_view(definition, data["defaultViewId"])
+        except NotFound:
+            raise ValidationFailed("defaultViewId does not name a view of this entity.",
+                                   {"fields": {"defaultViewId": ["unknown view"]}}) from None
+    if "defaultViewId" in data and definition.id is not None:  # keep the views' isDefault in step
+        db.session.execute(update(EntityView).where(
+            EntityView.org_id == definition.org_id, EntityView.entity_id == definition.id)
+            .values(is_default=EntityView.id == data["defaultViewId"] if data["defaultViewId"] else False))
 
 
 def create_definition(data: dict, *, provenance: bool = False, commit: bool = True) -> EntityDefinition:

@@ -167,6 +167,13 @@ def test_views(client, auth):
     for bad in ({"name": "x", "columns": ["nope"]}, {"name": "x", "filters": {"nope": 1}},
                 {"name": "x", "type": "pie"}, {"name": "x", "sortBy": "nope"}, {"type": "table"}):
         error(client.post(f"{BASE}/definitions/items/views", json=bad, headers=headers), 400)
+    assert client.put(f"{BASE}/definitions/items", json={"defaultViewId": view_id}, headers=headers).status_code == 200
+    assert client.get(f"{BASE}/definitions/items", headers=headers).get_json()["definition"]["defaultViewId"] == view_id
+    flags = {v["id"]: v["isDefault"] for v in client.get(f"{BASE}/definitions/items/views",
+                                                           headers=headers).get_json()["views"]}
+    assert flags == {view_id: True, second: False}
+    error(client.put(f"{BASE}/definitions/items", json={"defaultViewId": "nope"}, headers=headers), 400)
+    client.put(f"{BASE}/definitions/items", json={"defaultViewId": second}, headers=headers)
     assert client.delete(f"{BASE}/definitions/items/views/{second}", headers=headers).status_code == 200
     assert client.get(f"{BASE}/definitions/items", headers=headers).get_json()["definition"]["defaultViewId"] is None
     error(client.delete(f"{BASE}/definitions/items/views/{second}", headers=headers), 404, "NOT_FOUND")
