@@ -423,6 +423,15 @@ def test_async_bulk_jobs_on_a_real_worker(client, auth, celery_worker):
     assert done["status"] == "succeeded" and done["result"] == {"message": "Created 50 records.", "count": 50}
     assert done["operation"] == "create" and done["entityName"] == "items" and done["finishedAt"]
     assert query(client, headers, "items").get_json()["totalCount"] == 50
+    # a redelivered task finds the job finished and writes nothing again
+    from app.entities import bulk
+    from app.entities.tasks import run_bulk_job
+
+    with client.application.app_context():
+        assert bulk.claim_job(job_id, "default") is False
+        assert bulk.execute_job(job_id, "default") == "succeeded"
+        assert run_bulk_job.apply(args=[job_id, "default"]).get() == "skipped"
+    assert query(client, headers, "items").get_json()["totalCount"] == 50
 
     failing = client.post(f"{BASE}/items/records/bulk/create", headers=async_headers, json={"records": [
         {"fields": {"title": "ok"}}, {"fields": {"qty": "nope"}}]})
