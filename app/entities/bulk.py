@@ -25,8 +25,8 @@ from app.entities.fieldtypes import search_document
 from app.entities.filters import SEARCH_CONFIG
 from app.entities.models import BulkJob, EntityDefinition, EntityRecord, new_id
 from app.entities.services import (
-    _deactivate_relationships_of,
     compiled_schema,
+    deactivate_relationships_of,
     default_name,
     iso,
     merge_fields,
@@ -218,7 +218,7 @@ def bulk_delete(ctx: BulkContext, definition: EntityDefinition, record_ids: list
     ids = list(existing)
     ctx.session.execute(update(T).where(T.c.org_id == ctx.org_id, T.c.id.in_(ids))
                         .values(is_active=False, updated_at=datetime.now(UTC), updated_by=ctx.user_id))
-    _deactivate_relationships_of(ids, ctx.session)
+    deactivate_relationships_of(ids, ctx.session)
     return {"message": f"Deleted {len(ids)} records.", "count": len(ids)}
 
 

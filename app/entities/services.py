@@ -179,13 +179,13 @@ def delete_definition(name: str, *, delete_records: bool = False, hard_delete: b
     if hard_delete:
         if not delete_records and db.session.scalar(select(func.count()).select_from(records.subquery())):
             raise Conflict(f"Entity '{name}' still has records; pass deleteRecords=true to delete them too.")
-        _delete_relationships_of(records)
+        delete_relationships_of(records)
         db.session.execute(delete(EntityRecord).where(EntityRecord.org_id == definition.org_id,
                                                       EntityRecord.entity_id == definition.id))
         db.session.delete(definition)
     else:
         if delete_records:
-            _deactivate_relationships_of(records)
+            deactivate_relationships_of(records)
             db.session.execute(update(EntityRecord).where(
                 EntityRecord.org_id == definition.org_id, EntityRecord.entity_id == definition.id,
                 EntityRecord.is_active.is_(True)).values(is_active=False, updated_at=utcnow()))
@@ -471,7 +471,7 @@ def update_record(definition: EntityDefinition, record_id: str, data: dict) -> E
         raise ValidationFailed("Record does not match the entity schema.", {"fields": errors})
     apply_record_update(record, merged, compiled, current_tenant().user_id)
     if data.get("isActive") is False:
-        _deactivate_relationships_of(select(EntityRecord.id).where(EntityRecord.id == record.id))
+        deactivate_relationships_of(select(EntityRecord.id).where(EntityRecord.id == record.id))
     db.session.commit()
     _after_record_write(definition, [record.id])
     return record
@@ -499,10 +499,10 @@ def delete_record(definition: EntityDefinition, record_id: str, *, hard_delete: 
     record = find_record(definition, record_id, lock=True)
     ids = select(EntityRecord.id).where(EntityRecord.id == record.id)
     if hard_delete:
-        _delete_relationships_of(ids)
+        delete_relationships_of(ids)
         db.session.delete(record)
     else:
-        _deactivate_relationships_of(ids)
+        deactivate_relationships_of(ids)
         record.is_active = False
         record.updated_at = utcnow()
         record.updated_by = current_tenant().user_id
@@ -513,12 +513,12 @@ def _touching(record_ids):
     return or_(EntityRelationship.from_record_id.in_(record_ids), EntityRelationship.to_record_id.in_(record_ids))
 
 
-def _deactivate_relationships_of(record_ids, session=None) -> None:
+def deactivate_relationships_of(record_ids, session=None) -> None:
     (session or db.session).execute(update(EntityRelationship).where(
         _touching(record_ids), EntityRelationship.is_active.is_(True)).values(is_active=False))
 
 
-def _delete_relationships_of(record_ids, session=None) -> None:
+def delete_relationships_of(record_ids, session=None) -> None:
     (session or db.session).execute(delete(EntityRelationship).where(_touching(record_ids)))
 
 
