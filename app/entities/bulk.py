@@ -25,14 +25,14 @@ from app.entities.fieldtypes import search_document
 from app.entities.filters import SEARCH_CONFIG
 from app.entities.models import BulkJob, EntityDefinition, EntityRecord, new_id
 from app.entities.services import (
-    _deactivate_relationships_of,
     compiled_schema,
+    deactivate_relationships_of,
     default_name,
     iso,
     merge_fields,
-    nul_errors,
     record_errors,
     records_written,
+    unstorable_errors,
 )
 from app.errors import ApiError, NotFound, ValidationFailed
 from app.tenancy import current_tenant, get_owned
@@ -79,8 +79,8 @@ def _shape_errors(item: Any, *, needs_id: bool = False) -> dict[str, list[str]]:
     if not isinstance(item, dict):
         return {"": ["must be an object"]}
     errors: dict[str, list[str]] = {}
-    if needs_id and (not isinstance(item.get("id"), str) or not item["id"]):
-        errors["id"] = ["a record id is required"]
+    if needs_id and not _usable_id(item.get("id")):
+        errors["id"] = ["a record id (a non-empty string without NUL) is required"]
     if "name" in item and not (isinstance(item["name"], str) and len(item["name"]) <= 1000):
         errors["name"] = ["must be a string of at most 1000 characters"]
     if "fields" in item and not isinstance(item["fields"], dict):
@@ -94,6 +94,10 @@ def _shape_errors(item: Any, *, needs_id: bool = False) -> dict[str, list[str]]:
     if "version" in item and (isinstance(item["version"], bool) or not isinstance(item["version"], int)):
         errors["version"] = ["must be an integer"]
     return errors
+
+
+def _usable_id(value: Any) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= 64 and "\x00" not in value
 
 
 def bulk_create(ctx: BulkContext, definition: EntityDefinition, items: list[Any]) -> dict[str, Any]:
@@ -165,7 +169,7 @@ def bulk_update(ctx: BulkContext, definition: EntityDefinition, items: list[Any]
     ids = [item.get("id") if isinstance(item, dict) else None for item in items]
     for index in _duplicates(ids):
         errors[index].setdefault("id", []).append("appears more than once in this batch")
-    existing = _load_active(ctx, definition, [i for i in ids if isinstance(i, str)],
+    existing = _load_active(ctx, definition, [i for i in ids if _usable_id(i)],
                             [T.c.id, T.c.name, T.c.fields, T.c.tags, T.c.metadata, T.c.version])
     params = []
     for index, item in enumerate(items):
@@ -208,7 +212,7 @@ def bulk_delete(ctx: BulkContext, definition: EntityDefinition, record_ids: list
     errors: dict[int, dict[str, list[str]]] = {}
     for index in _duplicates(record_ids):
         errors[index] = {"id": ["appears more than once in this batch"]}
-    existing = _load_active(ctx, definition, [i for i in record_ids if isinstance(i, str)], [T.c.id])
+    existing = _load_active(ctx, definition, [i for i in record_ids if _usable_id(i)], [T.c.id])
     for index, record_id in enumerate(record_ids):
         if not isinstance(record_id, str) or record_id not in existing:
             errors.setdefault(index, {}).setdefault("id", []).append("record not found")
@@ -217,7 +221,7 @@ def bulk_delete(ctx: BulkContext, definition: EntityDefinition, record_ids: list
     ids = list(existing)
     ctx.session.execute(update(T).where(T.c.org_id == ctx.org_id, T.c.id.in_(ids))
                         .values(is_active=False, updated_at=datetime.now(UTC), updated_by=ctx.user_id))
-    _deactivate_relationships_of(ids, ctx.session)
+    deactivate_relationships_of(ids, ctx.session)
     return {"message": f"Deleted {len(ids)} records.", "count": len(ids)}
 
 
@@ -243,7 +247,7 @@ def start_job(definition: EntityDefinition, operation: str, items: list[Any]) ->
     unstorable: dict[int, dict[str, list[str]]] = {}
     for index, item in enumerate(items):
         problems: dict[str, list[str]] = {}
-        nul_errors(item, "record", problems)
+        unstorable_errors(item, "record", problems)
         if problems:
             unstorable[index] = problems
     if unstorable:  # JSONB cannot hold U+0000, so such a payload cannot even be queued

@@ -323,7 +323,7 @@ def _freeze(schema: dict) -> str:
     import json
 
     try:
-        return json.dumps(schema, sort_keys=True)
+        return json.dumps(schema, sort_keys=True, allow_nan=False)
     except (TypeError, ValueError):
         raise _schema_error("schema", "must be plain JSON") from None
 
@@ -344,6 +344,8 @@ def _field_type_of(prop: dict) -> str:
         json_type = non_null[0] if len(non_null) == 1 else None
         if json_type is None:
             raise ValueError("a union type needs a fieldType")
+    if json_type is not None and not isinstance(json_type, str):
+        raise ValueError("`type` must be a string (or a list of strings)")
     if json_type is None:
         if "enum" in prop:
             return "dropdown"

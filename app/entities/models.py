@@ -11,8 +11,7 @@
 
 from __future__ import annotations
 
-import uuid
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Boolean, DateTime, ForeignKey, Integer, String, Text
@@ -20,17 +19,21 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db import TenantBase
+from app.ops.models import new_id, utcnow
+
+__all__ = ["BulkJob", "EntityDefinition", "EntityRecord", "EntityRelationship", "EntityView", "new_id", "utcnow"]
 
 
-def utcnow() -> datetime:
-    return datetime.now(UTC)
+class Audited:
+    """Who created / last changed a row, and when."""
+
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_by: Mapped[str | None] = mapped_column(String(64))
+    updated_by: Mapped[str | None] = mapped_column(String(64))
 
 
-def new_id() -> str:
-    return str(uuid.uuid4())
-
-
-class EntityDefinition(TenantBase):
+class EntityDefinition(Audited, TenantBase):
     __tablename__ = "entity_definitions"
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
@@ -49,13 +52,9 @@ class EntityDefinition(TenantBase):
     source: Mapped[str | None] = mapped_column(String(100))
     is_active: Mapped[bool] = mapped_column(Boolean, default=True)
     version: Mapped[int] = mapped_column(Integer, default=1)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    created_by: Mapped[str | None] = mapped_column(String(64))
-    updated_by: Mapped[str | None] = mapped_column(String(64))
 
 
-class EntityView(TenantBase):
+class EntityView(Audited, TenantBase):
     __tablename__ = "entity_views"
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
@@ -71,13 +70,9 @@ class EntityView(TenantBase):
     page_size: Mapped[int | None] = mapped_column(Integer)
     is_default: Mapped[bool] = mapped_column(Boolean, default=False)
     config: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    created_by: Mapped[str | None] = mapped_column(String(64))
-    updated_by: Mapped[str | None] = mapped_column(String(64))
 
 
-class EntityRecord(TenantBase):
+class EntityRecord(Audited, TenantBase):
     __tablename__ = "entity_records"
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
@@ -90,10 +85,6 @@ class EntityRecord(TenantBase):
     search_vector: Mapped[Any] = mapped_column(TSVECTOR, deferred=True)
     is_active: Mapped[bool] = mapped_column(Boolean, default=True)
     version: Mapped[int] = mapped_column(Integer, default=1)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    created_by: Mapped[str | None] = mapped_column(String(64))
-    updated_by: Mapped[str | None] = mapped_column(String(64))
 
 
 class EntityRelationship(TenantBase):

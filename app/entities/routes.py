@@ -37,6 +37,7 @@ from app.entities.schemas import (
     ViewInputSchema,
     ViewListSchema,
 )
+from app.errors import InvalidInput
 from app.extensions import Blueprint
 
 READ, WRITE = "read:entities", "write:entities"
@@ -48,6 +49,28 @@ admin_blp = Blueprint("entities_admin", __name__, url_prefix="/api/v1/admin/enti
                       description="Entity store administration")
 jobs_blp = Blueprint("jobs", __name__, url_prefix="/api/v1/jobs", description="Asynchronous jobs")
 blueprints = [blp, admin_blp, jobs_blp]
+# Bodies checked by their own parsers: bulk per record (the answer lists indexes), query/count by the
+# filter parser (the answer names the filter path).
+SELF_CHECKED = {"entities.BulkCreate", "entities.BulkUpdate", "entities.BulkDelete", "entities.RecordQuery",
+                "entities.RecordCount"}
+
+
+def _refuse_unstorable() -> None:
+    """Path and query values, and JSON bodies, must be storable (no NUL, no NaN) — a 400, never a
+    database error."""
+    for source in (request.view_args or {}, request.args):
+        for key, value in source.items():
+            if "\x00" in key or "\x00" in str(value):
+                raise InvalidInput(f"Parameter '{key.replace(chr(0), '')}' must not contain the NUL character.")
+    if request.endpoint not in SELF_CHECKED and request.is_json:
+        body = request.get_json(silent=True)
+        if body is not None:
+            services.check_storable(body)
+
+
+for _blueprint in blueprints:
+    _blueprint.before_request(_refuse_unstorable)
+
 embedding_hooks.install()  # semantic search: embedding tasks after writes, `$similar` (issue 5)
 
 
@@ -223,37 +246,26 @@ def _bulk(entity_name: str, operation: str, items: list):
     return bulk.run_bulk(definition, operation, items)
 
 
-@blp.route("/<string:entity_name>/records/bulk/create")
-class BulkCreate(MethodView):
-    @blp.arguments(BulkRecordsSchema)
-    @blp.response(200, BulkResultSchema)
-    @blp.alt_response(202, schema=JobAcceptedSchema, description="With `Prefer: respond-async`")
-    @require_scopes(WRITE)
-    def post(self, data, entity_name):
-        """Create many records, all or nothing (`Prefer: respond-async` → 202 {jobId})."""
-        return _bulk(entity_name, "create", data["records"])
+def _bulk_route(operation: str, body_schema, key: str, summary: str) -> None:
+    """One bulk endpoint (`/records/bulk/<operation>`); the three differ only in body and operation."""
+
+    class BulkView(MethodView):
+        @blp.arguments(body_schema)
+        @blp.response(200, BulkResultSchema)
+        @blp.alt_response(202, schema=JobAcceptedSchema, description="With `Prefer: respond-async`")
+        @require_scopes(WRITE)
+        def post(self, data, entity_name):
+            return _bulk(entity_name, operation, data[key])
+
+    BulkView.post.__doc__ = summary
+    BulkView.__name__ = BulkView.__qualname__ = f"Bulk{operation.title()}"
+    blp.route(f"/<string:entity_name>/records/bulk/{operation}")(BulkView)
 
 
-@blp.route("/<string:entity_name>/records/bulk/update")
-class BulkUpdate(MethodView):
-    @blp.arguments(BulkRecordsSchema)
-    @blp.response(200, BulkResultSchema)
-    @blp.alt_response(202, schema=JobAcceptedSchema, description="With `Prefer: respond-async`")
-    @require_scopes(WRITE)
-    def post(self, data, entity_name):
-        """Update many records by id (fields merge), all or nothing."""
-        return _bulk(entity_name, "update", data["records"])
-
-
-@blp.route("/<string:entity_name>/records/bulk/delete")
-class BulkDelete(MethodView):
-    @blp.arguments(BulkDeleteSchema)
-    @blp.response(200, BulkResultSchema)
-    @blp.alt_response(202, schema=JobAcceptedSchema, description="With `Prefer: respond-async`")
-    @require_scopes(WRITE)
-    def post(self, data, entity_name):
-        """Soft-delete many records by id, all or nothing."""
-        return _bulk(entity_name, "delete", data["recordIds"])
+_bulk_route("create", BulkRecordsSchema, "records",
+            "Create many records, all or nothing (`Prefer: respond-async` → 202 {jobId}).")
+_bulk_route("update", BulkRecordsSchema, "records", "Update many records by id (fields merge), all or nothing.")
+_bulk_route("delete", BulkDeleteSchema, "recordIds", "Soft-delete many records by id, all or nothing.")
 
 
 @jobs_blp.route("/<string:job_id>")

@@ -26,6 +26,13 @@ class AnyJson(ma.Raw):
     """Any JSON value (documented as such in OpenAPI)."""
 
 
+class AuditedSchema(Schema):
+    createdAt = ma.String()
+    updatedAt = ma.String()
+    createdBy = ma.String(allow_none=True)
+    updatedBy = ma.String(allow_none=True)
+
+
 # --- definitions ----------------------------------------------------------------------------------
 
 class EmbeddingsConfigSchema(Schema):
@@ -71,7 +78,7 @@ class DefinitionInputSchema(Schema):
         return data
 
 
-class DefinitionSchema(Schema):
+class DefinitionSchema(AuditedSchema):
     id = ma.String(required=True)
     name = ma.String(required=True)
     displayName = ma.String()
@@ -80,10 +87,6 @@ class DefinitionSchema(Schema):
     schema = ma.Dict()
     defaultViewId = ma.String(allow_none=True)
     metadata = ma.Dict(allow_none=True)
-    createdAt = ma.String()
-    updatedAt = ma.String()
-    createdBy = ma.String(allow_none=True)
-    updatedBy = ma.String(allow_none=True)
     isActive = ma.Boolean()
     version = ma.Integer()
     embeddingsConfig = ma.Dict(allow_none=True)
@@ -166,7 +169,7 @@ class ViewInputSchema(Schema):
         return data
 
 
-class ViewSchema(Schema):
+class ViewSchema(AuditedSchema):
     id = ma.String(required=True)
     entityId = ma.String()
     entityName = ma.String()
@@ -180,9 +183,6 @@ class ViewSchema(Schema):
     pageSize = ma.Integer(allow_none=True)
     isDefault = ma.Boolean()
     config = ma.Dict()
-    createdAt = ma.String()
-    updatedAt = ma.String()
-    createdBy = ma.String(allow_none=True)
 
 
 class ViewListSchema(Schema):
@@ -205,17 +205,13 @@ class RecordInputSchema(Schema):
     version = ma.Integer(metadata={"description": "on update: the version you read; stale → 409"})
 
 
-class RecordSchema(Schema):
+class RecordSchema(AuditedSchema):
     id = ma.String(required=True)
     entityId = ma.String(required=True)
     name = ma.String()
     fields = ma.Dict()
     tags = ma.List(ma.String())
     metadata = ma.Dict(allow_none=True)
-    createdAt = ma.String()
-    updatedAt = ma.String()
-    createdBy = ma.String(allow_none=True)
-    updatedBy = ma.String(allow_none=True)
     isActive = ma.Boolean()
     version = ma.Integer()
     distance = ma.Float(metadata={"description": "only on semantic searches ($similar)"})

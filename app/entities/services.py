@@ -6,6 +6,7 @@ definition, so another org's or another entity's object is a 404. Writes commit 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -121,7 +122,15 @@ def _apply_definition(definition: EntityDefinition, data: dict, *, provenance: b
     if "name" in data:
         definition.name = data["name"]
     if "defaultViewId" in data and data["defaultViewId"] is not None:
-        _owned_view(definition, data["defaultViewId"])
+        try:
+            _owned_view(definition, data["defaultViewId"])
+        except NotFound:
+            raise ValidationFailed("defaultViewId does not name a view of this entity.",
+                                   {"fields": {"defaultViewId": ["unknown view"]}}) from None
+    if "defaultViewId" in data and definition.id is not None:  # keep the views' isDefault in step
+        db.session.execute(update(EntityView).where(
+            EntityView.org_id == definition.org_id, EntityView.entity_id == definition.id)
+            .values(is_default=EntityView.id == data["defaultViewId"] if data["defaultViewId"] else False))
 
 
 def create_definition(data: dict, *, provenance: bool = False, commit: bool = True) -> EntityDefinition:
@@ -174,13 +183,13 @@ def delete_definition(name: str, *, delete_records: bool = False, hard_delete: b
     if hard_delete:
         if not delete_records and db.session.scalar(select(func.count()).select_from(records.subquery())):
             raise Conflict(f"Entity '{name}' still has records; pass deleteRecords=true to delete them too.")
-        _delete_relationships_of(records)
+        delete_relationships_of(records)
         db.session.execute(delete(EntityRecord).where(EntityRecord.org_id == definition.org_id,
                                                       EntityRecord.entity_id == definition.id))
         db.session.delete(definition)
     else:
         if delete_records:
-            _deactivate_relationships_of(records)
+            deactivate_relationships_of(records)
             db.session.execute(update(EntityRecord).where(
                 EntityRecord.org_id == definition.org_id, EntityRecord.entity_id == definition.id,
                 EntityRecord.is_active.is_(True)).values(is_active=False, updated_at=utcnow()))
@@ -252,7 +261,8 @@ def view_to_wire(v: EntityView, definition: EntityDefinition) -> dict[str, Any]:
     return {"id": v.id, "entityId": v.entity_id, "entityName": definition.name, "name": v.name, "type": v.type,
             "description": v.description, "columns": v.columns, "filters": v.filters, "sortBy": v.sort_by,
             "sortOrder": v.sort_order, "pageSize": v.page_size, "isDefault": v.is_default, "config": v.config,
-            "createdAt": iso(v.created_at), "updatedAt": iso(v.updated_at), "createdBy": v.created_by}
+            "createdAt": iso(v.created_at), "updatedAt": iso(v.updated_at), "createdBy": v.created_by,
+            "updatedBy": v.updated_by}
 
 
 def list_views(definition: EntityDefinition) -> list[EntityView]:
@@ -360,19 +370,30 @@ def record_to_wire(row: Any) -> dict[str, Any]:
             "isActive": get("is_active"), "version": get("version")}
 
 
-def nul_errors(value: Any, path: str, out: dict[str, list[str]]) -> None:
-    """PostgreSQL text and JSONB cannot hold U+0000: name each place that has one."""
+def unstorable_errors(value: Any, path: str, out: dict[str, list[str]]) -> None:
+    """PostgreSQL text and JSONB cannot hold U+0000, JSONB no NaN/Infinity: name each place."""
     if isinstance(value, str):
         if "\x00" in value:
             out.setdefault(path, []).append("must not contain the NUL character")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            out.setdefault(path, []).append("must be a finite number")
     elif isinstance(value, dict):
         for key, item in value.items():
-            if "\x00" in key:
+            if isinstance(key, str) and "\x00" in key:
                 out.setdefault(path, []).append("keys must not contain the NUL character")
-            nul_errors(item, f"{path}.{key}", out)
+            unstorable_errors(item, f"{path}.{key}" if path else str(key), out)
     elif isinstance(value, list):
         for i, item in enumerate(value):
-            nul_errors(item, f"{path}[{i}]", out)
+            unstorable_errors(item, f"{path}[{i}]", out)
+
+
+def check_storable(payload: Any, what: str = "Request") -> None:
+    """400 naming every NUL character or non-finite number in a payload (never a database error)."""
+    errors: dict[str, list[str]] = {}
+    unstorable_errors(payload, "", errors)
+    if errors:
+        raise ValidationFailed(f"{what} contains values that cannot be stored.", {"fields": errors})
 
 
 def record_errors(compiled: CompiledSchema, item: dict) -> dict[str, list[str]]:
@@ -380,7 +401,7 @@ def record_errors(compiled: CompiledSchema, item: dict) -> dict[str, list[str]]:
     errors: dict[str, list[str]] = {}
     for key in ("name", "fields", "tags", "metadata"):
         if key in item:
-            nul_errors(item[key], key, errors)
+            unstorable_errors(item[key], key, errors)
     if errors:
         return errors
     fields = item.get("fields", {})
@@ -454,7 +475,7 @@ def update_record(definition: EntityDefinition, record_id: str, data: dict) -> E
         raise ValidationFailed("Record does not match the entity schema.", {"fields": errors})
     apply_record_update(record, merged, compiled, current_tenant().user_id)
     if data.get("isActive") is False:
-        _deactivate_relationships_of(select(EntityRecord.id).where(EntityRecord.id == record.id))
+        deactivate_relationships_of(select(EntityRecord.id).where(EntityRecord.id == record.id))
     records_written(db.session, definition, [record.id])
     db.session.commit()
     return record
@@ -482,10 +503,10 @@ def delete_record(definition: EntityDefinition, record_id: str, *, hard_delete: 
     record = find_record(definition, record_id, lock=True)
     ids = select(EntityRecord.id).where(EntityRecord.id == record.id)
     if hard_delete:
-        _delete_relationships_of(ids)
+        delete_relationships_of(ids)
         db.session.delete(record)
     else:
-        _deactivate_relationships_of(ids)
+        deactivate_relationships_of(ids)
         record.is_active = False
         record.updated_at = utcnow()
         record.updated_by = current_tenant().user_id
@@ -496,12 +517,12 @@ def _touching(record_ids):
     return or_(EntityRelationship.from_record_id.in_(record_ids), EntityRelationship.to_record_id.in_(record_ids))
 
 
-def _deactivate_relationships_of(record_ids, session=None) -> None:
+def deactivate_relationships_of(record_ids, session=None) -> None:
     (session or db.session).execute(update(EntityRelationship).where(
         _touching(record_ids), EntityRelationship.is_active.is_(True)).values(is_active=False))
 
 
-def _delete_relationships_of(record_ids, session=None) -> None:
+def delete_relationships_of(record_ids, session=None) -> None:
     (session or db.session).execute(delete(EntityRelationship).where(_touching(record_ids)))
 
 
@@ -535,8 +556,8 @@ def create_relationship(definition: EntityDefinition, record_id: str, data: dict
     target_definition = find_definition(data["toEntityName"])
     target = find_record(target_definition, data["toRecordId"])
     errors: dict[str, list[str]] = {}
-    nul_errors(data.get("fields"), "fields", errors)
-    nul_errors(data["relationshipType"], "relationshipType", errors)
+    unstorable_errors(data.get("fields"), "fields", errors)
+    unstorable_errors(data["relationshipType"], "relationshipType", errors)
     if errors:
         raise ValidationFailed("Invalid relationship.", {"fields": errors})
     tenant = current_tenant()

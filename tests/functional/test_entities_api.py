@@ -167,6 +167,13 @@ def test_views(client, auth):
     for bad in ({"name": "x", "columns": ["nope"]}, {"name": "x", "filters": {"nope": 1}},
                 {"name": "x", "type": "pie"}, {"name": "x", "sortBy": "nope"}, {"type": "table"}):
         error(client.post(f"{BASE}/definitions/items/views", json=bad, headers=headers), 400)
+    assert client.put(f"{BASE}/definitions/items", json={"defaultViewId": view_id}, headers=headers).status_code == 200
+    assert client.get(f"{BASE}/definitions/items", headers=headers).get_json()["definition"]["defaultViewId"] == view_id
+    flags = {v["id"]: v["isDefault"] for v in client.get(f"{BASE}/definitions/items/views",
+                                                           headers=headers).get_json()["views"]}
+    assert flags == {view_id: True, second: False}
+    error(client.put(f"{BASE}/definitions/items", json={"defaultViewId": "nope"}, headers=headers), 400)
+    client.put(f"{BASE}/definitions/items", json={"defaultViewId": second}, headers=headers)
     assert client.delete(f"{BASE}/definitions/items/views/{second}", headers=headers).status_code == 200
     assert client.get(f"{BASE}/definitions/items", headers=headers).get_json()["definition"]["defaultViewId"] is None
     error(client.delete(f"{BASE}/definitions/items/views/{second}", headers=headers), 404, "NOT_FOUND")
@@ -416,6 +423,15 @@ def test_async_bulk_jobs_on_a_real_worker(client, auth, celery_worker):
     assert done["status"] == "succeeded" and done["result"] == {"message": "Created 50 records.", "count": 50}
     assert done["operation"] == "create" and done["entityName"] == "items" and done["finishedAt"]
     assert query(client, headers, "items").get_json()["totalCount"] == 50
+    # a redelivered task finds the job finished and writes nothing again
+    from app.entities import bulk
+    from app.entities.tasks import run_bulk_job
+
+    with client.application.app_context():
+        assert bulk.claim_job(job_id, "default") is False
+        assert bulk.execute_job(job_id, "default") == "succeeded"
+        assert run_bulk_job.apply(args=[job_id, "default"]).get() == "skipped"
+    assert query(client, headers, "items").get_json()["totalCount"] == 50
 
     failing = client.post(f"{BASE}/items/records/bulk/create", headers=async_headers, json={"records": [
         {"fields": {"title": "ok"}}, {"fields": {"qty": "nope"}}]})
@@ -471,3 +487,31 @@ def test_scopes(client, auth):
     error(query(client, auth("read:agents"), "items"), 403, "FORBIDDEN")
     assert client.post(f"{BASE}/items/records", json={"fields": {"title": "t"}},
                        headers=auth("write:entities")).status_code == 201
+
+
+def test_unstorable_values_are_400_not_500(client, auth):
+    headers = auth()
+    create_definition(client, headers)
+    error(client.get(f"{BASE}/definitions/a%00b", headers=headers), 400, "INVALID_INPUT")
+    error(client.get(f"{BASE}/items/records/x%00", headers=headers), 400, "INVALID_INPUT")
+    error(client.get(f"{BASE}/definitions?module=a%00", headers=headers), 400, "INVALID_INPUT")
+    error(client.get("/api/v1/jobs/%00", headers=headers), 400, "INVALID_INPUT")
+    err = error(client.post(f"{BASE}/definitions", json={"name": "n", "displayName": "a\x00"}, headers=headers), 400)
+    assert "displayName" in err["details"]["fields"]
+    raw = '{"name": "x", "fields": {"title": "t", "price": NaN, "meta": {"v": Infinity}}}'
+    err = error(client.post(f"{BASE}/items/records", data=raw, headers={**headers, "Content-Type": "application/json"}),
+                400)
+    assert set(err["details"]["fields"]) == {"fields.price", "fields.meta.v"}
+    bulk = '{"records": [{"fields": {"title": "ok"}}, {"fields": {"title": "t", "price": NaN}}]}'
+    err = error(client.post(f"{BASE}/items/records/bulk/create", data=bulk,
+                            headers={**headers, "Content-Type": "application/json"}), 400)
+    assert err["details"]["indexes"] == [1]
+    err = error(client.post(f"{BASE}/items/records/bulk/delete", json={"recordIds": ["a\x00"]}, headers=headers), 400)
+    assert err["details"]["indexes"] == [0]
+    err = error(client.post(f"{BASE}/items/records/bulk/update", json={"records": [{"id": "a\x00"}]},
+                            headers=headers), 400)
+    assert err["details"]["indexes"] == [0]
+    bad_schema = {"name": "weird", "schema": {"type": "object", "properties": {"a": {"type": {"x": 1}}}}}
+    assert "schema.properties.a" in error(client.post(f"{BASE}/definitions", json=bad_schema, headers=headers),
+                                          400)["details"]["fields"]
+    assert query(client, headers, "items").get_json()["totalCount"] == 0

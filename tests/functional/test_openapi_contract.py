@@ -7,13 +7,15 @@ Runs as an admin of a dedicated org, so generated writes stay inside that org.
 
 from __future__ import annotations
 
+import uuid
+
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from tests.support import bearer, token
 
-CONTRACT_ORG = "org-contract-fuzz"
+CONTRACT_ORG = f"org-contract-{uuid.uuid4().hex[:12]}"  # fresh per run: generated writes never accumulate
 
 
 def no_internal_error(ctx, response, case):
