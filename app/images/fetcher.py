@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 
-from app.images.imaging import sniff_mime
+from app.images.imaging import NotAnImage, inspect_image, sniff_mime
 
 log = logging.getLogger(__name__)
 
@@ -196,6 +196,10 @@ class ReferenceFetcher:
                 raise ReferenceRefused(f"HTTP {status}")
             if sniff_mime(body) is None:
                 raise ReferenceRefused("body is not PNG or JPEG")
+            try:
+                inspect_image(body)  # a full decode under the pixel cap, not just the magic bytes
+            except NotAnImage as exc:
+                raise ReferenceRefused(f"body does not decode: {exc}") from None
             return body
         raise ReferenceRefused("too many redirects")
 
