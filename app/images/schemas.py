@@ -16,9 +16,6 @@ class _StrictSchema(Schema):
     class Meta:
         unknown = RAISE
 
-    def handle_error(self, error: ValidationError, data, *, many: bool, **kwargs):
-        raise InvalidInput("Malformed image request.", {"fields": error.messages, "location": "json"})
-
 
 class ReferenceImageSchema(_StrictSchema):
     url = fields.String(metadata={"description": "https URL on an allowed host (own blob storage by default)"})
@@ -32,6 +29,10 @@ class MaskSchema(_StrictSchema):
 
 
 class ImageRequestSchema(_StrictSchema):
+    def handle_error(self, error: ValidationError, data, *, many: bool, **kwargs):
+        """Type errors and unknown fields are a bad request (INVALID_INPUT), not a rule failure."""
+        raise InvalidInput("Malformed image request.", {"fields": error.messages, "location": "json"})
+
     provider = fields.String(metadata={"enum": ["provider-a", "provider-b"], "description": "required"})
     model = fields.String(metadata={"description": "required; provider-native deployment id or model name"})
     prompt = fields.String(metadata={"description": "required; 1-4000 characters"})

@@ -225,7 +225,8 @@ def _inspect(data: bytes, field: str, url_sourced: bool) -> ImageInfo:
     except NotAnImage:
         if url_sourced:  # the uniform refusal: nothing about what the URL served
             raise ValidationFailed(REFUSED_MESSAGE, {"field": f"{field}.url"}) from None
-        raise ValidationFailed(f"{field} is not a decodable PNG or JPEG image.", {"field": field}) from None
+        kinds = "PNG" if field == "mask" else "PNG or JPEG"
+        raise ValidationFailed(f"{field} is not a decodable {kinds} image.", {"field": field}) from None
 
 
 # -- the call ------------------------------------------------------------------------------------
