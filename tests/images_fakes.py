@@ -526,3 +526,23 @@ class LoopbackNet:
     def policy(address) -> bool:
         """TEST ONLY: the production policy, plus the one loopback address the test server uses."""
         return address == LOOPBACK or public_address_allowed(address)
+
+
+# -- GCS emulator --------------------------------------------------------------------------------
+
+class GcsEmulator:
+    """`gcp-storage-emulator` (a real GCS JSON API) in a thread on loopback, in memory."""
+
+    def __init__(self, bucket: str = "platform-images") -> None:
+        import logging
+
+        from gcp_storage_emulator.server import create_server
+
+        logging.getLogger("gcp_storage_emulator").setLevel(logging.WARNING)
+        self.bucket = bucket
+        self.server = create_server("127.0.0.1", 0, in_memory=True, default_bucket=bucket)
+        self.server.start()
+        self.endpoint = f"http://127.0.0.1:{self.server._api._httpd.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.stop()

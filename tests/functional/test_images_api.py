@@ -594,3 +594,33 @@ def test_slow_drip_reference_is_refused(app, post, fakes, monkeypatch):
     monkeypatch.setattr(fetcher, "deadline_seconds", 1.0)
     resp = post(EDIT_B | {"referenceImage": {"url": "https://cdn.example.com/drip", "mimeType": "image/png"}})
     assert resp.get_json()["error"]["message"] == REFUSED_MESSAGE and fakes.upstream_requests() == 0
+
+
+# -- the gcs backend end to end ------------------------------------------------------------------
+
+@pytest.fixture()
+def gcs_backend(app):
+    from app.storage import build_blob_store
+    from tests.images_fakes import GcsEmulator
+
+    emulator = GcsEmulator()
+    saved = app.extensions.get("blob_store")
+    app.extensions["blob_store"] = build_blob_store(dict(app.config, BLOB_BACKEND="gcs", BLOB_PUBLIC_BASE_URL="",
+                                                         GCS_ENDPOINT=emulator.endpoint))
+    yield app.extensions["blob_store"]
+    app.extensions["blob_store"] = saved
+    emulator.close()
+
+
+def test_gcs_backend_stores_serves_and_reads_back_own_urls(post, fakes, gcs_backend, org_id):
+    import requests
+
+    data = ok(post(GENERAL))
+    assert data["url"].startswith(f"{gcs_backend.public_base_url}/images/{org_id}/")
+    served = requests.get(data["url"], timeout=10)
+    assert served.status_code == 200 and served.content == fakes.a.image
+    fakes.reset()
+    ok(post(EDIT_B | {"referenceImage": {"url": data["url"], "mimeType": "image/png"}}))
+    ref = fakes.b.received[0].json["instances"][0]["referenceImages"][0]["referenceImage"]
+    assert ref["bytesBase64Encoded"] == b64(fakes.a.image)
+    assert fakes.net.connections == []  # read through the storage API, not fetched
