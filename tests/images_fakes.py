@@ -305,7 +305,7 @@ class FakeImagen(_FakeServer):
         for ref in (instances[0].get("referenceImages") or []) if instances else []:
             if ref.get("referenceType") != "REFERENCE_TYPE_RAW" or ref.get("referenceId") != 1:
                 problems.append("reference image is not RAW id 1")
-            if not base64.b64decode(ref.get("referenceImage", {}).get("bytesBase64Encoded", ""))[:3] in (
+            if base64.b64decode(ref.get("referenceImage", {}).get("bytesBase64Encoded", ""))[:3] not in (
                     b"\x89PN", b"\xff\xd8\xff"):
                 problems.append("reference bytes are not an image")
         params = body.get("parameters") or {}

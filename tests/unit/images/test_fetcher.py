@@ -107,7 +107,8 @@ TEXT_CASES = [
 RESOLUTION_CASES = {
     "loopback": ["127.0.0.1"], "private-10": ["10.0.0.1"], "private-172": ["172.16.5.4"],
     "private-192": ["192.168.0.10"], "metadata-v4": ["169.254.169.254"], "metadata-v6": ["fd00:ec2::254"],
-    "cgnat": ["100.64.0.1"], "unspecified": ["0.0.0.0"], "v6-loopback": ["::1"], "mapped-loopback": ["::ffff:127.0.0.1"],
+    "cgnat": ["100.64.0.1"], "unspecified": ["0.0.0.0"], "v6-loopback": ["::1"],
+    "mapped-loopback": ["::ffff:127.0.0.1"],
     "mapped-metadata": ["::ffff:169.254.169.254"], "nat64-private": ["64:ff9b::a00:1"], "6to4": ["2002:a00:1::1"],
     "link-local-v6": ["fe80::1%eth0"], "mixed-public-private": ["93.184.216.34", "10.0.0.1"],
     "mixed-private-first": ["192.168.1.1", "93.184.216.34"], "multicast": ["224.0.0.251"], "no-answers": [],
