@@ -39,8 +39,12 @@ def sniff_mime(data: bytes) -> str | None:
     return None
 
 
-def inspect_image(data: bytes) -> ImageInfo:
-    """Check magic bytes, then fully decode with Pillow under a pixel cap."""
+def inspect_image(data: bytes, *, decode: bool = True) -> ImageInfo:
+    """Check magic bytes, then decode with Pillow under a pixel cap.
+
+    `decode=False` (images from the configured provider) parses the headers and verifies the file
+    structure (PNG chunk CRCs) without inflating every pixel; caller-supplied bytes get the full decode.
+    """
     mime = sniff_mime(data)
     if mime is None:
         raise NotAnImage("not a PNG or JPEG")
@@ -53,7 +57,10 @@ def inspect_image(data: bytes) -> ImageInfo:
                     raise NotAnImage("image too large")
                 has_alpha = img.mode in {"RGBA", "LA", "PA", "RGBa", "La"} or (
                     img.mode == "P" and "transparency" in img.info)
-                img.load()  # a truncated or corrupt body fails here, not later
+                if decode:
+                    img.load()  # a truncated or corrupt body fails here, not later
+                else:
+                    img.verify()
     except NotAnImage:
         raise
     except Exception as exc:  # Pillow raises many types for bad data

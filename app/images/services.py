@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from flask import current_app
+from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
 from app.config import csv_setting
@@ -239,7 +240,7 @@ def _run(plan: ImagePlan, tenant: Tenant, store: BlobStore, budget: Budget) -> d
     job = _load_urls(plan, store, budget)
     image = provider.generate(job, budget)
     try:
-        info = inspect_image(image.data)
+        info = inspect_image(image.data, decode=False)
     except NotAnImage:
         raise ServiceUnavailable(f"{provider.name} returned bytes that are not a PNG or JPEG image.",
                                  {"provider": provider.name}) from None
@@ -302,6 +303,8 @@ def _record_usage(tenant: Tenant, plan: ImagePlan, started: float, *, outcome: s
                       output_tokens=usage.get("outputTokens", 0), total_tokens=usage.get("totalTokens", 0),
                       latency_ms=int((time.monotonic() - started) * 1000), image_bytes=image_bytes)
     try:
+        # A usage line is analytics: do not wait for the WAL flush (a crash may lose the last few lines).
+        db.session.execute(text("SET LOCAL synchronous_commit = off"))
         db.session.add(line)
         db.session.commit()
     except SQLAlchemyError:
