@@ -213,7 +213,8 @@ def main() -> str:
     return write_result("images", "Image generation benchmark", body,
                         f"Overhead: in-process WSGI client, fake provider-a (child process, loopback) answering after "
                         f"{OVERHEAD_DELAY * 1000:.0f} ms; target p50 <= 15 ms. Concurrency: gunicorn as "
-                        "docker/gunicorn.conf.py configures it (gthread); the fake upstream runs in a child process of the bench.")
+                        "docker/gunicorn.conf.py configures it (gthread); the fake upstream runs in a child "
+                        "process of the bench.")
 
 
 if __name__ == "__main__":
