@@ -79,6 +79,7 @@ class GcsBlobStore(BlobStore):
 
     def check(self) -> None:
         try:
-            self.client.bucket(self.container).reload(timeout=5)
+            # objects.list needs only object-level read access (no storage.buckets.get)
+            next(iter(self.client.list_blobs(self.container, max_results=1, timeout=5)), None)
         except Exception as exc:
             raise BlobStoreError(f"gcs bucket {self.container} unusable: {type(exc).__name__}: {exc}") from exc
