@@ -437,26 +437,18 @@ class TlsImageServer:
             return self._send(h, 404, b"nope", "text/plain")
         if path == "/gzip":
             return self._send(h, 200, self.png, "image/png", {"Content-Encoding": "gzip"})
-        if path == "/big-honest":
+        big = {"/big-honest": ({"Content-Length": str(25 * 1024 * 1024)}, 25 * 1024 * 1024),
+               "/big-chunked": ({"Connection": "close"}, 21 * 1024 * 1024),  # no length at all
+               "/big-lying": ({"Content-Length": "2048"}, 21 * 1024 * 1024)}  # claims 2 KB
+        if path in big:
+            headers, total = big[path]
             h.send_response(200)
             h.send_header("Content-Type", "image/png")
-            h.send_header("Content-Length", str(25 * 1024 * 1024))
-            h.end_headers()
-            return self._stream(h, 25 * 1024 * 1024)
-        if path == "/big-chunked":  # no length at all, 21 MB
-            h.send_response(200)
-            h.send_header("Content-Type", "image/png")
-            h.send_header("Connection", "close")
-            h.end_headers()
-            h.close_connection = True
-            return self._stream(h, 21 * 1024 * 1024, prefix=self.png[:8])
-        if path == "/big-lying":  # claims 2 KB, sends 21 MB
-            h.send_response(200)
-            h.send_header("Content-Type", "image/png")
-            h.send_header("Content-Length", "2048")
+            for key, value in headers.items():
+                h.send_header(key, value)
             h.end_headers()
             h.close_connection = True
-            return self._stream(h, 21 * 1024 * 1024, prefix=self.png[:8])
+            return self._stream(h, total, prefix=self.png[:8])
         if path == "/drip":
             h.send_response(200)
             h.send_header("Content-Type", "image/png")

@@ -148,6 +148,30 @@ def unavailable(provider: str, message: str, status: int | None, headers=None) -
     return ServiceUnavailable(message, details, headers={"Retry-After": str(retry_after)})
 
 
+def upstream_error(provider: str, response: UpstreamResponse) -> tuple[dict[str, Any], str]:
+    """The provider's `error` object and its message (both APIs answer `{error: {..., message}}`)."""
+    payload = response.json()
+    error = payload.get("error") if isinstance(payload, dict) else None
+    error = error if isinstance(error, dict) else {}
+    message = str(error.get("message") or f"{provider} answered HTTP {response.status}.")[:1000]
+    return error, message
+
+
+def service_error(provider: str, response: UpstreamResponse, message: str) -> ServiceUnavailable | None:
+    """The answers the caller cannot fix: 429 and 5xx (retry hint), 401/403 (our credentials)."""
+    if response.status == 429:
+        return unavailable(provider, f"{provider} is rate limiting requests; retry later.", 429, response.headers)
+    if response.status >= 500:
+        return unavailable(provider, f"{provider} failed (HTTP {response.status}); retry later.",
+                           response.status, response.headers)
+    if response.status in (401, 403):
+        # the upstream's text may describe our key; it is logged, not returned
+        log.error("%s rejected the gateway's credentials (HTTP %s): %s", provider, response.status, message)
+        return ServiceUnavailable(f"{provider} rejected the gateway's credentials.",
+                                  {"provider": provider, "upstreamStatus": response.status})
+    return None
+
+
 class UpstreamClient:
     """HTTP to one provider: pooled connections, budget-bounded timeouts, the one-retry rule."""
 

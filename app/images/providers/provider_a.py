@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 from app.config import csv_setting
-from app.errors import InvalidInput, ServiceUnavailable, ValidationFailed
+from app.errors import InvalidInput, ValidationFailed
 from app.images.providers.base import (
     Budget,
     ImageJob,
@@ -23,7 +23,9 @@ from app.images.providers.base import (
     UpstreamClient,
     UpstreamResponse,
     reject_option,
+    service_error,
     unavailable,
+    upstream_error,
 )
 
 log = logging.getLogger(__name__)
@@ -160,25 +162,16 @@ class AzureImagesProvider(ImageProvider):
         return {"inputTokens": inp, "outputTokens": out, "totalTokens": total}
 
     def _error(self, response: UpstreamResponse, job: ImageJob) -> Exception:
-        payload = response.json()
-        error = payload.get("error") if isinstance(payload, dict) else None
-        error = error if isinstance(error, dict) else {}
+        error, message = upstream_error(NAME, response)
+        common = service_error(NAME, response, message)
+        if common is not None:
+            return common
         code = str(error.get("code") or "")
         inner = error.get("inner_error") or error.get("innererror") or {}
         inner_code = str(inner.get("code") or "") if isinstance(inner, dict) else ""
-        message = str(error.get("message") or f"provider-a answered HTTP {response.status}.")[:1000]
         details: dict[str, Any] = {"provider": NAME, "upstreamStatus": response.status}
         if code:
             details["upstreamCode"] = code
-        if response.status == 429:
-            return unavailable(NAME, "provider-a is rate limiting requests; retry later.", 429, response.headers)
-        if response.status >= 500:
-            return unavailable(NAME, f"provider-a failed (HTTP {response.status}); retry later.",
-                               response.status, response.headers)
-        if response.status in (401, 403):
-            log.error("provider-a rejected the configured api-key (HTTP %s): %s", response.status, message)
-            return ServiceUnavailable("provider-a rejected the gateway's credentials.",
-                                      {"provider": NAME, "upstreamStatus": response.status})
         if {code.lower(), inner_code.lower()} & CONTENT_POLICY_CODES:
             return InvalidInput(message, details | {"reason": "content_policy"})
         if response.status == 404:

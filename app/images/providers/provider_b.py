@@ -25,7 +25,9 @@ from app.images.providers.base import (
     UpstreamClient,
     UpstreamResponse,
     reject_option,
+    service_error,
     unavailable,
+    upstream_error,
 )
 
 log = logging.getLogger(__name__)
@@ -177,24 +179,15 @@ class ImagenProvider(ImageProvider):
         return ProviderImage(data, enhanced if isinstance(enhanced, str) and enhanced else None, None)
 
     def _error(self, response: UpstreamResponse, job: ImageJob) -> Exception:
-        payload = response.json()
-        error = payload.get("error") if isinstance(payload, dict) else None
-        error = error if isinstance(error, dict) else {}
-        status_name = str(error.get("status") or "")
-        message = str(error.get("message") or f"provider-b answered HTTP {response.status}.")[:1000]
-        details: dict[str, Any] = {"provider": NAME, "upstreamStatus": response.status}
-        if status_name:
-            details["upstreamCode"] = status_name
-        if response.status == 429:
-            return unavailable(NAME, "provider-b is rate limiting requests; retry later.", 429, response.headers)
-        if response.status >= 500:
-            return unavailable(NAME, f"provider-b failed (HTTP {response.status}); retry later.",
-                               response.status, response.headers)
+        error, message = upstream_error(NAME, response)
         if response.status in (401, 403):
-            self.tokens.invalidate()
-            log.error("provider-b rejected the gateway's token (HTTP %s): %s", response.status, message)
-            return ServiceUnavailable("provider-b rejected the gateway's credentials.",
-                                      {"provider": NAME, "upstreamStatus": response.status})
+            self.tokens.invalidate()  # the next call mints a fresh token
+        common = service_error(NAME, response, message)
+        if common is not None:
+            return common
+        details: dict[str, Any] = {"provider": NAME, "upstreamStatus": response.status}
+        if error.get("status"):
+            details["upstreamCode"] = str(error["status"])
         if response.status == 404:
             return InvalidInput(f"Unknown provider-b model '{job.model}': {message}", details)
         return InvalidInput(message, details)
