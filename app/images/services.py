@@ -200,7 +200,7 @@ def _with_reference(job: ImageJob, data: bytes, declared_mime: str, *, url_sourc
     if info.mime_type != declared_mime:
         raise ValidationFailed(f"referenceImage.mimeType is {declared_mime} but the bytes are {info.mime_type}.",
                                {"field": "referenceImage.mimeType"})
-    return replace(job, reference=data, reference_mime=info.mime_type)
+    return replace(job, reference=data, reference_mime=info.mime_type, reference_size=(info.width, info.height))
 
 
 def _check_mask(data: bytes, job: ImageJob, *, url_sourced: bool) -> None:
@@ -211,11 +211,10 @@ def _check_mask(data: bytes, job: ImageJob, *, url_sourced: bool) -> None:
     if not info.has_alpha:
         raise ValidationFailed("mask must have an alpha channel (alpha 0 marks the area to repaint).",
                                {"field": "mask"})
-    if job.reference is not None:
-        ref = inspect_image(job.reference)
-        if (ref.width, ref.height) != (info.width, info.height):
-            raise ValidationFailed(f"mask is {info.width}x{info.height} but the reference image is "
-                                   f"{ref.width}x{ref.height}; they must match.", {"field": "mask"})
+    if job.reference_size is not None and job.reference_size != (info.width, info.height):
+        width, height = job.reference_size
+        raise ValidationFailed(f"mask is {info.width}x{info.height} but the reference image is "
+                               f"{width}x{height}; they must match.", {"field": "mask"})
 
 
 def _inspect(data: bytes, field: str, url_sourced: bool) -> ImageInfo:

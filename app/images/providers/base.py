@@ -61,6 +61,7 @@ class ImageJob:
     negative_prompt: str | None = None
     reference: bytes | None = None
     reference_mime: str | None = None
+    reference_size: tuple[int, int] | None = None  # (width, height) from the decode
     mask: bytes | None = None
 
     @property
