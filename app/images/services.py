@@ -268,7 +268,7 @@ def _load_urls(plan: ImagePlan, store: BlobStore, budget: Budget) -> ImageJob:
         data = _read_source(plan.mask, store, budget)
         _check_mask(data, job, url_sourced=True)
         job = replace(job, mask=data)
-    elif plan.mask is not None:
+    elif plan.mask is not None and plan.reference is not None and plan.reference.data is None:
         _check_mask(plan.mask.data or b"", job, url_sourced=False)  # reference came by URL: sizes now known
     return job
 

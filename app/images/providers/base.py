@@ -176,7 +176,8 @@ def service_error(provider: str, response: UpstreamResponse, message: str) -> Se
 class UpstreamClient:
     """HTTP to one provider: pooled connections, budget-bounded timeouts, the one-retry rule."""
 
-    def __init__(self, provider: str, pool_size: int = 64, trust_env: bool = True) -> None:
+    # as many pooled connections as a gunicorn worker has threads (docker/gunicorn.conf.py)
+    def __init__(self, provider: str, pool_size: int = 128, trust_env: bool = True) -> None:
         self.provider = provider
         self.session = requests.Session()
         self.session.trust_env = trust_env
