@@ -7,7 +7,7 @@ import time
 from flask.views import MethodView
 
 from app.auth import require_scopes
-from app.extensions import Blueprint
+from app.extensions import Blueprint, ErrorEnvelopeSchema
 from app.images.schemas import ImageRequestSchema, ImageResponseSchema
 from app.images.services import generate_image
 from app.tenancy import current_tenant
@@ -19,10 +19,14 @@ blp = Blueprint("images", __name__, url_prefix="/api/v1/agents", description="Im
 class Images(MethodView):
     @blp.arguments(ImageRequestSchema)
     @blp.response(200, ImageResponseSchema)
-    @blp.alt_response(400, description="INVALID_INPUT (rules 1-4, size/quality, upstream refusal) or "
-                                       "VALIDATION_ERROR (rules 5-8, bad reference bytes)")
-    @blp.alt_response(503, description="provider not configured, upstream 5xx or rate limiting")
-    @blp.alt_response(504, description="the image call exceeded its budget (120 s)")
+    @blp.alt_response(400, schema=ErrorEnvelopeSchema,
+                      description="INVALID_INPUT (rules 1-4, size/quality, upstream refusal) or "
+                                  "VALIDATION_ERROR (rules 5-8, refused URL, bad reference bytes)")
+    @blp.alt_response(403, schema=ErrorEnvelopeSchema, description="token lacks scope write:image-gen")
+    @blp.alt_response(500, schema=ErrorEnvelopeSchema, description="SYSTEM_ERROR: storing the image failed")
+    @blp.alt_response(503, schema=ErrorEnvelopeSchema,
+                      description="provider not configured, upstream 5xx or rate limiting (retry hint in details)")
+    @blp.alt_response(504, schema=ErrorEnvelopeSchema, description="the image call exceeded its budget (120 s)")
     @require_scopes("write:image-gen")
     def post(self, payload):
         """Generate one image (or edit a reference image, optionally with a mask) and store it.
