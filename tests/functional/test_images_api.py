@@ -6,12 +6,14 @@ asserting they saw no protocol violation.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import time
 from datetime import UTC, datetime
 
 import pytest
+from PIL import Image
 from sqlalchemy import select
 
 from app.db import db
@@ -153,6 +155,8 @@ def test_provider_a_general_generate_stores_and_serves_the_image(post, client, f
                          "output_format": "png"}
     served = client.get(blob_path(data["url"]))  # no token needed
     assert served.status_code == 200 and served.data == fakes.a.image
+    with Image.open(io.BytesIO(served.data)) as decoded:
+        assert decoded.size == (96, 64) and decoded.format == "PNG"
     assert served.headers["Content-Type"] == "image/png"
     assert "public" in served.headers["Cache-Control"]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import logging
 import math
 import re
@@ -73,7 +74,8 @@ class TokenSource:
     def configured(self) -> bool:
         return bool(self.credentials_path or self.access_token)
 
-    def token(self) -> str:
+    def token(self, timeout: float = 30.0) -> str:
+        """A valid access token; a refresh (token endpoint call) is bounded by `timeout` seconds."""
         if not self.credentials_path:
             return self.access_token
         from google.auth.exceptions import GoogleAuthError
@@ -87,7 +89,8 @@ class TokenSource:
                     self._credentials = service_account.Credentials.from_service_account_file(
                         self.credentials_path, scopes=[CLOUD_PLATFORM_SCOPE])
                 if not self._credentials.valid:
-                    self._credentials.refresh(Request(session=self._session))
+                    self._credentials.refresh(functools.partial(Request(session=self._session),
+                                                                timeout=max(1.0, timeout)))
             except (GoogleAuthError, OSError, ValueError) as exc:
                 log.error("provider-b: cannot obtain an access token: %s", exc)
                 raise ServiceUnavailable("provider-b credentials could not be used to obtain a token.",
@@ -155,8 +158,9 @@ class ImagenProvider(ImageProvider):
 
     def generate(self, job: ImageJob, budget: Budget) -> ProviderImage:
         body = self.request_body(job)
+        token = self.tokens.token(min(30.0, budget.remaining()))
         response = self.client.post(self._url(job.model), budget, json=body,
-                                    headers={"Authorization": f"Bearer {self.tokens.token()}"})
+                                    headers={"Authorization": f"Bearer {token}"})
         if response.status != 200:
             raise self._error(response, job)
         return self._image(response)
