@@ -275,6 +275,11 @@ class FakeImagen(_FakeServer):
         self.issued_tokens: list[str] = []
         self.known_models = {"imagen-3.0-generate-002", "imagen-3.0-capability-001", "imagen-4.0-generate-001"}
 
+    def reset(self) -> None:
+        super().reset()
+        self.issued_tokens.clear()
+        self.accepted_tokens = {self.STATIC_TOKEN}
+
     def check(self, r: Received) -> list[str]:
         if r.path == "/token":
             return self._check_token_request(r)

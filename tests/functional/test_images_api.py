@@ -218,16 +218,34 @@ def test_provider_b_service_account_token_is_minted_once_and_reused(app, post, f
 
     config = dict(app.config, PROVIDER_B_ACCESS_TOKEN="",
                   PROVIDER_B_CREDENTIALS=service_account_file(f"{fakes.b.url}/token"))
-    app.extensions["image_providers"]["provider-b"] = ImagenProvider.from_config(config)
+    app.extensions.setdefault("image_providers", {})["provider-b"] = ImagenProvider.from_config(config)
     try:
         ok(post(IMAGEN))
         ok(post(IMAGEN))
     finally:
-        app.extensions["image_providers"].pop("provider-b")
+        app.extensions.setdefault("image_providers", {}).pop("provider-b")
         os.unlink(config["PROVIDER_B_CREDENTIALS"])
     assert fakes.b.issued_tokens == ["sa-token-1"]
     predicts = [r for r in fakes.b.received if r.path.endswith(":predict")]
     assert [r.headers["Authorization"] for r in predicts] == ["Bearer sa-token-1"] * 2
+
+
+def test_provider_b_token_rejected_is_503_and_the_next_call_mints_a_new_one(app, post, fakes):
+    from app.images.providers.provider_b import ImagenProvider
+
+    config = dict(app.config, PROVIDER_B_ACCESS_TOKEN="",
+                  PROVIDER_B_CREDENTIALS=service_account_file(f"{fakes.b.url}/token"))
+    app.extensions.setdefault("image_providers", {})["provider-b"] = ImagenProvider.from_config(config)
+    try:
+        ok(post(IMAGEN))
+        fakes.b.reply(Reply(401, {"error": {"code": 401, "status": "UNAUTHENTICATED", "message": "expired"}}))
+        err = error(post(IMAGEN), 503, "SERVICE_UNAVAILABLE")
+        ok(post(IMAGEN))
+    finally:
+        app.extensions.setdefault("image_providers", {}).pop("provider-b")
+        os.unlink(config["PROVIDER_B_CREDENTIALS"])
+    assert err["details"] == {"provider": "provider-b", "upstreamStatus": 401}
+    assert fakes.b.issued_tokens == ["sa-token-1", "sa-token-2"]
 
 
 def test_usage_line_is_recorded_per_call(app, post, fakes, org_id):
@@ -428,12 +446,12 @@ def test_token_is_required(client):
 def test_unconfigured_provider_is_503(app, post, fakes):
     saved = app.config["PROVIDER_A_API_KEY"]
     app.config["PROVIDER_A_API_KEY"] = ""
-    app.extensions["image_providers"].pop("provider-a", None)
+    app.extensions.setdefault("image_providers", {}).pop("provider-a", None)
     try:
         err = error(post(GENERAL), 503, "SERVICE_UNAVAILABLE")
     finally:
         app.config["PROVIDER_A_API_KEY"] = saved
-        app.extensions["image_providers"].pop("provider-a", None)
+        app.extensions.setdefault("image_providers", {}).pop("provider-a", None)
     assert err["details"]["provider"] == "provider-a" and fakes.upstream_requests() == 0
 
 
@@ -476,12 +494,12 @@ def test_connection_failure_is_retried_once(post, fakes):
 def test_unreachable_provider_is_503(app, post, fakes):
     saved = app.config["PROVIDER_A_ENDPOINT"]
     app.config["PROVIDER_A_ENDPOINT"] = "http://127.0.0.1:9"  # discard port: connection refused
-    app.extensions["image_providers"].pop("provider-a", None)
+    app.extensions.setdefault("image_providers", {}).pop("provider-a", None)
     try:
         err = error(post(GENERAL), 503, "SERVICE_UNAVAILABLE")
     finally:
         app.config["PROVIDER_A_ENDPOINT"] = saved
-        app.extensions["image_providers"].pop("provider-a", None)
+        app.extensions.setdefault("image_providers", {}).pop("provider-a", None)
     assert err["details"]["provider"] == "provider-a"
 
 
