@@ -454,6 +454,17 @@ class TlsImageServer:
             h.end_headers()
             h.close_connection = True
             return self._stream(h, total, prefix=self.png[:8])
+        if path == "/drip-headers":  # the status line, then one header byte per interval
+            h.wfile.write(b"HTTP/1.1 200 OK\r\n")
+            for byte in b"Content-Type: image/png\r\nX-Padding: " + b"a" * 200 + b"\r\n\r\n":
+                try:
+                    h.wfile.write(bytes([byte]))
+                    h.wfile.flush()
+                except OSError:
+                    return
+                time.sleep(self.drip_interval)
+            h.close_connection = True
+            return
         if path == "/drip":
             h.send_response(200)
             h.send_header("Content-Type", "image/png")

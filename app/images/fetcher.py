@@ -21,6 +21,7 @@ import ipaddress
 import logging
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -69,6 +70,14 @@ def public_address_allowed(address: IPAddress) -> bool:
     if not address.is_global or address.is_multicast:
         return False
     return not any(address in net for net in _BLOCKED_NETWORKS if net.version == address.version)
+
+
+def _shutdown(sock: socket.socket) -> None:
+    try:
+        # the plain socket's shutdown: SSLSocket.shutdown would also drop its TLS state under the reader
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    except OSError:
+        pass
 
 
 def system_resolver(host: str, port: int) -> list[str]:
@@ -246,6 +255,11 @@ class ReferenceFetcher:
         sock = self._connect(target, deadline)
         conn = http.client.HTTPConnection(target.host, 443)
         conn.sock = sock  # already connected to the checked address; http.client never looks up the name
+        # Socket timeouts are per recv: a server dripping its headers byte by byte would never trip
+        # them. The watchdog shuts the socket down at the deadline, which wakes any blocked read.
+        watchdog = threading.Timer(max(0.0, deadline - self.clock()), _shutdown, args=(sock,))
+        watchdog.daemon = True
+        watchdog.start()
         try:
             conn.putrequest("GET", target.path, skip_host=True, skip_accept_encoding=True)
             conn.putheader("Host", target.host)
@@ -262,9 +276,12 @@ class ReferenceFetcher:
             return 200, None, self._read_body(response, sock, deadline)
         except ReferenceRefused:
             raise
-        except (OSError, http.client.HTTPException, ssl.SSLError) as exc:
+        except (OSError, ValueError, http.client.HTTPException, ssl.SSLError) as exc:
+            if self.clock() >= deadline:
+                raise ReferenceRefused("deadline exceeded") from None
             raise ReferenceRefused(f"transfer failed: {type(exc).__name__}: {exc}") from None
         finally:
+            watchdog.cancel()
             conn.close()
 
     def _read_body(self, response: http.client.HTTPResponse, sock: socket.socket, deadline: float) -> bytes:
@@ -289,4 +306,5 @@ class ReferenceFetcher:
                 raise ReferenceRefused("body over the cap")
             chunks.append(chunk)
             self._remaining(deadline)
+        self._remaining(deadline)  # an EOF can be the watchdog's shutdown, not the end of the body
         return b"".join(chunks)

@@ -612,10 +612,11 @@ def test_ssrf_payloads_get_one_uniform_refusal(app, post, fakes, monkeypatch, ki
         assert fakes.net.connections == []
 
 
-def test_slow_drip_reference_is_refused(app, post, fakes, monkeypatch):
+@pytest.mark.parametrize("path", ["/drip", "/drip-headers"])
+def test_slow_drip_reference_is_refused(app, post, fakes, monkeypatch, path):
     fetcher = app.extensions["image_fetcher"]
-    monkeypatch.setattr(fetcher, "deadline_seconds", 1.0)
-    resp = post(EDIT_B | {"referenceImage": {"url": "https://cdn.example.com/drip", "mimeType": "image/png"}})
+    monkeypatch.setattr(fetcher, "deadline_seconds", 1.0)  # the 10 s rule, scaled down
+    resp = post(EDIT_B | {"referenceImage": {"url": f"https://cdn.example.com{path}", "mimeType": "image/png"}})
     assert resp.get_json()["error"]["message"] == REFUSED_MESSAGE and fakes.upstream_requests() == 0
 
 

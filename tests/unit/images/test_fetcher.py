@@ -173,11 +173,12 @@ def test_redirect_hops_are_capped(server, net):
     assert len(net.connections) == 4  # the first request + 3 re-checked hops
 
 
-def test_slow_drip_is_cut_at_the_total_deadline(server, net):
+@pytest.mark.parametrize("path", ["/drip", "/drip-headers"])
+def test_slow_drip_is_cut_at_the_total_deadline(server, net, path):
     fetcher = make_fetcher(server, net, deadline_seconds=1.0)  # the 10 s rule, scaled down
     started = time.monotonic()
     with pytest.raises(ReferenceRefused) as info:
-        fetcher.fetch("https://cdn.example.com/drip")
+        fetcher.fetch(f"https://cdn.example.com{path}")
     assert time.monotonic() - started < 2.5  # every read returned quickly; only the total deadline stops it
     assert "deadline" in info.value.reason
 
