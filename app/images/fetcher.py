@@ -72,12 +72,44 @@ def public_address_allowed(address: IPAddress) -> bool:
     return not any(address in net for net in _BLOCKED_NETWORKS if net.version == address.version)
 
 
-def _shutdown(sock: socket.socket) -> None:
-    try:
-        # the plain socket's shutdown: SSLSocket.shutdown would also drop its TLS state under the reader
-        socket.socket.shutdown(sock, socket.SHUT_RDWR)
-    except OSError:
-        pass
+class _Watchdog:
+    """Shuts the connection down at the deadline, whatever phase it is in.
+
+    Socket timeouts are per recv: a server dripping its TLS handshake or headers byte by byte would
+    never trip them. A shutdown wakes any blocked read. It works on a dup of the descriptor (the TLS
+    wrapper takes the socket over), and only while armed, so a reused descriptor is never touched.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+        self._timer = threading.Timer(max(0.0, seconds), self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def arm(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._fd = sock.fileno()
+
+    def disarm(self) -> None:
+        with self._lock:
+            self._fd = None
+        self._timer.cancel()
+
+    def _fire(self) -> None:
+        with self._lock:
+            if self._fd is None:
+                return
+            try:
+                dup = socket.fromfd(self._fd, socket.AF_INET, socket.SOCK_STREAM)
+            except OSError:
+                return
+            try:
+                dup.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            finally:
+                dup.close()
 
 
 def system_resolver(host: str, port: int) -> list[str]:
@@ -235,7 +267,7 @@ class ReferenceFetcher:
                 raise ReferenceRefused(f"{host} resolves to forbidden address {address}")
         return answers
 
-    def _connect(self, target: _Target, deadline: float) -> ssl.SSLSocket:
+    def _connect(self, target: _Target, deadline: float, watchdog: _Watchdog) -> ssl.SSLSocket:
         last_error: Exception | None = None
         for address in self._addresses(target.host):
             try:
@@ -243,23 +275,27 @@ class ReferenceFetcher:
             except OSError as exc:
                 last_error = exc
                 continue
+            watchdog.arm(raw)  # the descriptor stays the same once TLS wraps the socket
             try:
                 raw.settimeout(self._remaining(deadline))
                 return self.ssl_context.wrap_socket(raw, server_hostname=target.host)
-            except (OSError, ssl.SSLError) as exc:
+            except (OSError, ValueError, ssl.SSLError) as exc:
+                watchdog.disarm()
                 raw.close()
                 last_error = exc
+            if self.clock() >= deadline:
+                raise ReferenceRefused("deadline exceeded during the TLS handshake")
         raise ReferenceRefused(f"connection failed: {last_error}")
 
     def _get(self, target: _Target, deadline: float) -> tuple[int, str | None, bytes]:
-        sock = self._connect(target, deadline)
+        watchdog = _Watchdog(deadline - self.clock())
+        try:
+            sock = self._connect(target, deadline, watchdog)
+        except BaseException:
+            watchdog.disarm()
+            raise
         conn = http.client.HTTPConnection(target.host, 443)
         conn.sock = sock  # already connected to the checked address; http.client never looks up the name
-        # Socket timeouts are per recv: a server dripping its headers byte by byte would never trip
-        # them. The watchdog shuts the socket down at the deadline, which wakes any blocked read.
-        watchdog = threading.Timer(max(0.0, deadline - self.clock()), _shutdown, args=(sock,))
-        watchdog.daemon = True
-        watchdog.start()
         try:
             conn.putrequest("GET", target.path, skip_host=True, skip_accept_encoding=True)
             conn.putheader("Host", target.host)
@@ -281,7 +317,7 @@ class ReferenceFetcher:
                 raise ReferenceRefused("deadline exceeded") from None
             raise ReferenceRefused(f"transfer failed: {type(exc).__name__}: {exc}") from None
         finally:
-            watchdog.cancel()
+            watchdog.disarm()  # before close: the descriptor number may be reused right after
             conn.close()
 
     def _read_body(self, response: http.client.HTTPResponse, sock: socket.socket, deadline: float) -> bytes:

@@ -188,3 +188,38 @@ def test_byte_cap_applies_whatever_content_length_says(server, net):
     with pytest.raises(ReferenceRefused) as info:
         fetcher.fetch("https://cdn.example.com/ok.png")  # honest length, over the (scaled-down) cap
     assert "cap" in info.value.reason
+
+
+def test_slow_tls_handshake_is_cut_at_the_total_deadline(server):
+    """A server that answers the ClientHello one byte at a time never trips a per-recv timeout."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def drip():
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(4096)
+            for byte in b"\x16\x03\x03\x10\x00" + b"\x00" * 100:  # a handshake record that never completes
+                if stop.is_set():
+                    return
+                try:
+                    conn.sendall(bytes([byte]))
+                except OSError:
+                    return
+                time.sleep(0.2)
+
+    threading.Thread(target=drip, daemon=True).start()
+    net = LoopbackNet(listener.getsockname()[1], {"cdn.example.com": ["127.0.0.1"]})
+    fetcher = make_fetcher(server, net, deadline_seconds=1.0)
+    started = time.monotonic()
+    try:
+        with pytest.raises(ReferenceRefused) as info:
+            fetcher.fetch("https://cdn.example.com/ok.png")
+    finally:
+        stop.set()
+        listener.close()
+    assert time.monotonic() - started < 2.5
+    assert "deadline" in info.value.reason
