@@ -196,8 +196,10 @@ def _wait_healthy(base: str) -> None:
 
 
 def main() -> str:
+    load_before = os.getloadavg()[0]
     samples, image_bytes = overhead()
     c = concurrency()
+    load_after = os.getloadavg()[0]
     p95 = lambda s: percentile(s, 0.95)  # noqa: E731
     body = table(["gateway overhead (call minus upstream delay)", "p50 ms", "p99 ms", "n"], [
         [f"POST /api/v1/agents/images, {image_bytes / 1e6:.2f} MB PNG, local blob store",
@@ -214,7 +216,8 @@ def main() -> str:
                         f"Overhead: in-process WSGI client, fake provider-a (child process, loopback) answering after "
                         f"{OVERHEAD_DELAY * 1000:.0f} ms; target p50 <= 15 ms. Concurrency: gunicorn as "
                         "docker/gunicorn.conf.py configures it (gthread); the fake upstream runs in a child "
-                        "process of the bench.")
+                        f"process of the bench. Machine load average (1 min) {load_before:.1f} before, "
+                        f"{load_after:.1f} after: the machine is shared, so absolute figures move with it.")
 
 
 if __name__ == "__main__":

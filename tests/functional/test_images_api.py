@@ -443,15 +443,22 @@ def test_token_is_required(client):
 
 # -- error mapping -------------------------------------------------------------------------------
 
-def test_unconfigured_provider_is_503(app, post, fakes):
-    saved = app.config["PROVIDER_A_API_KEY"]
-    app.config["PROVIDER_A_API_KEY"] = ""
-    app.extensions.setdefault("image_providers", {}).pop("provider-a", None)
-    try:
-        err = error(post(GENERAL), 503, "SERVICE_UNAVAILABLE")
-    finally:
-        app.config["PROVIDER_A_API_KEY"] = saved
-        app.extensions.setdefault("image_providers", {}).pop("provider-a", None)
+@pytest.fixture()
+def reconfigure(app, monkeypatch):
+    """reconfigure(KEY=value, ...): change settings for one test; providers are rebuilt from them."""
+
+    def apply(**settings):
+        for key, value in settings.items():
+            monkeypatch.setitem(app.config, key, value)
+        app.extensions.setdefault("image_providers", {}).clear()
+
+    yield apply
+    app.extensions.setdefault("image_providers", {}).clear()  # rebuilt lazily from the restored settings
+
+
+def test_unconfigured_provider_is_503(post, fakes, reconfigure):
+    reconfigure(PROVIDER_A_API_KEY="")
+    err = error(post(GENERAL), 503, "SERVICE_UNAVAILABLE")
     assert err["details"]["provider"] == "provider-a" and fakes.upstream_requests() == 0
 
 
@@ -491,16 +498,15 @@ def test_connection_failure_is_retried_once(post, fakes):
     assert len(fakes.a.received) == 2
 
 
-def test_unreachable_provider_is_503(app, post, fakes):
-    saved = app.config["PROVIDER_A_ENDPOINT"]
-    app.config["PROVIDER_A_ENDPOINT"] = "http://127.0.0.1:9"  # discard port: connection refused
-    app.extensions.setdefault("image_providers", {}).pop("provider-a", None)
-    try:
-        err = error(post(GENERAL), 503, "SERVICE_UNAVAILABLE")
-    finally:
-        app.config["PROVIDER_A_ENDPOINT"] = saved
-        app.extensions.setdefault("image_providers", {}).pop("provider-a", None)
-    assert err["details"]["provider"] == "provider-a"
+def test_unreachable_provider_is_503(post, fakes, reconfigure):
+    import socket
+
+    with socket.socket() as probe:  # a port nobody listens on: connection refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    reconfigure(PROVIDER_A_ENDPOINT=f"http://127.0.0.1:{port}")
+    err = error(post(GENERAL), 503, "SERVICE_UNAVAILABLE")
+    assert err["details"]["provider"] == "provider-a" and err["details"]["retryable"] is True
 
 
 def test_no_retry_when_the_budget_has_no_room(app, post, fakes, monkeypatch):
