@@ -11,6 +11,7 @@ from __future__ import annotations
 import email.utils
 import logging
 import math
+import os
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -177,10 +178,15 @@ class UpstreamClient:
     """HTTP to one provider: pooled connections, budget-bounded timeouts, the one-retry rule."""
 
     # as many pooled connections as a gunicorn worker has threads (docker/gunicorn.conf.py)
-    def __init__(self, provider: str, pool_size: int = 128, trust_env: bool = True) -> None:
+    def __init__(self, provider: str, base_url: str = "", pool_size: int = 128) -> None:
         self.provider = provider
         self.session = requests.Session()
-        self.session.trust_env = trust_env
+        # Proxy and CA settings from the environment are read once for the provider's endpoint, not
+        # on every call (requests re-scans os.environ per request when trust_env is on).
+        self.session.trust_env = False
+        if base_url:
+            self.session.proxies = requests.utils.get_environ_proxies(base_url)
+        self.session.verify = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or True
         adapter = HTTPAdapter(pool_connections=4, pool_maxsize=pool_size, max_retries=0, pool_block=False)
         self.session.mount("https://", adapter)
         self.session.mount("http://", adapter)

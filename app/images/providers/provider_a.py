@@ -51,7 +51,7 @@ class AzureImagesProvider(ImageProvider):
         self.api_version = api_version
         self.edit_api_version = edit_api_version
         self.legacy_deployments = {d.lower() for d in legacy_deployments}
-        self.client = client or UpstreamClient(NAME)
+        self.client = client or UpstreamClient(NAME, self.endpoint)
 
     @classmethod
     def from_config(cls, config) -> AzureImagesProvider:

@@ -112,7 +112,7 @@ class ImagenProvider(ImageProvider):
         self.base_url = (base_url or f"https://{location}-aiplatform.googleapis.com").rstrip("/")
         self.project = project
         self.location = location
-        self.client = client or UpstreamClient(NAME)
+        self.client = client or UpstreamClient(NAME, self.base_url)
         self.tokens = tokens
         if tokens._session is None:
             tokens._session = self.client.session
