@@ -72,21 +72,17 @@ def app(database_url):
 
 @pytest.fixture()
 def make_app(app, database_url):
-    """Build a second app with config overrides; the shared Celery app and the shared database
-    extension are re-bound to the main test app afterwards (both are process-global)."""
+    """Build a second app with config overrides; the shared Celery app is re-bound to the main
+    test app afterwards (Celery configuration is process-global)."""
     from app import create_app
-    from app.extensions import celery_app, db
+    from app.extensions import celery_app
     from app.tasks import init_celery
 
     def factory(**overrides):
         return create_app(app_config(overrides.pop("DATABASE_URL", database_url), **overrides))
 
-    saved_db = (db.engine, db._product_engines, db.default_product)
     yield factory
     init_celery(celery_app, app)
-    if db.engine is not saved_db[0]:
-        db.engine.dispose()
-    db.engine, db._product_engines, db.default_product = saved_db
 
 
 @pytest.fixture()
