@@ -42,7 +42,7 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "GCS_ENDPOINT": ("", str, "Override the GCS API endpoint (emulators, tests)"),
     # Image generation
     "IMAGE_REF_ALLOWED_HOSTS": ("", str, "Extra hosts allowed for reference/mask URLs (comma-separated)"),
-    "IMAGE_TIMEOUT_SECONDS": (120, int, "Budget for one image call (fetch + upstream + store)"),
+    "IMAGE_TIMEOUT_SECONDS": (120, float, "Budget for one image call (fetch + upstream + store), seconds"),
     "PROVIDER_A_ENDPOINT": ("", str, "Azure OpenAI endpoint, e.g. https://NAME.openai.azure.com"),
     "PROVIDER_A_API_KEY": ("", str, "Azure OpenAI api-key"),
     "PROVIDER_A_API_VERSION": ("2025-04-01-preview", str, "api-version for image generations"),

@@ -6,7 +6,10 @@ import os
 bind = f"0.0.0.0:{os.environ.get('PORT', '8000')}"
 worker_class = "gthread"
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
-threads = int(os.environ.get("GUNICORN_THREADS", "32"))
+# Each worker must be able to hold every waiting image call by itself and still answer other routes:
+# a gthread worker accepts connections beyond its thread count and queues them, and the kernel does
+# not spread connections evenly over workers. Waiting threads cost memory, not CPU.
+threads = int(os.environ.get("GUNICORN_THREADS", "128"))
 timeout = 150            # above the 120 s image budget
 graceful_timeout = 30    # SIGTERM: in-flight requests get 30 s, new ones are refused
 keepalive = 5
