@@ -17,6 +17,7 @@ Fetching a page without a sortBy (`SemanticClause.fetch_page`):
 
 from __future__ import annotations
 
+import logging
 import math
 
 from flask import current_app
@@ -34,6 +35,7 @@ from app.entities.models import EntityRecord
 from app.errors import ServiceUnavailable
 from app.tenancy import current_tenant
 
+log = logging.getLogger(__name__)
 T = EntityRecord.__table__
 E = EntityEmbedding.__table__
 RRF_K = 60                 # the constant of Cormack et al. (2009); damps the weight of the very top ranks
@@ -130,15 +132,19 @@ def similarity_clause(spec: SimilarSpec, ctx: FilterContext) -> SemanticClause |
             return NoMatches()
         org_id = current_tenant().org_id
         vector = get_query_cache().get_or_embed(org_id, spec.query, target.embedder)
+    # The upstream's own message goes to the log only: it is about our configuration, not the caller's query.
     except EmbedderConfigError as exc:
-        raise ServiceUnavailable("Semantic search is not available: the embedding model is not configured.",
-                                 {"reason": exc.message}) from None
-    except EmbedderTransientError:
+        log.error("$similar: embedder not configured: %s", exc.message)
+        raise ServiceUnavailable("Semantic search is not available: the embedding model is not configured.") \
+            from None
+    except EmbedderTransientError as exc:
+        log.warning("$similar: embedder unavailable: %s", exc.message)
         raise ServiceUnavailable("Semantic search is temporarily unavailable (the embedding service did not "
                                  "answer); retry shortly.") from None
     except EmbedderError as exc:
-        raise ServiceUnavailable("Semantic search is not available: the embedding service refused the query.",
-                                 {"reason": exc.message}) from None
+        log.error("$similar: embedder refused the query: %s", exc.message)
+        raise ServiceUnavailable("Semantic search is not available: the embedding service refused the query.") \
+            from None
     return SemanticClause(vector, target.config_hash, org_id, ctx.definition_id, spec.max_distance)
 
 
