@@ -262,9 +262,18 @@ def test_a_stale_vector_is_never_served(client, auth, celery_worker, make_app):
 DEAD_BROKER = "redis://127.0.0.1:1/0"  # the write's own task is lost; the test runs it under the fake's app
 
 
-def remote_app(make_app, fake, **extra):
-    return make_app(REDIS_URL=DEAD_BROKER, EMBEDDINGS_BACKEND="openai", EMBEDDINGS_ENDPOINT=fake.base_url,
-                    EMBEDDINGS_API_KEY=fake.api_key, EMBEDDINGS_MODEL="text-embedding-3-small", **extra)
+@pytest.fixture()
+def fake():
+    with FakeEmbeddingsServer(api_key="sk-test") as server:
+        yield server
+
+
+def remote_definition(make_app, fake, headers, config=ENABLED, **extra):
+    """An app on the openai backend against the fake, and a definition "remote": (app, client, entity id)."""
+    app = make_app(REDIS_URL=DEAD_BROKER, EMBEDDINGS_BACKEND="openai", EMBEDDINGS_ENDPOINT=fake.base_url,
+                   EMBEDDINGS_API_KEY=fake.api_key, EMBEDDINGS_MODEL="text-embedding-3-small", **extra)
+    client = app.test_client()
+    return app, client, create_definition(client, headers, "remote", SCHEMA, embeddingsConfig=config)
 
 
 def run_task(app, task, *args):
@@ -276,69 +285,59 @@ def run_task(app, task, *args):
         return task.apply(args=args, throw=False)
 
 
-def test_transient_embedder_failure_is_retried(make_app, auth, org_id):
+def test_transient_embedder_failure_is_retried(make_app, fake, auth, org_id):
     """The OpenAI-compatible backend against a fake endpoint that answers 503 once: the task retries."""
     from app.db import db
     from app.embeddings.models import EntityEmbedding
     from app.embeddings.tasks import embed_records
 
     headers = auth()
-    with FakeEmbeddingsServer(api_key="sk-test") as fake:
-        fake_app = remote_app(make_app, fake)
-        client = fake_app.test_client()
-        entity_id = create_definition(client, headers, "remote", SCHEMA,
-                                      embeddingsConfig={"enabled": True, "fields": ["body"], "dimensions": 64})
-        record = create_record(client, headers, "remote", TOPICS[0])
-        fake.fail_next(503, times=1)
-        result = run_task(fake_app, embed_records, "default", org_id, entity_id, [record["id"]])
-        assert result.successful() and result.result["embedded"] == 1
-        assert [r.body for r in fake.requests] == [
-            {"model": "text-embedding-3-small", "dimensions": 64,
-             "input": ["Family sedan review\nbody: " + TOPICS[0]["fields"]["body"]]}] * 2  # the 503, then the retry
-        with fake_app.app_context(), db.product_session("default") as session:
-            row = session.get(EntityEmbedding, record["id"])
-            assert (row.model, row.dimensions, row.record_version) == ("text-embedding-3-small", 64, 1)
-        assert names_of(similar(client, headers, "remote", "automobile")) == ["Family sedan review"]
+    fake_app, client, entity_id = remote_definition(make_app, fake, headers, {**ENABLED, "dimensions": 64})
+    record = create_record(client, headers, "remote", TOPICS[0])
+    fake.fail_next(503, times=1)
+    result = run_task(fake_app, embed_records, "default", org_id, entity_id, [record["id"]])
+    assert result.successful() and result.result["embedded"] == 1
+    assert [r.body for r in fake.requests] == [
+        {"model": "text-embedding-3-small", "dimensions": 64,
+         "input": ["Family sedan review\nbody: " + TOPICS[0]["fields"]["body"]]}] * 2  # the 503, then the retry
+    with fake_app.app_context(), db.product_session("default") as session:
+        row = session.get(EntityEmbedding, record["id"])
+        assert (row.model, row.dimensions, row.record_version) == ("text-embedding-3-small", 64, 1)
+    assert names_of(similar(client, headers, "remote", "automobile")) == ["Family sedan review"]
 
-        fake.fail_next(401, times=1)  # the query's embedding refused: 503 in the envelope, not a 500
-        resp = query(client, headers, "remote", filters={"$similar": "never cached before"})
-        assert resp.status_code == 503
-        assert resp.get_json()["error"]["code"] == "SERVICE_UNAVAILABLE"
+    fake.fail_next(401, times=1)  # the query's embedding refused: 503 in the envelope, not a 500
+    resp = query(client, headers, "remote", filters={"$similar": "never cached before"})
+    assert resp.status_code == 503
+    assert resp.get_json()["error"]["code"] == "SERVICE_UNAVAILABLE"
 
 
-def test_retries_stop_at_the_maximum(make_app, auth, org_id):
+def test_retries_stop_at_the_maximum(make_app, fake, auth, org_id):
     from app.embeddings import EmbedderTransientError
     from app.embeddings.tasks import embed_records
 
     headers = auth()
-    with FakeEmbeddingsServer(api_key="sk-test") as fake:
-        fake_app = remote_app(make_app, fake, EMBEDDINGS_TASK_MAX_RETRIES=2)
-        client = fake_app.test_client()
-        entity_id = create_definition(client, headers, "remote", SCHEMA, embeddingsConfig=ENABLED)
-        record = create_record(client, headers, "remote", TOPICS[0])
-        fake.fail_next(502, times=5)
-        result = run_task(fake_app, embed_records, "default", org_id, entity_id, [record["id"]])
-        assert result.failed() and isinstance(result.result, EmbedderTransientError)
-        assert len(fake.requests) == 3  # the first try and two retries
+    fake_app, client, entity_id = remote_definition(make_app, fake, headers, EMBEDDINGS_TASK_MAX_RETRIES=2)
+    record = create_record(client, headers, "remote", TOPICS[0])
+    fake.fail_next(502, times=5)
+    result = run_task(fake_app, embed_records, "default", org_id, entity_id, [record["id"]])
+    assert result.failed() and isinstance(result.result, EmbedderTransientError)
+    assert len(fake.requests) == 3  # the first try and two retries
 
 
-def test_permanent_failure_leaves_the_record_readable_but_unranked(make_app, auth, org_id):
+def test_permanent_failure_leaves_the_record_readable_but_unranked(make_app, fake, auth, org_id):
     from app.embeddings.tasks import EmbeddingFailed, embed_records
 
     headers = auth()
-    with FakeEmbeddingsServer(api_key="sk-test") as fake:
-        fake_app = remote_app(make_app, fake, EMBEDDINGS_DIMENSIONS=32)
-        client = fake_app.test_client()
-        entity_id = create_definition(client, headers, "remote", SCHEMA, embeddingsConfig=ENABLED)
-        created = sorted((create_record(client, headers, "remote", t) for t in TOPICS[:2]), key=lambda r: r["id"])
-        bad, good = created  # records are embedded in id order: the batch, then the first, then the second
-        fake.fail_next(400, {"error": {"message": "input rejected", "code": "invalid_input"}}, times=2)
-        result = run_task(fake_app, embed_records, "default", org_id, entity_id, [good["id"], bad["id"]])
-        assert [len(r.body["input"]) for r in fake.requests] == [2, 1, 1]
-        assert result.failed() and isinstance(result.result, EmbeddingFailed) and bad["id"] in str(result.result)
-        assert names_of(similar(client, headers, "remote", "automobile")) == [good["name"]]
-        assert client.get(f"{BASE}/remote/records/{bad['id']}", headers=headers).status_code == 200
-        assert query(client, headers, "remote").get_json()["totalCount"] == 2
+    fake_app, client, entity_id = remote_definition(make_app, fake, headers, EMBEDDINGS_DIMENSIONS=32)
+    created = sorted((create_record(client, headers, "remote", t) for t in TOPICS[:2]), key=lambda r: r["id"])
+    bad, good = created  # records are embedded in id order: the batch, then the first, then the second
+    fake.fail_next(400, {"error": {"message": "input rejected", "code": "invalid_input"}}, times=2)
+    result = run_task(fake_app, embed_records, "default", org_id, entity_id, [good["id"], bad["id"]])
+    assert [len(r.body["input"]) for r in fake.requests] == [2, 1, 1]
+    assert result.failed() and isinstance(result.result, EmbeddingFailed) and bad["id"] in str(result.result)
+    assert names_of(similar(client, headers, "remote", "automobile")) == [good["name"]]
+    assert client.get(f"{BASE}/remote/records/{bad['id']}", headers=headers).status_code == 200
+    assert query(client, headers, "remote").get_json()["totalCount"] == 2
 
 
 def test_redelivered_task_changes_nothing(client, topics, app):
