@@ -58,6 +58,12 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "EMBEDDINGS_ENDPOINT": ("", str, "OpenAI-compatible base URL (…/v1) for the openai backend"),
     "EMBEDDINGS_API_KEY": ("", str, "API key for the openai backend"),
     "EMBEDDINGS_MODEL": ("", str, "Embedding model; empty = backend default"),
+    # Entity store
+    "ENTITY_MAX_PAGE_SIZE": (500, int, "Largest `pageSize` of a record query (400 above)"),
+    "ENTITY_MAX_BULK_RECORDS": (5000, int, "Most records (or ids) in one bulk create/update/delete"),
+    "ENTITY_FILTER_MAX_DEPTH": (8, int, "Deepest nesting of $and/$or/$not in a record filter"),
+    "ENTITY_FILTER_MAX_CONDITIONS": (100, int, "Most conditions in one record filter"),
+    "ENTITY_FILTER_MAX_LIST": (1000, int, "Most values in one $in/$nin list"),
     # Email
     "EMAIL_BACKEND": ("console", str, "`console` (VAR_DIR/outbox + log) or `smtp`"),
     "SMTP_HOST": ("localhost", str, "SMTP server"),

@@ -1,0 +1,309 @@
+"""Bulk create / update / delete (all-or-nothing) and the asynchronous bulk jobs.
+
+Every record of a batch is checked first; one bad record rejects the batch (400, `details.indexes`)
+and nothing is written. The writes then happen in the caller's transaction: the request's (sync) or
+a savepoint of the job's (async). Creates take the fast path: the rows are COPY'd into a temporary
+table and moved into `entity_records` with one INSERT … SELECT that also builds the tsvectors.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from flask import current_app
+from psycopg.types.json import Jsonb
+from sqlalchemy import DateTime, Integer, String, Text, bindparam, column, func, insert, literal, select, true, update
+from sqlalchemy import table as sql_table
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.orm import Session
+
+from app.db import db
+from app.entities.fieldtypes import search_document
+from app.entities.filters import SEARCH_CONFIG
+from app.entities.models import BulkJob, EntityDefinition, EntityRecord, new_id
+from app.entities.services import (
+    compiled_schema,
+    deactivate_relationships_of,
+    default_name,
+    iso,
+    merge_fields,
+    record_errors,
+    unstorable_errors,
+)
+from app.errors import ApiError, NotFound, ValidationFailed
+from app.tenancy import current_tenant, get_owned
+
+log = logging.getLogger(__name__)
+T = EntityRecord.__table__
+OPERATIONS = ("create", "update", "delete")
+MAX_DETAILED = 100  # records whose errors are spelled out in details (all indexes are listed)
+_STAGING = sql_table("_entity_bulk_rows", column("id", String), column("name", Text), column("fields", JSONB),
+                     column("tags", ARRAY(Text)), column("metadata", JSONB), column("doc", Text))
+_STAGING_DDL = ("CREATE TEMP TABLE IF NOT EXISTS _entity_bulk_rows (id text, name text, fields jsonb, "
+                "tags text[], metadata jsonb, doc text) ON COMMIT DELETE ROWS")
+
+
+@dataclass(frozen=True)
+class BulkContext:
+    """Where a bulk operation runs: a session (request or job), the org and the acting user."""
+
+    session: Session
+    org_id: str
+    user_id: str | None
+
+
+def max_batch() -> int:
+    return current_app.config["ENTITY_MAX_BULK_RECORDS"]
+
+
+def check_batch_size(count: int) -> None:
+    limit = max_batch()
+    if count > limit:
+        raise ValidationFailed(f"At most {limit} records per bulk request (got {count}).",
+                               {"fields": {"records": [f"at most {limit} items"]}})
+
+
+def _reject(errors: dict[int, dict[str, list[str]]], total: int) -> ValidationFailed:
+    indexes = sorted(errors)
+    shown = {str(i): errors[i] for i in indexes[:MAX_DETAILED]}
+    return ValidationFailed(f"{len(indexes)} of {total} records are invalid; nothing was written.",
+                            {"indexes": indexes, "records": shown})
+
+
+def _shape_errors(item: Any, *, needs_id: bool = False) -> dict[str, list[str]]:
+    """The wire shape of one Partial EntityRecord (cheap checks; the schema check comes after)."""
+    if not isinstance(item, dict):
+        return {"": ["must be an object"]}
+    errors: dict[str, list[str]] = {}
+    if needs_id and not _usable_id(item.get("id")):
+        errors["id"] = ["a record id (a non-empty string without NUL) is required"]
+    if "name" in item and not (isinstance(item["name"], str) and len(item["name"]) <= 1000):
+        errors["name"] = ["must be a string of at most 1000 characters"]
+    if "fields" in item and not isinstance(item["fields"], dict):
+        errors["fields"] = ["must be an object"]
+    tags = item.get("tags")
+    if tags is not None and not (isinstance(tags, list) and len(tags) <= 100
+                                 and all(isinstance(t, str) and 0 < len(t) <= 200 for t in tags)):
+        errors["tags"] = ["must be a list of at most 100 non-empty strings"]
+    if item.get("metadata") is not None and not isinstance(item["metadata"], dict):
+        errors["metadata"] = ["must be an object"]
+    if "version" in item and (isinstance(item["version"], bool) or not isinstance(item["version"], int)):
+        errors["version"] = ["must be an integer"]
+    return errors
+
+
+def _usable_id(value: Any) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= 64 and "\x00" not in value
+
+
+def bulk_create(ctx: BulkContext, definition: EntityDefinition, items: list[Any]) -> dict[str, Any]:
+    """Validate every record, then insert them all (COPY → INSERT … SELECT)."""
+    check_batch_size(len(items))
+    compiled = compiled_schema(definition)
+    errors: dict[int, dict[str, list[str]]] = {}
+    rows = []
+    for index, item in enumerate(items):
+        problems = _shape_errors(item) or record_errors(compiled, item)
+        if problems:
+            errors[index] = problems
+            continue
+        name, fields = default_name(item), item.get("fields") or {}
+        rows.append((new_id(), name, Jsonb(fields), item.get("tags") or [], _jsonb(item.get("metadata")),
+                     search_document(name, fields, compiled.catalog)))
+    if errors:
+        raise _reject(errors, len(items))
+    _copy_insert(ctx, definition, rows)
+    return {"message": f"Created {len(rows)} records.", "count": len(rows)}
+
+
+def _jsonb(value: Any) -> Jsonb | None:
+    return None if value is None else Jsonb(value)
+
+
+def _copy_insert(ctx: BulkContext, definition: EntityDefinition, rows: list[tuple]) -> None:
+    raw = ctx.session.connection().connection.driver_connection
+    with raw.cursor() as cur:
+        cur.execute(_STAGING_DDL)
+        cur.execute("TRUNCATE _entity_bulk_rows")
+        with cur.copy("COPY _entity_bulk_rows (id, name, fields, tags, metadata, doc) FROM STDIN") as copy:
+            copy.set_types(["text", "text", "jsonb", "text[]", "jsonb", "text"])
+            for row in rows:
+                copy.write_row(row)
+    now = datetime.now(UTC)
+    s = _STAGING.c
+    source = select(s.id, literal(ctx.org_id, String), literal(definition.id, String), s.name, s.fields, s.tags,
+                    s.metadata, func.to_tsvector(SEARCH_CONFIG, s.doc), true(), literal(1, Integer),
+                    literal(now, DateTime(timezone=True)), literal(now, DateTime(timezone=True)),
+                    literal(ctx.user_id, String), literal(ctx.user_id, String))
+    ctx.session.execute(insert(T).from_select(
+        ["id", "org_id", "entity_id", "name", "fields", "tags", "metadata", "search_vector", "is_active",
+         "version", "created_at", "updated_at", "created_by", "updated_by"], source))
+
+
+def _load_active(ctx: BulkContext, definition: EntityDefinition, ids: list[str], columns) -> dict[str, Any]:
+    stmt = (select(*columns).where(T.c.org_id == ctx.org_id, T.c.entity_id == definition.id,
+                                   T.c.is_active.is_(True), T.c.id.in_(ids)).with_for_update())
+    return {row.id: row for row in ctx.session.execute(stmt)}
+
+
+def _duplicates(ids: list[Any]) -> set[int]:
+    seen: dict[Any, int] = {}
+    dupes = set()
+    for index, value in enumerate(ids):
+        if isinstance(value, str) and value in seen:
+            dupes.add(index)
+        seen.setdefault(value, index)
+    return dupes
+
+
+def bulk_update(ctx: BulkContext, definition: EntityDefinition, items: list[Any]) -> dict[str, Any]:
+    """Merge and validate every record (all must exist), then update them all in one executemany."""
+    check_batch_size(len(items))
+    compiled = compiled_schema(definition)
+    errors: dict[int, dict[str, list[str]]] = {i: _shape_errors(item, needs_id=True) for i, item in enumerate(items)}
+    ids = [item.get("id") if isinstance(item, dict) else None for item in items]
+    for index in _duplicates(ids):
+        errors[index].setdefault("id", []).append("appears more than once in this batch")
+    existing = _load_active(ctx, definition, [i for i in ids if _usable_id(i)],
+                            [T.c.id, T.c.name, T.c.fields, T.c.tags, T.c.metadata, T.c.version])
+    params = []
+    for index, item in enumerate(items):
+        if errors[index]:
+            continue
+        current = existing.get(item["id"])
+        if current is None:
+            errors[index]["id"] = ["record not found"]
+            continue
+        if item.get("version") is not None and item["version"] != current.version:
+            errors[index]["version"] = [f"stale: the record is at version {current.version}"]
+            continue
+        merged = {"name": item.get("name", current.name),
+                  "fields": merge_fields(current.fields, item.get("fields") or {}),
+                  "tags": item["tags"] if "tags" in item else current.tags,
+                  "metadata": item["metadata"] if "metadata" in item else current.metadata}
+        problems = record_errors(compiled, merged)
+        if problems:
+            errors[index] = problems
+            continue
+        params.append({"b_id": item["id"], "b_name": merged["name"], "b_fields": merged["fields"],
+                       "b_tags": merged["tags"] or [], "b_metadata": merged["metadata"],
+                       "b_doc": search_document(merged["name"], merged["fields"], compiled.catalog)})
+    errors = {i: e for i, e in errors.items() if e}
+    if errors:
+        raise _reject(errors, len(items))
+    stmt = (update(T).where(T.c.id == bindparam("b_id"), T.c.org_id == ctx.org_id)
+            .values(name=bindparam("b_name"), fields=bindparam("b_fields", type_=JSONB),
+                    tags=bindparam("b_tags", type_=ARRAY(Text)), metadata=bindparam("b_metadata", type_=JSONB),
+                    search_vector=func.to_tsvector(SEARCH_CONFIG, bindparam("b_doc", type_=Text)),
+                    version=T.c.version + 1, updated_at=datetime.now(UTC), updated_by=ctx.user_id))
+    ctx.session.connection().execute(stmt, params)
+    return {"message": f"Updated {len(params)} records.", "count": len(params)}
+
+
+def bulk_delete(ctx: BulkContext, definition: EntityDefinition, record_ids: list[Any]) -> dict[str, Any]:
+    """Soft-delete every listed record (all must exist) and deactivate their relationships."""
+    check_batch_size(len(record_ids))
+    errors: dict[int, dict[str, list[str]]] = {}
+    for index in _duplicates(record_ids):
+        errors[index] = {"id": ["appears more than once in this batch"]}
+    existing = _load_active(ctx, definition, [i for i in record_ids if _usable_id(i)], [T.c.id])
+    for index, record_id in enumerate(record_ids):
+        if not isinstance(record_id, str) or record_id not in existing:
+            errors.setdefault(index, {}).setdefault("id", []).append("record not found")
+    if errors:
+        raise _reject(errors, len(record_ids))
+    ids = list(existing)
+    ctx.session.execute(update(T).where(T.c.org_id == ctx.org_id, T.c.id.in_(ids))
+                        .values(is_active=False, updated_at=datetime.now(UTC), updated_by=ctx.user_id))
+    deactivate_relationships_of(ids, ctx.session)
+    return {"message": f"Deleted {len(ids)} records.", "count": len(ids)}
+
+
+RUNNERS = {"create": bulk_create, "update": bulk_update, "delete": bulk_delete}
+
+
+def run_bulk(definition: EntityDefinition, operation: str, items: list[Any]) -> dict[str, Any]:
+    """Synchronous bulk operation in the request's transaction."""
+    tenant = current_tenant()
+    result = RUNNERS[operation](BulkContext(db.session, tenant.org_id, tenant.user_id), definition, items)
+    db.session.commit()
+    return result
+
+
+# --- asynchronous jobs ------------------------------------------------------------------------------
+
+def start_job(definition: EntityDefinition, operation: str, items: list[Any]) -> BulkJob:
+    """Store the request as a pending job and send it to the `bulk` queue once committed."""
+    from app.entities.tasks import run_bulk_job
+    from app.tasks import enqueue_after_commit
+
+    check_batch_size(len(items))
+    unstorable: dict[int, dict[str, list[str]]] = {}
+    for index, item in enumerate(items):
+        problems: dict[str, list[str]] = {}
+        unstorable_errors(item, "record", problems)
+        if problems:
+            unstorable[index] = problems
+    if unstorable:  # JSONB cannot hold U+0000, so such a payload cannot even be queued
+        raise _reject(unstorable, len(items))
+    tenant = current_tenant()
+    job = BulkJob(id=new_id(), org_id=tenant.org_id, entity_id=definition.id, entity_name=definition.name,
+                  operation=operation, status="pending", payload={"items": items}, user_id=tenant.user_id,
+                  created_at=datetime.now(UTC))
+    db.session.add(job)
+    enqueue_after_commit(db.session, run_bulk_job, job.id, tenant.product)
+    db.session.commit()
+    return job
+
+
+def claim_job(job_id: str, product: str) -> bool:
+    """Mark a pending (or redelivered running) job as running; False when it already finished."""
+    with db.product_session(product) as session:
+        job = session.get(BulkJob, job_id, with_for_update=True)
+        if job is None or job.status in ("succeeded", "failed"):
+            return False
+        job.status, job.started_at = "running", datetime.now(UTC)
+    return True
+
+
+def execute_job(job_id: str, product: str) -> str:
+    """Run the job's operation; its writes and its final status commit together (idempotent)."""
+    with db.product_session(product) as session:
+        job = session.get(BulkJob, job_id, with_for_update=True)
+        if job is None or job.status in ("succeeded", "failed"):
+            return job.status if job else "missing"
+        definition = session.get(EntityDefinition, job.entity_id)
+        try:
+            if definition is None or definition.org_id != job.org_id or not definition.is_active:
+                raise NotFound(f"Entity '{job.entity_name}' not found.")
+            with session.begin_nested():
+                ctx = BulkContext(session, job.org_id, job.user_id)
+                job.result = RUNNERS[job.operation](ctx, definition, (job.payload or {}).get("items", []))
+            job.status = "succeeded"
+        except ApiError as exc:
+            job.status = "failed"
+            job.error = {"code": exc.code, "message": exc.message, **({"details": exc.details} if exc.details else {})}
+        job.payload, job.finished_at = None, datetime.now(UTC)
+        return job.status
+
+
+def fail_job(job_id: str, product: str, message: str) -> None:
+    """Give up on a job after its retries (the data is untouched: its transaction rolled back)."""
+    with db.product_session(product) as session:
+        job = session.get(BulkJob, job_id, with_for_update=True)
+        if job is not None and job.status not in ("succeeded", "failed"):
+            job.status, job.finished_at = "failed", datetime.now(UTC)
+            job.error = {"code": "SYSTEM_ERROR", "message": message}
+
+
+def job_to_wire(job: BulkJob) -> dict[str, Any]:
+    return {"jobId": job.id, "status": job.status, "operation": job.operation, "entityName": job.entity_name,
+            "result": job.result, "error": job.error, "createdAt": iso(job.created_at),
+            "startedAt": iso(job.started_at), "finishedAt": iso(job.finished_at)}
+
+
+def get_job(job_id: str) -> BulkJob:
+    return get_owned(BulkJob, job_id, "Job")

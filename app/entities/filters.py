@@ -1,0 +1,600 @@
+"""The filter language → SQLAlchemy expressions over `entity_records` (reused by aggregation and search).
+
+Two steps, both pure (no session, no request):
+
+1. `parse_filters(raw, ctx)` validates a filter object against the definition's `FieldCatalog` and the
+   limits, and returns a tree of `Node`s with values already typed (numbers as Decimal, dates as
+   ISO strings, datetimes as aware datetimes). Anything wrong is a `ValidationFailed` (400) whose
+   `details.path` points at the offending part (`filters.$or[1].amount.$gt`).
+2. `compile_filters(raw, ctx)` turns the tree into one boolean SQL expression. Field names only ever
+   reach SQL as bound parameters (`fields -> :key`), after they were checked against the schema;
+   values are always bound parameters. Every condition compiles to an expression that is never NULL,
+   so `$not` and `$ne` have plain two-valued logic (a missing field is "not equal").
+
+`FieldResolver` is the part aggregation (group by, sum over a field) reuses: it gives the typed SQL
+expression of a field or system column. `$similar` (semantic search) is parsed here; what it compiles
+to comes from a hook the embeddings package registers (`register_similarity_hook`). Without an
+enabled `embeddingsConfig` on the definition it matches nothing, as the spec says.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from sqlalchemy import Numeric, and_, case, cast, false, func, literal_column, not_, or_, true
+from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP
+from sqlalchemy.sql.elements import ColumnElement
+
+from app.entities.fieldtypes import (
+    KIND_ARRAY,
+    KIND_BOOL,
+    KIND_DATE,
+    KIND_DATETIME,
+    KIND_JSON,
+    KIND_NUMBER,
+    KIND_TEXT,
+    FieldCatalog,
+    FieldSpec,
+    parse_date,
+    parse_datetime,
+)
+from app.entities.models import EntityRecord
+from app.errors import ValidationFailed
+
+SEARCH_CONFIG = literal_column("'english'::regconfig")  # a constant of ours, never caller input
+OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$contains", "$startsWith",
+             "$endsWith", "$exists", "$empty", "$between", "$search", "$similar")
+RANGE_OPS = {"$gt": "__gt__", "$gte": "__ge__", "$lt": "__lt__", "$lte": "__le__"}
+RANGE_KINDS = (KIND_TEXT, KIND_NUMBER, KIND_DATE, KIND_DATETIME)
+SYSTEM_COLUMNS = {"id": KIND_TEXT, "name": KIND_TEXT, "created_at": KIND_DATETIME, "updated_at": KIND_DATETIME,
+                  "is_active": KIND_BOOL, "version": KIND_NUMBER, "tags": KIND_ARRAY}
+_DATE_RE = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
+_DATETIME_RE = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
+
+
+@dataclass(frozen=True)
+class FilterLimits:
+    max_depth: int = 8          # nesting of $and/$or/$not
+    max_conditions: int = 100   # field conditions in one filter
+    max_list: int = 1000        # values in one $in/$nin
+    max_string: int = 1000      # characters of one string value
+
+
+@dataclass(frozen=True)
+class FilterContext:
+    """What a filter is checked and compiled against: the definition's fields and settings."""
+
+    catalog: FieldCatalog
+    embeddings_enabled: bool = False
+    limits: FilterLimits = field(default_factory=FilterLimits)
+    definition_id: str | None = None
+
+
+# --- the parsed tree ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Condition:
+    field: str
+    op: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class Logical:
+    op: str  # "and" | "or"
+    children: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Negation:
+    child: Any
+
+
+@dataclass(frozen=True)
+class TextSearch:
+    query: str
+    field: str | None = None  # None = the whole record (stored tsvector)
+
+
+@dataclass(frozen=True)
+class SimilarSpec:
+    """`$similar`: semantic search; `field` is set when written as a field operator."""
+
+    query: str
+    max_distance: float | None = None
+    field: str | None = None
+
+
+Node = Condition | Logical | Negation | TextSearch
+
+
+@dataclass
+class ParsedFilter:
+    root: Node
+    similar: SimilarSpec | None = None
+    search: str | None = None  # first top-level $search: ranks results when there is no sortBy
+
+
+class FilterError(ValidationFailed):
+    def __init__(self, path: str, message: str):
+        super().__init__(f"Invalid filter at {path}: {message}", {"path": path, "reason": message})
+
+
+# --- fields ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FieldRef:
+    name: str
+    kind: str
+    system: bool
+    spec: FieldSpec | None = None
+
+
+class FieldResolver:
+    """Typed SQL expressions of record fields and system columns (filters, sorting, aggregation)."""
+
+    def __init__(self, catalog: FieldCatalog, table=None):
+        self.catalog = catalog
+        self.t = table if table is not None else EntityRecord.__table__
+
+    def resolve(self, name: Any, path: str = "field") -> FieldRef:
+        if not isinstance(name, str):
+            raise FilterError(path, "field names are strings")
+        if name in SYSTEM_COLUMNS:
+            return FieldRef(name, SYSTEM_COLUMNS[name], True)
+        spec = self.catalog.get(name)
+        if spec is None:
+            raise FilterError(path, f"unknown field '{_shorten(name)}'")
+        return FieldRef(name, spec.kind, False, spec)
+
+    def column(self, ref: FieldRef):
+        return self.t.c[ref.name]
+
+    def jsonb(self, ref: FieldRef) -> ColumnElement:
+        """`fields -> :name` (the key is a bound parameter)."""
+        return self.t.c.fields[ref.name]
+
+    def text(self, ref: FieldRef) -> ColumnElement:
+        """`fields ->> :name`, or the text column."""
+        return self.t.c[ref.name] if ref.system else self.t.c.fields[ref.name].astext
+
+    def typed(self, ref: FieldRef) -> ColumnElement:
+        """The field as a SQL value of its type; NULL when missing or not of that type (never an error)."""
+        if ref.system:
+            column = self.t.c[ref.name]
+            return column.collate("C") if ref.kind == KIND_TEXT else column
+        jv, jt = self.jsonb(ref), self.text(ref)
+        kind_of = func.jsonb_typeof(jv)
+        if ref.kind == KIND_NUMBER:
+            whens = [(kind_of == "number", cast(jv, Numeric))]
+            if ref.spec is not None and ref.spec.field_type == "currency":
+                amount = jv["amount"]
+                whens.append((func.jsonb_typeof(amount) == "number", cast(amount, Numeric)))
+            return case(*whens, else_=None)
+        if ref.kind == KIND_DATE:  # ISO dates compare chronologically as bytes
+            return case((jt.op("~")(_DATE_RE), jt.collate("C")), else_=None)
+        if ref.kind == KIND_DATETIME:
+            return case((jt.op("~")(_DATETIME_RE), cast(jt, TIMESTAMP(timezone=True))), else_=None)
+        if ref.kind == KIND_TEXT:
+            return case((kind_of == "string", jt.collate("C")), else_=None)
+        return jv
+
+    def sort_key(self, ref: FieldRef) -> ColumnElement:
+        """Ordering expression: typed for numbers and datetimes, text for the rest."""
+        if ref.system or ref.kind in (KIND_NUMBER, KIND_DATETIME, KIND_DATE):
+            return self.typed(ref)
+        if ref.kind == KIND_TEXT:
+            return self.text(ref)
+        return self.jsonb(ref)
+
+
+# --- parsing --------------------------------------------------------------------------------------
+
+class _Parser:
+    def __init__(self, ctx: FilterContext):
+        self.ctx = ctx
+        self.resolver = FieldResolver(ctx.catalog)
+        self.conditions = 0
+        self.similar: SimilarSpec | None = None
+        self.search: str | None = None
+
+    def parse(self, raw: Any) -> ParsedFilter:
+        if raw is None:
+            raw = {}
+        root = self.filter_object(raw, "filters", depth=0)
+        return ParsedFilter(root, self.similar, self.search)
+
+    def filter_object(self, raw: Any, path: str, depth: int) -> Node:
+        if not isinstance(raw, dict):
+            raise FilterError(path, "a filter must be an object")
+        if depth > self.ctx.limits.max_depth:
+            raise FilterError(path, f"filters nest at most {self.ctx.limits.max_depth} levels deep")
+        parts: list[Node] = []
+        for key, value in raw.items():
+            where = f"{path}.{_shorten(key)}" if isinstance(key, str) else path
+            if key in ("$and", "$or"):
+                parts.append(self.logical(key, value, where, depth))
+            elif key == "$not":
+                parts.append(Negation(self.filter_object(value, where, depth + 1)))
+            elif key == "$search":
+                parts.append(self.text_search(value, where, None, depth))
+            elif key == "$similar":
+                self.set_similar(value, where, None, depth)
+            elif isinstance(key, str) and key.startswith("$"):
+                raise FilterError(where, f"unknown operator '{_shorten(key)}' (use $and, $or, $not, $search, "
+                                         "$similar or a field name)")
+            else:
+                parts.extend(self.field_filter(key, value, where, depth))
+        return parts[0] if len(parts) == 1 else Logical("and", tuple(parts))
+
+    def logical(self, key: str, value: Any, path: str, depth: int) -> Node:
+        if not isinstance(value, list) or not value:
+            raise FilterError(path, f"{key} takes a non-empty list of filter objects")
+        children = tuple(self.filter_object(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value))
+        return Logical(key[1:], children)
+
+    def text_search(self, value: Any, path: str, field_name: str | None, depth: int) -> TextSearch:
+        text = self.string(value, path)
+        if not text.strip():
+            raise FilterError(path, "$search needs a non-empty search text")
+        self.count(path)
+        if field_name is None and depth == 0 and self.search is None:
+            self.search = text
+        return TextSearch(text, field_name)
+
+    def set_similar(self, value: Any, path: str, field_name: str | None, depth: int) -> None:
+        if depth != 0:
+            raise FilterError(path, "$similar is allowed only at the top level of filters")
+        if self.similar is not None:
+            raise FilterError(path, "only one $similar per query")
+        max_distance = None
+        if isinstance(value, dict):
+            unknown = set(value) - {"query", "maxDistance"}
+            if unknown:
+                raise FilterError(path, f"unknown key(s) {', '.join(sorted(map(str, unknown)))}; "
+                                        "use {query, maxDistance}")
+            max_distance = value.get("maxDistance")
+            if max_distance is not None and (isinstance(max_distance, bool)
+                                             or not isinstance(max_distance, int | float)
+                                             or not 0 <= max_distance <= 2):
+                raise FilterError(f"{path}.maxDistance", "must be a number between 0 and 2")
+            value = value.get("query")
+        text = self.string(value, path)
+        if not text.strip():
+            raise FilterError(path, "$similar needs a non-empty query text")
+        self.similar = SimilarSpec(text, max_distance, field_name)
+
+    def count(self, path: str) -> None:
+        self.conditions += 1
+        if self.conditions > self.ctx.limits.max_conditions:
+            raise FilterError(path, f"at most {self.ctx.limits.max_conditions} conditions per filter")
+
+    def field_filter(self, name: Any, value: Any, path: str, depth: int) -> list[Node]:
+        ref = self.resolver.resolve(name, path)
+        if isinstance(value, dict) and value and any(isinstance(k, str) and k.startswith("$") for k in value):
+            if not all(isinstance(k, str) and k.startswith("$") for k in value):
+                raise FilterError(path, "do not mix operators and plain keys in one operator object")
+            nodes = []
+            for op, operand in value.items():
+                nodes.extend(self.operator(ref, op, operand, f"{path}.{_shorten(op)}", depth))
+            return nodes
+        self.count(path)
+        return [Condition(ref.name, "$eq", self.eq_value(ref, value, path))]
+
+    def operator(self, ref: FieldRef, op: str, operand: Any, path: str, depth: int) -> list[Node]:
+        if op not in OPERATORS:
+            raise FilterError(path, f"unknown operator '{_shorten(op)}'; allowed: {', '.join(OPERATORS)}")
+        if op == "$search":
+            if ref.kind != KIND_TEXT:
+                raise FilterError(path, f"$search needs a text field; '{ref.name}' is {ref.kind}")
+            return [self.text_search(operand, path, ref.name, depth)]
+        if op == "$similar":
+            self.set_similar(operand, path, ref.name, depth)
+            return []
+        self.count(path)
+        return [Condition(ref.name, op, self.operand(ref, op, operand, path))]
+
+    def operand(self, ref: FieldRef, op: str, value: Any, path: str) -> Any:
+        if op in ("$eq", "$ne"):
+            return self.eq_value(ref, value, path)
+        if op in ("$in", "$nin"):
+            if not isinstance(value, list):
+                raise FilterError(path, f"{op} takes a list")
+            if len(value) > self.ctx.limits.max_list:
+                raise FilterError(path, f"{op} takes at most {self.ctx.limits.max_list} values")
+            return tuple(self.scalar(ref, v, f"{path}[{i}]") for i, v in enumerate(value))
+        if op in RANGE_OPS or op == "$between":
+            if ref.kind not in RANGE_KINDS:
+                raise FilterError(path, f"{op} needs a text, number, date or datetime field; "
+                                        f"'{ref.name}' is {ref.kind}")
+            if op == "$between":
+                if not isinstance(value, list) or len(value) != 2:
+                    raise FilterError(path, "$between takes [low, high]")
+                return tuple(self.scalar(ref, v, f"{path}[{i}]") for i, v in enumerate(value))
+            return self.scalar(ref, value, path)
+        if op in ("$contains", "$startsWith", "$endsWith"):
+            if ref.kind == KIND_ARRAY and op == "$contains":
+                return self.scalar(ref, value, path)
+            if ref.kind != KIND_TEXT:
+                raise FilterError(path, f"{op} needs a text field (or, for $contains, a list field); "
+                                        f"'{ref.name}' is {ref.kind}")
+            return self.string(value, path)
+        if op in ("$exists", "$empty"):
+            if not isinstance(value, bool):
+                raise FilterError(path, f"{op} takes true or false")
+            return value
+        raise FilterError(path, f"unsupported operator {op}")  # pragma: no cover (OPERATORS covers all)
+
+    def eq_value(self, ref: FieldRef, value: Any, path: str) -> Any:
+        if value is None:
+            return None
+        if ref.kind == KIND_ARRAY and isinstance(value, list):
+            if len(value) > self.ctx.limits.max_list:
+                raise FilterError(path, f"at most {self.ctx.limits.max_list} values")
+            return tuple(self.scalar(ref, v, f"{path}[{i}]") for i, v in enumerate(value))
+        if ref.kind == KIND_JSON:
+            self.check_json(value, path, 0)
+            return _Json(value)
+        return self.scalar(ref, value, path)
+
+    def scalar(self, ref: FieldRef, value: Any, path: str) -> Any:
+        """One comparable value of the field's kind (the element kind for list fields)."""
+        kind = ref.kind
+        if kind in (KIND_TEXT, KIND_ARRAY):
+            return self.string(value, path)
+        if kind == KIND_NUMBER:
+            return self.number(value, path, integral=ref.name == "version")
+        if kind == KIND_BOOL:
+            if not isinstance(value, bool):
+                raise FilterError(path, f"'{ref.name}' is a boolean: compare it with true or false")
+            return value
+        if kind == KIND_DATE:
+            text = self.string(value, path)
+            try:
+                return parse_date(text).isoformat()
+            except ValueError:
+                raise FilterError(path, f"'{ref.name}' is a date: use YYYY-MM-DD") from None
+        if kind == KIND_DATETIME:
+            text = self.string(value, path)
+            try:
+                return parse_datetime(text)
+            except ValueError:
+                try:
+                    return datetime.combine(parse_date(text), datetime.min.time(), tzinfo=UTC)
+                except ValueError:
+                    raise FilterError(path, f"'{ref.name}' is a datetime: use an ISO 8601 date-time with "
+                                            "offset (2026-11-22T10:00:00Z) or a date") from None
+        self.check_json(value, path, 0)
+        return _Json(value)
+
+    def string(self, value: Any, path: str) -> str:
+        if not isinstance(value, str):
+            raise FilterError(path, "expected a string")
+        if len(value) > self.ctx.limits.max_string:
+            raise FilterError(path, f"strings are at most {self.ctx.limits.max_string} characters")
+        if "\x00" in value:
+            raise FilterError(path, "strings cannot contain the NUL character")
+        return value
+
+    def number(self, value: Any, path: str, integral: bool = False) -> Decimal:
+        if isinstance(value, bool):
+            raise FilterError(path, "expected a number")
+        if isinstance(value, str):
+            try:
+                value = Decimal(value.strip())
+            except InvalidOperation:
+                raise FilterError(path, "expected a number") from None
+        if isinstance(value, float) and not math.isfinite(value):
+            raise FilterError(path, "expected a finite number")
+        if not isinstance(value, int | float | Decimal):
+            raise FilterError(path, "expected a number")
+        number = Decimal(str(value)) if isinstance(value, float) else Decimal(value)
+        if not number.is_finite() or abs(number.adjusted()) > 100:
+            raise FilterError(path, "expected a finite number of reasonable size")
+        if integral and number != number.to_integral_value():
+            raise FilterError(path, "expected an integer")
+        return number
+
+    def check_json(self, value: Any, path: str, depth: int) -> None:
+        if depth > 20:
+            raise FilterError(path, "value nests too deeply")
+        if isinstance(value, str):
+            self.string(value, path)
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise FilterError(path, "expected a finite number")
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                self.string(k, path)
+                self.check_json(v, path, depth + 1)
+        elif isinstance(value, list):
+            for v in value:
+                self.check_json(v, path, depth + 1)
+
+
+@dataclass(frozen=True)
+class _Json:
+    """A JSON value compared as JSONB (json/file/image fields)."""
+
+    value: Any
+
+    def __hash__(self) -> int:
+        return id(self)
+
+
+def parse_filters(raw: Any, ctx: FilterContext) -> ParsedFilter:
+    """Validate `raw` (the `filters` object) against the definition; 400 with a path on any problem."""
+    return _Parser(ctx).parse(raw)
+
+
+# --- compiling ------------------------------------------------------------------------------------
+
+SimilarityHook = Callable[[SimilarSpec, FilterContext], tuple[ColumnElement, ColumnElement]]
+_similarity_hook: SimilarityHook | None = None
+
+
+def register_similarity_hook(hook: SimilarityHook | None) -> None:
+    """Semantic search plugs in here: `hook(spec, ctx)` → (where clause, distance expression).
+
+    Called only when the definition has `embeddingsConfig.enabled`; the distance expression is
+    selected as the record's `distance` and orders the results unless the query has a sortBy.
+    """
+    global _similarity_hook
+    _similarity_hook = hook
+
+
+@dataclass
+class CompiledFilter:
+    where: ColumnElement
+    search: str | None = None
+    rank: ColumnElement | None = None       # ts_rank_cd of the top-level $search
+    distance: ColumnElement | None = None   # from the similarity hook
+    similar: SimilarSpec | None = None
+
+
+def compile_filters(raw: Any, ctx: FilterContext) -> CompiledFilter:
+    """Parse and compile `raw` into a WHERE expression (plus ranking / distance expressions)."""
+    parsed = parse_filters(raw, ctx)
+    compiler = _Compiler(FieldResolver(ctx.catalog))
+    where = compiler.node(parsed.root)
+    out = CompiledFilter(where, parsed.search, similar=parsed.similar)
+    if parsed.search is not None:
+        query = func.websearch_to_tsquery(SEARCH_CONFIG, parsed.search)
+        out.rank = func.ts_rank_cd(EntityRecord.__table__.c.search_vector, query)
+    if parsed.similar is not None:
+        if not ctx.embeddings_enabled or _similarity_hook is None:
+            out.where = false()  # spec: semantic search returns results only with embeddings enabled
+        else:
+            condition, distance = _similarity_hook(parsed.similar, ctx)
+            out.where, out.distance = and_(where, condition), distance
+    return out
+
+
+class _Compiler:
+    def __init__(self, resolver: FieldResolver):
+        self.r = resolver
+        self.t = resolver.t
+
+    def node(self, node: Node) -> ColumnElement:
+        if isinstance(node, Logical):
+            parts = [self.node(c) for c in node.children]
+            if not parts:
+                return true()
+            return and_(*parts) if node.op == "and" else or_(*parts)
+        if isinstance(node, Negation):
+            return not_(self.node(node.child))
+        if isinstance(node, TextSearch):
+            return self.text_search(node)
+        return self.condition(node)
+
+    def text_search(self, node: TextSearch) -> ColumnElement:
+        query = func.websearch_to_tsquery(SEARCH_CONFIG, node.query)
+        if node.field is None:
+            return self.t.c.search_vector.op("@@")(query)
+        ref = self.r.resolve(node.field)
+        document = func.to_tsvector(SEARCH_CONFIG, func.coalesce(self.r.text(ref), ""))
+        return func.coalesce(document.op("@@")(query), false())
+
+    def condition(self, c: Condition) -> ColumnElement:
+        ref = self.r.resolve(c.field)
+        op, value = c.op, c.value
+        if op == "$eq":
+            return self.eq(ref, value)
+        if op == "$ne":
+            return not_(self.eq(ref, value))
+        if op == "$in":
+            return self.any_of(ref, value)
+        if op == "$nin":
+            return not_(self.any_of(ref, value))
+        if op in RANGE_OPS:
+            return _true_only(getattr(self.r.typed(ref), RANGE_OPS[op])(value))
+        if op == "$between":
+            typed = self.r.typed(ref)
+            lo, hi = value
+            return _true_only(and_(typed >= lo, typed <= hi))
+        if op == "$contains" and ref.kind == KIND_ARRAY:
+            return self.member(ref, value)
+        if op in ("$contains", "$startsWith", "$endsWith"):
+            pattern = _like_escape(value)
+            pattern = {"$contains": f"%{pattern}%", "$startsWith": f"{pattern}%", "$endsWith": f"%{pattern}"}[op]
+            return _true_only(self.r.text(ref).ilike(pattern, escape="\\"))
+        if op == "$exists":
+            exists = self.exists(ref)
+            return exists if value else not_(exists)
+        if op == "$empty":
+            empty = self.empty(ref)
+            return empty if value else not_(empty)
+        raise AssertionError(op)  # pragma: no cover
+
+    def eq(self, ref: FieldRef, value: Any) -> ColumnElement:
+        if value is None:
+            return not_(self.exists(ref))
+        if ref.system:
+            col = self.r.column(ref)
+            if ref.kind == KIND_ARRAY:
+                return col.contains([value]) if isinstance(value, str) else col == list(value)
+            return col == value
+        if ref.kind == KIND_ARRAY:
+            if isinstance(value, str):
+                return self.member(ref, value)
+            return _true_only(self.r.jsonb(ref) == cast(list(value), JSONB))
+        if isinstance(value, _Json):
+            return _true_only(self.r.jsonb(ref) == cast(value.value, JSONB))
+        if ref.kind == KIND_DATETIME or (ref.spec is not None and ref.spec.field_type == "currency"):
+            return _true_only(self.r.typed(ref) == value)
+        # text, number, bool, date: JSONB containment, which the GIN (jsonb_path_ops) index answers
+        return self.t.c.fields.contains({ref.name: _json_scalar(value)})
+
+    def member(self, ref: FieldRef, value: str) -> ColumnElement:
+        if ref.system:
+            return self.r.column(ref).contains([value])
+        return self.t.c.fields.contains({ref.name: [value]})
+
+    def any_of(self, ref: FieldRef, values: tuple) -> ColumnElement:
+        if not values:
+            return false()
+        if ref.kind == KIND_ARRAY:  # overlap
+            if ref.system:
+                return self.r.column(ref).overlap(list(values))
+            return or_(*(self.member(ref, v) for v in values))
+        return or_(*(self.eq(ref, v) for v in values))
+
+    def exists(self, ref: FieldRef) -> ColumnElement:
+        if ref.system:
+            return true()
+        return _true_only(func.jsonb_typeof(self.r.jsonb(ref)) != "null")
+
+    def empty(self, ref: FieldRef) -> ColumnElement:
+        if ref.system:
+            if ref.name == "tags":
+                return func.cardinality(self.r.column(ref)) == 0
+            if ref.name == "name":
+                return self.r.column(ref) == ""
+            return false()
+        jv = self.r.jsonb(ref)
+        return or_(jv.is_(None), func.jsonb_typeof(jv) == "null", jv == cast("", JSONB), jv == cast([], JSONB),
+                   jv == cast({}, JSONB))
+
+
+def _json_scalar(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() and abs(value) < 2**63 else float(value)
+    return value
+
+
+def _true_only(expr: ColumnElement) -> ColumnElement:
+    """NULL (missing field, other type) counts as false, so negations stay two-valued."""
+    return func.coalesce(expr, false())
+
+
+def _like_escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _shorten(text: Any, limit: int = 64) -> str:
+    text = str(text).replace("\x00", "\\0")
+    return text if len(text) <= limit else text[:limit] + "…"

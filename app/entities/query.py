@@ -1,0 +1,152 @@
+"""Record query and count: filters → SQL (app.entities.filters), sorting, paging, projection, lookups."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from flask import current_app
+from sqlalchemy import func, select
+
+from app.db import db
+from app.entities.filters import CompiledFilter, FieldResolver, FilterError, compile_filters
+from app.entities.models import EntityDefinition, EntityRecord
+from app.entities.services import RECORD_COLUMNS, compiled_schema, filter_context, iso, record_to_wire
+from app.errors import ValidationFailed
+
+T = EntityRecord.__table__
+
+
+def record_scope(definition: EntityDefinition) -> list:
+    """The conditions every record read of a definition starts with: org, entity, active."""
+    return [T.c.org_id == definition.org_id, T.c.entity_id == definition.id, T.c.is_active.is_(True)]
+
+
+def count_records(definition: EntityDefinition, filters: Any) -> int:
+    """How many active records of the definition match `filters`."""
+    compiled = compile_filters(filters, filter_context(definition))
+    stmt = select(func.count()).select_from(T).where(*record_scope(definition), compiled.where)
+    return int(db.session.scalar(stmt) or 0)
+
+
+def query_records(definition: EntityDefinition, params: dict[str, Any]) -> dict[str, Any]:
+    """One page of records matching the filters, as a PaginatedResult."""
+    schema = compiled_schema(definition)
+    ctx = filter_context(definition, schema)
+    page, page_size = params.get("page", 1), params.get("pageSize", 20)
+    max_page_size = current_app.config["ENTITY_MAX_PAGE_SIZE"]
+    if page_size > max_page_size:
+        raise ValidationFailed(f"pageSize is at most {max_page_size}.",
+                               {"fields": {"query.pageSize": [f"must be between 1 and {max_page_size}"]}})
+    compiled = compile_filters(params.get("filters") or {}, ctx)
+    resolver = FieldResolver(ctx.catalog)
+    order_by = _order_by(resolver, compiled, params.get("sortBy"), params.get("sortOrder"))
+    include, exclude = _projection(resolver, params.get("include"), "include"), \
+        _projection(resolver, params.get("exclude"), "exclude")
+    lookups = _lookup_specs(schema.catalog, params.get("includeLookups") or [])
+
+    where = [*record_scope(definition), compiled.where]
+    total = int(db.session.scalar(select(func.count()).select_from(T).where(*where)) or 0)
+    rows: list = []
+    offset = (page - 1) * page_size
+    if offset < total:
+        columns = [T.c[name] for name in RECORD_COLUMNS]
+        if compiled.distance is not None:
+            columns.append(compiled.distance.label("distance"))
+        stmt = select(*columns).where(*where).order_by(*order_by).limit(page_size).offset(offset)
+        rows = list(db.session.execute(stmt))
+    records = [_shape(row, include, exclude, compiled) for row in rows]
+    if lookups:
+        _resolve_lookups(definition, records, [row._mapping["fields"] for row in rows], lookups)
+    total_pages = math.ceil(total / page_size) if total else 0
+    return {"records": records, "totalCount": total, "currentPage": page, "pageSize": page_size,
+            "totalPages": total_pages, "hasNextPage": page < total_pages, "hasPreviousPage": page > 1}
+
+
+def _order_by(resolver: FieldResolver, compiled: CompiledFilter, sort_by: str | None, sort_order: int | None):
+    """Explicit sortBy (typed, NULLs last) > similarity distance > search rank > newest first; id breaks ties."""
+    descending = sort_order == -1
+    if sort_by:
+        try:
+            ref = resolver.resolve(sort_by, "query.sortBy")
+        except FilterError:
+            raise ValidationFailed(f"Cannot sort by unknown field '{sort_by}'.",
+                                   {"fields": {"query.sortBy": [f"unknown field '{sort_by}'"]}}) from None
+        key = resolver.sort_key(ref)
+        primary = key.desc().nulls_last() if descending else key.asc().nulls_last()
+        return [primary, T.c.id.desc() if descending else T.c.id.asc()]
+    if compiled.distance is not None:
+        return [compiled.distance.asc(), T.c.id.asc()]
+    if compiled.rank is not None:
+        return [compiled.rank.desc(), T.c.id.asc()]
+    if sort_order == 1:
+        return [T.c.created_at.asc(), T.c.id.asc()]
+    return [T.c.created_at.desc(), T.c.id.desc()]
+
+
+def _projection(resolver: FieldResolver, names: list[str] | None, key: str) -> set[str] | None:
+    if names is None:
+        return None
+    unknown = [n for n in names if resolver.catalog.get(n) is None]
+    if unknown:
+        raise ValidationFailed(f"Unknown field(s) in {key}.",
+                               {"fields": {f"query.{key}": [f"unknown field(s): {', '.join(unknown)}"]}})
+    return set(names)
+
+
+def _shape(row, include: set[str] | None, exclude: set[str] | None, compiled: CompiledFilter) -> dict:
+    record = record_to_wire(row)
+    if include is not None or exclude:
+        record["fields"] = {k: v for k, v in record["fields"].items()
+                            if (include is None or k in include) and not (exclude and k in exclude)}
+    if compiled.distance is not None:
+        record["distance"] = float(row._mapping["distance"])
+    return record
+
+
+def _lookup_specs(catalog, items: list[dict]) -> list[dict]:
+    lookups = catalog.lookup_fields()
+    specs = []
+    for i, item in enumerate(items):
+        spec = lookups.get(item["field"])
+        if spec is None:
+            raise ValidationFailed("includeLookups names a field that is not a lookup.",
+                                   {"fields": {f"query.includeLookups[{i}].field":
+                                               [f"'{item['field']}' is not a lookup or multilookup field"]}})
+        specs.append({"field": spec.name, "many": spec.field_type == "multilookup", "entity": spec.entity,
+                      "fields": set(item["fields"]) if item.get("fields") is not None else None})
+    return specs
+
+
+def _resolve_lookups(definition: EntityDefinition, records: list[dict], raw_fields: list[dict],
+                     specs: list[dict]) -> None:
+    """Add `lookups[field]` = the referenced record(s) (active, same org) or null; `fields` stay ids."""
+    wanted: set[str] = set()
+    for fields in raw_fields:
+        for spec in specs:
+            value = fields.get(spec["field"]) if isinstance(fields, dict) else None
+            wanted.update(v for v in (value if isinstance(value, list) else [value]) if isinstance(v, str))
+    found: dict[str, tuple[dict, str]] = {}
+    if wanted:
+        stmt = (select(T.c.id, T.c.entity_id, T.c.name, T.c.fields, T.c.created_at, T.c.updated_at,
+                       EntityDefinition.name.label("entity_name"))
+                .join(EntityDefinition, EntityDefinition.id == T.c.entity_id)
+                .where(T.c.org_id == definition.org_id, T.c.is_active.is_(True), T.c.id.in_(sorted(wanted))))
+        for row in db.session.execute(stmt):
+            found[row.id] = ({"id": row.id, "entityId": row.entity_id, "entityName": row.entity_name,
+                              "name": row.name, "fields": row.fields, "createdAt": iso(row.created_at),
+                              "updatedAt": iso(row.updated_at)}, row.entity_name)
+    for record, fields in zip(records, raw_fields, strict=True):
+        resolved = record.setdefault("lookups", {})
+        for spec in specs:
+            value = fields.get(spec["field"]) if isinstance(fields, dict) else None
+            ids = value if isinstance(value, list) else ([value] if value is not None else [])
+            targets = [_project(found[i][0], spec["fields"]) for i in ids
+                       if isinstance(i, str) and i in found and (not spec["entity"] or found[i][1] == spec["entity"])]
+            resolved[spec["field"]] = targets if spec["many"] else (targets[0] if targets else None)
+
+
+def _project(target: dict, names: set[str] | None) -> dict:
+    if names is None:
+        return target
+    return dict(target, fields={k: v for k, v in target["fields"].items() if k in names})

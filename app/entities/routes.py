@@ -1,0 +1,306 @@
+"""HTTP routes of the entity store (thin: parse, call a service, return)."""
+
+from __future__ import annotations
+
+from flask import jsonify, request
+from flask.views import MethodView
+
+from app.auth import require_role, require_scopes
+from app.entities import bulk, query, services
+from app.entities import tasks as _tasks  # noqa: F401  (registers the bulk task with the worker)
+from app.entities.schemas import (
+    AdminUpsertResultSchema,
+    AdminUpsertSchema,
+    BulkDeleteSchema,
+    BulkRecordsSchema,
+    BulkResultSchema,
+    CountRequestSchema,
+    DefinitionDeleteArgsSchema,
+    DefinitionEnvelopeSchema,
+    DefinitionInputSchema,
+    DefinitionListArgsSchema,
+    DefinitionListSchema,
+    IdSchema,
+    JobAcceptedSchema,
+    JobSchema,
+    PaginatedResultSchema,
+    QueryRequestSchema,
+    RecordDeleteArgsSchema,
+    RecordInputSchema,
+    RecordSchema,
+    RelationshipInputSchema,
+    RelationshipListArgsSchema,
+    RelationshipListSchema,
+    RelationshipSchema,
+    SuccessSchema,
+    ViewInputSchema,
+    ViewListSchema,
+)
+from app.errors import InvalidInput
+from app.extensions import Blueprint
+
+READ, WRITE = "read:entities", "write:entities"
+SUCCESS = {"success": True}
+
+blp = Blueprint("entities", __name__, url_prefix="/api/v1/entities",
+                description="Entity store: definitions, views, records, relationships, bulk")
+admin_blp = Blueprint("entities_admin", __name__, url_prefix="/api/v1/admin/entities",
+                      description="Entity store administration")
+jobs_blp = Blueprint("jobs", __name__, url_prefix="/api/v1/jobs", description="Asynchronous jobs")
+blueprints = [blp, admin_blp, jobs_blp]
+# Bodies checked by their own parsers: bulk per record (the answer lists indexes), query/count by the
+# filter parser (the answer names the filter path).
+SELF_CHECKED = {"entities.BulkCreate", "entities.BulkUpdate", "entities.BulkDelete", "entities.RecordQuery",
+                "entities.RecordCount"}
+
+
+def _refuse_unstorable() -> None:
+    """Path and query values, and JSON bodies, must be storable (no NUL, no NaN) — a 400, never a
+    database error."""
+    for source in (request.view_args or {}, request.args):
+        for key, value in source.items():
+            if "\x00" in key or "\x00" in str(value):
+                raise InvalidInput(f"Parameter '{key.replace(chr(0), '')}' must not contain the NUL character.")
+    if request.endpoint not in SELF_CHECKED and request.is_json:
+        body = request.get_json(silent=True)
+        if body is not None:
+            services.check_storable(body)
+
+
+for _blueprint in blueprints:
+    _blueprint.before_request(_refuse_unstorable)
+
+
+# --- definitions ----------------------------------------------------------------------------------
+
+@blp.route("/definitions")
+class Definitions(MethodView):
+    @blp.arguments(DefinitionListArgsSchema, location="query")
+    @blp.response(200, DefinitionListSchema)
+    @require_scopes(READ)
+    def get(self, args):
+        """List entity definitions (optional `module`, `status` = active|inactive)."""
+        found = services.list_definitions(args.get("module"), args.get("status"))
+        return {"definitions": [services.definition_to_wire(d) for d in found]}
+
+    @blp.arguments(DefinitionInputSchema)
+    @blp.response(201, IdSchema)
+    @require_scopes(WRITE)
+    def post(self, data):
+        """Create an entity definition; its schema is checked; the name is unique per org (409)."""
+        return {"id": services.create_definition(data).id}
+
+
+@blp.route("/definitions/<string:entity_name>")
+class Definition(MethodView):
+    @blp.response(200, DefinitionEnvelopeSchema)
+    @require_scopes(READ)
+    def get(self, entity_name):
+        """Get a definition by name (an inactive one is returned when no active one has the name)."""
+        return {"definition": services.definition_to_wire(
+            services.find_definition(entity_name, include_inactive=True))}
+
+    @blp.arguments(DefinitionInputSchema)
+    @blp.response(200, SuccessSchema)
+    @require_scopes(WRITE)
+    def put(self, data, entity_name):
+        """Update a definition (partial); bumps `version`; a stale `version` is 409."""
+        services.update_definition(entity_name, data)
+        return SUCCESS
+
+    @blp.arguments(DefinitionDeleteArgsSchema, location="query")
+    @blp.response(200, SuccessSchema)
+    @require_scopes(WRITE)
+    def delete(self, args, entity_name):
+        """Delete a definition: soft by default; `deleteRecords`, `hardDelete` flags."""
+        services.delete_definition(entity_name, delete_records=args["deleteRecords"],
+                                   hard_delete=args["hardDelete"])
+        return SUCCESS
+
+
+@admin_blp.route("/update")
+class AdminUpsert(MethodView):
+    @admin_blp.arguments(AdminUpsertSchema)
+    @admin_blp.response(200, AdminUpsertResultSchema)
+    @require_role("admin", "super_admin")
+    def post(self, data):
+        """Create or update definitions by name in the caller's org (role admin)."""
+        return services.upsert_definitions(data["definitions"])
+
+
+# --- views ----------------------------------------------------------------------------------------
+
+@blp.route("/definitions/<string:entity_name>/views")
+class Views(MethodView):
+    @blp.response(200, ViewListSchema)
+    @require_scopes(READ)
+    def get(self, entity_name):
+        """List the views of a definition."""
+        definition = services.find_definition(entity_name)
+        return {"views": [services.view_to_wire(v, definition) for v in services.list_views(definition)]}
+
+    @blp.arguments(ViewInputSchema)
+    @blp.response(201, IdSchema)
+    @require_scopes(WRITE)
+    def post(self, data, entity_name):
+        """Create a view (columns, filters, sort are checked against the definition)."""
+        return {"id": services.create_view(services.find_definition(entity_name), data).id}
+
+
+@blp.route("/definitions/<string:entity_name>/views/<string:view_id>")
+class View(MethodView):
+    @blp.arguments(ViewInputSchema)
+    @blp.response(200, SuccessSchema)
+    @require_scopes(WRITE)
+    def put(self, data, entity_name, view_id):
+        """Update a view (partial)."""
+        services.update_view(services.find_definition(entity_name), view_id, data)
+        return SUCCESS
+
+    @blp.response(200, SuccessSchema)
+    @require_scopes(WRITE)
+    def delete(self, entity_name, view_id):
+        """Delete a view."""
+        services.delete_view(services.find_definition(entity_name), view_id)
+        return SUCCESS
+
+
+# --- records --------------------------------------------------------------------------------------
+
+@blp.route("/<string:entity_name>/records")
+class Records(MethodView):
+    @blp.arguments(RecordInputSchema)
+    @blp.response(201, RecordSchema)
+    @require_scopes(WRITE)
+    def post(self, data, entity_name):
+        """Create a record; `fields` are validated against the definition's schema."""
+        record = services.create_record(services.find_definition(entity_name), data)
+        return services.record_to_wire(record)
+
+
+@blp.route("/<string:entity_name>/records/query")
+class RecordQuery(MethodView):
+    @blp.arguments(QueryRequestSchema)
+    @blp.response(200, PaginatedResultSchema)
+    @require_scopes(READ)
+    def post(self, data, entity_name):
+        """Query records: filters, $search, sorting, paging, include/exclude, includeLookups."""
+        return query.query_records(services.find_definition(entity_name), data["query"])
+
+
+@blp.route("/<string:entity_name>/records/count")
+class RecordCount(MethodView):
+    @blp.arguments(CountRequestSchema)
+    @blp.doc(responses={"200": {"description": "The number of matching records",
+                                "content": {"application/json": {"schema": {"type": "integer"}}}}})
+    @require_scopes(READ)
+    def post(self, data, entity_name):
+        """Count the records matching `filters` (the response is a bare number)."""
+        return jsonify(query.count_records(services.find_definition(entity_name), data.get("filters")))
+
+
+@blp.route("/<string:entity_name>/records/<string:record_id>")
+class Record(MethodView):
+    @blp.response(200, RecordSchema)
+    @require_scopes(READ)
+    def get(self, entity_name, record_id):
+        """Get a record (soft-deleted and other orgs' records are 404)."""
+        return services.record_to_wire(services.find_record(services.find_definition(entity_name), record_id))
+
+    @blp.arguments(RecordInputSchema)
+    @blp.response(200, SuccessSchema)
+    @require_scopes(WRITE)
+    def put(self, data, entity_name, record_id):
+        """Update a record: `fields` merge (null removes a key), validated whole; stale `version` is 409."""
+        services.update_record(services.find_definition(entity_name), record_id, data)
+        return SUCCESS
+
+    @blp.arguments(RecordDeleteArgsSchema, location="query")
+    @blp.response(200, SuccessSchema)
+    @require_scopes(WRITE)
+    def delete(self, args, entity_name, record_id):
+        """Delete a record: soft by default (relationships deactivated); `hardDelete=true` removes it."""
+        services.delete_record(services.find_definition(entity_name), record_id, hard_delete=args["hardDelete"])
+        return SUCCESS
+
+
+# --- bulk -----------------------------------------------------------------------------------------
+
+def _wants_async() -> bool:
+    prefer = request.headers.get("Prefer", "")
+    return any(token.strip().split(";")[0].strip().lower() == "respond-async" for token in prefer.split(","))
+
+
+def _bulk(entity_name: str, operation: str, items: list):
+    definition = services.find_definition(entity_name)
+    if _wants_async():
+        job = bulk.start_job(definition, operation, items)
+        response = jsonify({"jobId": job.id})
+        response.status_code = 202
+        response.headers["Location"] = f"/api/v1/jobs/{job.id}"
+        response.headers["Preference-Applied"] = "respond-async"
+        return response
+    return bulk.run_bulk(definition, operation, items)
+
+
+def _bulk_route(operation: str, body_schema, key: str, summary: str) -> None:
+    """One bulk endpoint (`/records/bulk/<operation>`); the three differ only in body and operation."""
+
+    class BulkView(MethodView):
+        @blp.arguments(body_schema)
+        @blp.response(200, BulkResultSchema)
+        @blp.alt_response(202, schema=JobAcceptedSchema, description="With `Prefer: respond-async`")
+        @require_scopes(WRITE)
+        def post(self, data, entity_name):
+            return _bulk(entity_name, operation, data[key])
+
+    BulkView.post.__doc__ = summary
+    BulkView.__name__ = BulkView.__qualname__ = f"Bulk{operation.title()}"
+    blp.route(f"/<string:entity_name>/records/bulk/{operation}")(BulkView)
+
+
+_bulk_route("create", BulkRecordsSchema, "records",
+            "Create many records, all or nothing (`Prefer: respond-async` → 202 {jobId}).")
+_bulk_route("update", BulkRecordsSchema, "records", "Update many records by id (fields merge), all or nothing.")
+_bulk_route("delete", BulkDeleteSchema, "recordIds", "Soft-delete many records by id, all or nothing.")
+
+
+@jobs_blp.route("/<string:job_id>")
+class Job(MethodView):
+    @jobs_blp.response(200, JobSchema)
+    @require_scopes(READ, WRITE)
+    def get(self, job_id):
+        """Status of an asynchronous job: pending | running | succeeded | failed, with its result or error."""
+        return bulk.job_to_wire(bulk.get_job(job_id))
+
+
+# --- relationships --------------------------------------------------------------------------------
+
+@blp.route("/<string:entity_name>/records/<string:record_id>/relationships")
+class Relationships(MethodView):
+    @blp.arguments(RelationshipListArgsSchema, location="query")
+    @blp.response(200, RelationshipListSchema)
+    @require_scopes(READ)
+    def get(self, args, entity_name, record_id):
+        """A record's active relationships (`direction`, `relationshipType`, `targetEntity`)."""
+        found = services.list_relationships(
+            services.find_definition(entity_name), record_id, direction=args["direction"],
+            relationship_type=args.get("relationshipType"), target_entity=args.get("targetEntity"))
+        return {"relationships": found}
+
+    @blp.arguments(RelationshipInputSchema)
+    @blp.response(201, RelationshipSchema)
+    @require_scopes(WRITE)
+    def post(self, data, entity_name, record_id):
+        """Link this record to another record of the org."""
+        return services.create_relationship(services.find_definition(entity_name), record_id, data)
+
+
+@blp.route("/<string:entity_name>/records/<string:record_id>/relationships/<string:relationship_id>")
+class Relationship(MethodView):
+    @blp.response(200, SuccessSchema)
+    @require_scopes(WRITE)
+    def delete(self, entity_name, record_id, relationship_id):
+        """Delete a relationship of this record."""
+        services.delete_relationship(services.find_definition(entity_name), record_id, relationship_id)
+        return SUCCESS

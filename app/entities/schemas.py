@@ -1,0 +1,352 @@
+"""Wire shapes of the entity store (camelCase, as in the spec)."""
+
+from __future__ import annotations
+
+from marshmallow import EXCLUDE, RAISE, Schema, ValidationError, pre_load, validate
+from marshmallow import fields as ma
+
+ENTITY_NAME = r"^[a-z][a-z0-9_-]{0,63}$"
+VIEW_TYPES = ("table", "kanban", "calendar", "gallery", "list", "timeline")
+
+
+class SortOrderField(ma.Field):
+    """`sortOrder`: 1 (asc) or -1 (desc) on the wire; "asc"/"desc" accepted too."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        mapping = {1: 1, -1: -1, "1": 1, "-1": -1, "asc": 1, "desc": -1}
+        if isinstance(value, bool) or not isinstance(value, int | str) or value not in mapping:
+            raise ValidationError("must be 1 (ascending) or -1 (descending)")
+        return mapping[value]
+
+    def _serialize(self, value, attr, obj, **kwargs):
+        return value
+
+
+class AnyJson(ma.Raw):
+    """Any JSON value (documented as such in OpenAPI)."""
+
+
+class AuditedSchema(Schema):
+    createdAt = ma.String()
+    updatedAt = ma.String()
+    createdBy = ma.String(allow_none=True)
+    updatedBy = ma.String(allow_none=True)
+
+
+# --- definitions ----------------------------------------------------------------------------------
+
+class EmbeddingsConfigSchema(Schema):
+    class Meta:
+        unknown = RAISE
+
+    enabled = ma.Boolean(required=True)
+    fields = ma.List(ma.String(), load_default=list,
+                         metadata={"description": "fields feeding the embedding text; empty = name only"})
+    model = ma.String(allow_none=True)
+    dimensions = ma.Integer(allow_none=True, validate=validate.Range(min=1, max=16000))
+
+
+class DefinitionInputSchema(Schema):
+    """Partial EntityDefinition (create and update). Server-managed fields are ignored."""
+
+    class Meta:
+        unknown = EXCLUDE
+
+    name = ma.String(validate=[validate.Regexp(ENTITY_NAME, error="lower-case letters, digits, _ and -; "
+                                                                        "starting with a letter; at most 64"),
+                               validate.NoneOf(["definitions"], error="'definitions' is reserved")])
+    displayName = ma.String(validate=validate.Length(min=1, max=200))
+    module = ma.String(allow_none=True, validate=validate.Length(max=100))
+    description = ma.String(allow_none=True, validate=validate.Length(max=10000))
+    schema = ma.Dict(metadata={"description": "JSON Schema of a record's fields (platform field types "
+                                                  "via `fieldType` or `type`)"})
+    defaultViewId = ma.String(allow_none=True)
+    metadata = ma.Dict(allow_none=True)
+    isActive = ma.Boolean()
+    embeddingsConfig = ma.Nested(EmbeddingsConfigSchema, allow_none=True)
+    version = ma.Integer(metadata={"description": "on update: the version you read; stale → 409"})
+    # registry provenance: honoured on the admin upsert only
+    artifactVersion = ma.Integer(allow_none=True)
+    forkedFromVersion = ma.Integer(allow_none=True)
+    source = ma.String(allow_none=True, validate=validate.Length(max=100))
+
+    @pre_load
+    def unwrap(self, data, **_kwargs):
+        """`{definition: {...}}` is accepted as well as the bare object."""
+        if isinstance(data, dict) and set(data) == {"definition"} and isinstance(data["definition"], dict):
+            return data["definition"]
+        return data
+
+
+class DefinitionSchema(AuditedSchema):
+    id = ma.String(required=True)
+    name = ma.String(required=True)
+    displayName = ma.String()
+    module = ma.String(allow_none=True)
+    description = ma.String(allow_none=True)
+    schema = ma.Dict()
+    defaultViewId = ma.String(allow_none=True)
+    metadata = ma.Dict(allow_none=True)
+    isActive = ma.Boolean()
+    version = ma.Integer()
+    embeddingsConfig = ma.Dict(allow_none=True)
+    artifactVersion = ma.Integer(allow_none=True)
+    forkedFromVersion = ma.Integer(allow_none=True)
+    product = ma.String(allow_none=True)
+    source = ma.String(allow_none=True)
+    orgId = ma.String()
+
+
+class DefinitionEnvelopeSchema(Schema):
+    definition = ma.Nested(DefinitionSchema, required=True)
+
+
+class DefinitionListSchema(Schema):
+    definitions = ma.List(ma.Nested(DefinitionSchema), required=True)
+
+
+class DefinitionListArgsSchema(Schema):
+    class Meta:
+        unknown = EXCLUDE
+
+    module = ma.String()
+    status = ma.String(validate=validate.OneOf(["active", "inactive"]))
+
+
+class DefinitionDeleteArgsSchema(Schema):
+    class Meta:
+        unknown = EXCLUDE
+
+    deleteRecords = ma.Boolean(load_default=False)
+    hardDelete = ma.Boolean(load_default=False)
+
+
+class AdminUpsertSchema(Schema):
+    class Meta:
+        unknown = RAISE
+
+    definitions = ma.List(AnyJson(), required=True, validate=validate.Length(min=1, max=500),
+                          metadata={"description": "EntityDefinition objects; each is checked on its own"})
+
+
+class AdminUpsertResultSchema(Schema):
+    created = ma.Integer(required=True)
+    updated = ma.Integer(required=True)
+    errors = ma.List(ma.String(), required=True)
+
+
+class IdSchema(Schema):
+    id = ma.String(required=True)
+
+
+class SuccessSchema(Schema):
+    success = ma.Boolean(required=True)
+
+
+# --- views ----------------------------------------------------------------------------------------
+
+class ViewInputSchema(Schema):
+    """Partial EntityView."""
+
+    class Meta:
+        unknown = EXCLUDE
+
+    name = ma.String(validate=validate.Length(min=1, max=200))
+    type = ma.String(validate=validate.OneOf(VIEW_TYPES))
+    description = ma.String(allow_none=True, validate=validate.Length(max=10000))
+    columns = ma.List(ma.String(), validate=validate.Length(max=500))
+    filters = ma.Dict()
+    sortBy = ma.String(allow_none=True)
+    sortOrder = SortOrderField()
+    pageSize = ma.Integer(allow_none=True, validate=validate.Range(min=1, max=500))
+    isDefault = ma.Boolean()
+    config = ma.Dict()
+
+    @pre_load
+    def unwrap(self, data, **_kwargs):
+        if isinstance(data, dict) and set(data) == {"view"} and isinstance(data["view"], dict):
+            return data["view"]
+        return data
+
+
+class ViewSchema(AuditedSchema):
+    id = ma.String(required=True)
+    entityId = ma.String()
+    entityName = ma.String()
+    name = ma.String()
+    type = ma.String()
+    description = ma.String(allow_none=True)
+    columns = ma.List(ma.String())
+    filters = ma.Dict()
+    sortBy = ma.String(allow_none=True)
+    sortOrder = ma.Integer()
+    pageSize = ma.Integer(allow_none=True)
+    isDefault = ma.Boolean()
+    config = ma.Dict()
+
+
+class ViewListSchema(Schema):
+    views = ma.List(ma.Nested(ViewSchema), required=True)
+
+
+# --- records --------------------------------------------------------------------------------------
+
+class RecordInputSchema(Schema):
+    """Partial EntityRecord. Server-managed fields (id, entityId, createdAt, …) are ignored."""
+
+    class Meta:
+        unknown = EXCLUDE
+
+    name = ma.String(validate=validate.Length(max=1000))
+    fields = ma.Dict(metadata={"description": "validated against the definition's schema"})
+    tags = ma.List(ma.String(validate=validate.Length(min=1, max=200)), validate=validate.Length(max=100))
+    metadata = ma.Dict(allow_none=True)
+    isActive = ma.Boolean()
+    version = ma.Integer(metadata={"description": "on update: the version you read; stale → 409"})
+
+
+class RecordSchema(AuditedSchema):
+    id = ma.String(required=True)
+    entityId = ma.String(required=True)
+    name = ma.String()
+    fields = ma.Dict()
+    tags = ma.List(ma.String())
+    metadata = ma.Dict(allow_none=True)
+    isActive = ma.Boolean()
+    version = ma.Integer()
+    distance = ma.Float(metadata={"description": "only on semantic searches ($similar)"})
+    lookups = ma.Dict(metadata={"description": "resolved lookup fields (includeLookups)"})
+
+
+class RecordDeleteArgsSchema(Schema):
+    class Meta:
+        unknown = EXCLUDE
+
+    hardDelete = ma.Boolean(load_default=False)
+
+
+class LookupIncludeSchema(Schema):
+    class Meta:
+        unknown = RAISE
+
+    field = ma.String(required=True, metadata={"description": "a lookup or multilookup field"})
+    fields = ma.List(ma.String(), metadata={"description": "fields of the referenced records to "
+                                                                   "return; all when omitted"})
+
+
+class QueryParamsSchema(Schema):
+    class Meta:
+        unknown = RAISE
+
+    page = ma.Integer(load_default=1, validate=validate.Range(min=1, max=1_000_000))
+    pageSize = ma.Integer(load_default=20, validate=validate.Range(min=1))
+    filters = ma.Dict(load_default=dict, allow_none=True)
+    sortBy = ma.String(allow_none=True)
+    sortOrder = SortOrderField(allow_none=True)
+    include = ma.List(ma.String(), allow_none=True)
+    exclude = ma.List(ma.String(), allow_none=True)
+    includeLookups = ma.List(ma.Nested(LookupIncludeSchema), allow_none=True)
+
+
+class QueryRequestSchema(Schema):
+    class Meta:
+        unknown = RAISE
+
+    query = ma.Nested(QueryParamsSchema, load_default=lambda: QueryParamsSchema().load({}))
+
+
+class PaginatedResultSchema(Schema):
+    records = ma.List(ma.Nested(RecordSchema), required=True)
+    totalCount = ma.Integer(required=True)
+    currentPage = ma.Integer(required=True)
+    pageSize = ma.Integer(required=True)
+    totalPages = ma.Integer(required=True)
+    hasNextPage = ma.Boolean(required=True)
+    hasPreviousPage = ma.Boolean(required=True)
+
+
+class CountRequestSchema(Schema):
+    class Meta:
+        unknown = RAISE
+
+    filters = ma.Dict(load_default=dict, allow_none=True)
+
+
+# --- bulk and jobs --------------------------------------------------------------------------------
+
+class BulkRecordsSchema(Schema):
+    class Meta:
+        unknown = RAISE
+
+    records = ma.List(AnyJson(), required=True, validate=validate.Length(min=1),
+                      metadata={"description": "Partial EntityRecord objects; each is checked, all or nothing"})
+
+
+class BulkDeleteSchema(Schema):
+    class Meta:
+        unknown = RAISE
+
+    recordIds = ma.List(ma.String(validate=validate.Length(min=1, max=64)), required=True,
+                        validate=validate.Length(min=1))
+
+
+class BulkResultSchema(Schema):
+    message = ma.String(required=True)
+    count = ma.Integer(required=True)
+
+
+class JobAcceptedSchema(Schema):
+    jobId = ma.String(required=True)
+
+
+class JobSchema(Schema):
+    jobId = ma.String(required=True)
+    status = ma.String(required=True, metadata={"description": "pending | running | succeeded | failed"})
+    operation = ma.String()
+    entityName = ma.String()
+    result = ma.Nested(BulkResultSchema, allow_none=True)
+    error = ma.Dict(allow_none=True, metadata={"description": "{code, message, details?} when failed"})
+    createdAt = ma.String()
+    startedAt = ma.String(allow_none=True)
+    finishedAt = ma.String(allow_none=True)
+
+
+# --- relationships --------------------------------------------------------------------------------
+
+class RelationshipInputSchema(Schema):
+    """CreateRelationshipRequest."""
+
+    class Meta:
+        unknown = RAISE
+
+    toEntityName = ma.String(required=True, validate=validate.Length(min=1, max=64))
+    toRecordId = ma.String(required=True, validate=validate.Length(min=1, max=64))
+    relationshipType = ma.String(required=True, validate=validate.Length(min=1, max=100))
+    fields = ma.Dict(allow_none=True)
+
+
+class RelationshipListArgsSchema(Schema):
+    """ListRelationshipsParams."""
+
+    class Meta:
+        unknown = EXCLUDE
+
+    relationshipType = ma.String()
+    targetEntity = ma.String()
+    direction = ma.String(load_default="both", validate=validate.OneOf(["outgoing", "incoming", "both"]))
+
+
+class RelationshipSchema(Schema):
+    id = ma.String(required=True)
+    fromEntityName = ma.String(required=True)
+    fromRecordId = ma.String(required=True)
+    toEntityName = ma.String(required=True)
+    toRecordId = ma.String(required=True)
+    relationshipType = ma.String(required=True)
+    fields = ma.Dict(allow_none=True)
+    createdAt = ma.String()
+    isActive = ma.Boolean()
+
+
+class RelationshipListSchema(Schema):
+    relationships = ma.List(ma.Nested(RelationshipSchema), required=True)

@@ -1,0 +1,94 @@
+"""The filter compiler without a database: typing, limits, and that nothing caller-supplied reaches SQL text."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from sqlalchemy.dialects import postgresql
+
+from app.entities.fieldtypes import compile_definition_schema
+from app.entities.filters import (
+    Condition,
+    FilterContext,
+    FilterLimits,
+    Logical,
+    Negation,
+    compile_filters,
+    parse_filters,
+    register_similarity_hook,
+)
+from app.errors import ValidationFailed
+
+SCHEMA = {"type": "object", "properties": {
+    "title": {"type": "string"}, "qty": {"type": "int"}, "at": {"type": "datetime"}, "due": {"type": "date"},
+    "labels": {"type": "multiselect", "options": ["a", "b"]}, "meta": {"type": "json"}}}
+CTX = FilterContext(compile_definition_schema(SCHEMA).catalog)
+
+
+def sql(filters, ctx=CTX) -> str:
+    compiled = compile_filters(filters, ctx)
+    return str(compiled.where.compile(dialect=postgresql.dialect()))
+
+
+def test_values_and_field_names_are_bound_parameters():
+    evil = "x'); DROP TABLE entity_records; --"
+    text = sql({"title": {"$contains": evil}, "qty": {"$gt": 5}, "$search": evil,
+                "$or": [{"labels": evil}, {"meta": {"k": evil}}]})
+    assert "DROP TABLE" not in text and "'x'" not in text
+    assert "title" not in text and "labels" not in text and "qty" not in text  # keys are parameters too
+    assert "%(" in text
+
+
+def test_values_are_typed():
+    parsed = parse_filters({"qty": "7", "at": "2026-01-01", "due": "2026-01-02"}, CTX)
+    by_field = {c.field: c.value for c in parsed.root.children}
+    assert by_field["qty"] == Decimal(7)
+    assert by_field["at"].isoformat() == "2026-01-01T00:00:00+00:00"
+    assert by_field["due"] == "2026-01-02"
+
+
+def test_tree_shape():
+    parsed = parse_filters({"$not": {"$or": [{"qty": 1}, {"title": {"$ne": "x"}}]}}, CTX)
+    assert isinstance(parsed.root, Negation) and isinstance(parsed.root.child, Logical)
+    assert parsed.root.child.children[1] == Condition("title", "$ne", "x")
+
+
+@pytest.mark.parametrize("filters", [
+    {"nope": 1}, {"qty": {"$gt": None}}, {"labels": {"$gt": "a"}}, {"meta": {"$contains": "x"}},
+    {"at": {"$lt": "2026-01-01T10:00:00"}}, {"qty": {"$in": [1, "x"]}}, {"$or": [{}, 5]}, [1],
+    {"title": "x" * 1001}, {"qty": 1e400 if False else "1e999"}, {"$similar": {"query": "x", "maxDistance": 5}},
+])
+def test_rejections(filters):
+    with pytest.raises(ValidationFailed):
+        compile_filters(filters, CTX)
+
+
+def test_limits_are_configurable():
+    tight = FilterContext(CTX.catalog, limits=FilterLimits(max_depth=1, max_conditions=2, max_list=2))
+    with pytest.raises(ValidationFailed, match="levels deep"):
+        parse_filters({"$not": {"$not": {"qty": 1}}}, tight)
+    with pytest.raises(ValidationFailed, match="conditions"):
+        parse_filters({"qty": 1, "title": "a", "due": "2026-01-01"}, tight)
+    with pytest.raises(ValidationFailed, match="at most 2"):
+        parse_filters({"qty": {"$in": [1, 2, 3]}}, tight)
+
+
+def test_similar_without_embeddings_matches_nothing_and_hook_plugs_in():
+    assert "false" in sql({"$similar": "hello"}).lower()
+    enabled = FilterContext(CTX.catalog, embeddings_enabled=True)
+    from sqlalchemy import literal
+
+    seen = []
+
+    def hook(spec, ctx):
+        seen.append(spec)
+        return literal(True), literal(0.25)
+
+    register_similarity_hook(hook)
+    try:
+        compiled = compile_filters({"$similar": {"query": "cats", "maxDistance": 0.4}, "qty": 1}, enabled)
+        assert compiled.distance is not None and seen[0].query == "cats" and seen[0].max_distance == 0.4
+    finally:
+        register_similarity_hook(None)
+    assert "false" in sql({"$similar": "hello"}, enabled).lower()  # enabled but no hook: still nothing
