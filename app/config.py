@@ -59,7 +59,17 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "EMBEDDINGS_BACKEND": ("local", str, "`local` (bundled sentence-transformers model) or `openai`"),
     "EMBEDDINGS_ENDPOINT": ("", str, "OpenAI-compatible base URL (…/v1) for the openai backend"),
     "EMBEDDINGS_API_KEY": ("", str, "API key for the openai backend"),
-    "EMBEDDINGS_MODEL": ("", str, "Embedding model; empty = backend default"),
+    "EMBEDDINGS_MODEL": ("", str, "Embedding model; empty = backend default (local: bundled all-MiniLM-L6-v2, "
+                                  "or a local sentence-transformers directory; openai: text-embedding-3-large)"),
+    "EMBEDDINGS_DIMENSIONS": (0, int, "Default `dimensions` sent to the openai backend; 0 = the model's native size"),
+    "EMBEDDINGS_AUTH_HEADER": ("auto", str, "openai backend auth: `bearer`, `api-key` (Azure), or `auto` "
+                                            "(api-key for `*.azure.com` hosts)"),
+    "EMBEDDINGS_BATCH_SIZE": (64, int, "Texts per model call (local) or per HTTP request (openai, max 2048)"),
+    "EMBEDDINGS_TIMEOUT_SECONDS": (30, float, "Read timeout of one openai-backend request (connect: 5 s)"),
+    "EMBEDDINGS_MAX_TEXT_CHARS": (8000, int, "Cap on the text embedded for one record"),
+    "EMBEDDINGS_LOCAL_THREADS": (0, int, "torch threads for the local model; 0 = torch default (all cores)"),
+    "EMBEDDINGS_QUERY_CACHE_TTL": (300, float, "Seconds a `$similar` query vector stays cached (per org); 0 = off"),
+    "EMBEDDINGS_QUERY_CACHE_SIZE": (1024, int, "Query vectors kept in each process's LRU cache"),
     # Entity store
     "ENTITY_MAX_PAGE_SIZE": (500, int, "Largest `pageSize` of a record query (400 above)"),
     "ENTITY_MAX_BULK_RECORDS": (5000, int, "Most records (or ids) in one bulk create/update/delete"),

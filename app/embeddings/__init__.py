@@ -1,0 +1,97 @@
+"""Embedders behind one interface; the backend is chosen by EMBEDDINGS_BACKEND (`local` | `openai`).
+
+`build_embedder(config, model=..., dimensions=...)` makes one; `get_embedder(...)` returns the
+app's shared instance for that model/dimensions (built once per process, so the local model and the
+HTTP connection pool are reused). `get_query_cache()` is the app's `$similar` query-vector cache.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from flask import current_app
+
+from app.embeddings.base import (
+    Embedder,
+    EmbedderConfigError,
+    EmbedderError,
+    EmbedderTransientError,
+    Vector,
+)
+from app.embeddings.cache import QueryEmbeddingCache
+from app.embeddings.text import build_embedding_text, embedding_content_hash
+
+__all__ = [
+    "BACKENDS", "Embedder", "EmbedderConfigError", "EmbedderError", "EmbedderTransientError",
+    "QueryEmbeddingCache", "Vector", "build_embedder", "build_embedding_text", "build_query_cache",
+    "embedding_content_hash", "get_embedder", "get_query_cache",
+]
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("local", "openai")
+_lock = threading.Lock()
+
+
+def build_embedder(config, *, model: str | None = None, dimensions: int | None = None) -> Embedder:
+    """A new embedder for `config`; `model`/`dimensions` come from a definition's embeddingsConfig.
+
+    The local backend has one model and its native size: a requested model or dimension count is
+    not something it can honour, so it answers with its own (the stored vector records the model
+    and dimensions that really produced it, which is what staleness checks compare).
+    """
+    backend = (config.get("EMBEDDINGS_BACKEND") or "local").strip().lower()
+    if backend == "local":
+        from app.embeddings.local import LocalEmbedder
+
+        embedder = LocalEmbedder.from_config(config)
+        if model and model != embedder.model:
+            log.debug("local embedder serves %s in place of requested model %s", embedder.model, model)
+        return embedder
+    if backend == "openai":
+        from app.embeddings.openai_compat import OpenAICompatibleEmbedder
+
+        return OpenAICompatibleEmbedder.from_config(config, model=model, dimensions=dimensions)
+    raise EmbedderConfigError(f"unknown EMBEDDINGS_BACKEND {backend!r} (use {' or '.join(BACKENDS)})")
+
+
+def get_embedder(model: str | None = None, dimensions: int | None = None) -> Embedder:
+    """The current app's embedder for this model/dimensions, built once and shared across threads."""
+    cache = current_app.extensions.setdefault("embedders", {})
+    backend = current_app.config.get("EMBEDDINGS_BACKEND") or "local"
+    # The local backend ignores model/dimensions: one shared instance for every definition.
+    key = (backend,) if backend == "local" else (backend, model or "", dimensions or 0)
+    embedder = cache.get(key)
+    if embedder is None:
+        with _lock:
+            embedder = cache.get(key)
+            if embedder is None:
+                embedder = cache[key] = build_embedder(current_app.config, model=model, dimensions=dimensions)
+    return embedder
+
+
+def build_query_cache(config, redis_client=None) -> QueryEmbeddingCache:
+    return QueryEmbeddingCache(ttl=float(config["EMBEDDINGS_QUERY_CACHE_TTL"]),
+                               maxsize=int(config["EMBEDDINGS_QUERY_CACHE_SIZE"]), redis_client=redis_client)
+
+
+def get_query_cache() -> QueryEmbeddingCache:
+    """The app's query-vector cache: in-process, plus Redis when REDIS_URL is set."""
+    cache = current_app.extensions.get("query_embedding_cache")
+    if cache is None:
+        with _lock:
+            cache = current_app.extensions.get("query_embedding_cache")
+            if cache is None:
+                cache = current_app.extensions["query_embedding_cache"] = build_query_cache(
+                    current_app.config, _redis_client(current_app.config.get("REDIS_URL")))
+    return cache
+
+
+def _redis_client(url: str | None):
+    if not url:
+        return None
+    import redis
+
+    # Short timeouts: a slow cache must cost less than the embedding it saves.
+    return redis.Redis.from_url(url, socket_timeout=0.25, socket_connect_timeout=0.25)
