@@ -25,7 +25,7 @@ from app.embeddings.text import build_embedding_text, embedding_content_hash
 __all__ = [
     "BACKENDS", "Embedder", "EmbedderConfigError", "EmbedderError", "EmbedderTransientError",
     "QueryEmbeddingCache", "Vector", "build_embedder", "build_embedding_text", "build_query_cache",
-    "embedding_content_hash", "get_embedder", "get_query_cache",
+    "embedding_content_hash", "get_embedder", "get_query_cache", "redis_cache_client",
 ]
 
 log = logging.getLogger(__name__)
@@ -84,14 +84,17 @@ def get_query_cache() -> QueryEmbeddingCache:
             cache = current_app.extensions.get("query_embedding_cache")
             if cache is None:
                 cache = current_app.extensions["query_embedding_cache"] = build_query_cache(
-                    current_app.config, _redis_client(current_app.config.get("REDIS_URL")))
+                    current_app.config, redis_cache_client(current_app.config.get("REDIS_URL")))
     return cache
 
 
-def _redis_client(url: str | None):
+def redis_cache_client(url: str | None):
+    """A Redis client for the query cache (None without a URL): fails fast rather than retrying."""
     if not url:
         return None
     import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
 
-    # Short timeouts: a slow cache must cost less than the embedding it saves.
-    return redis.Redis.from_url(url, socket_timeout=0.25, socket_connect_timeout=0.25)
+    # Short timeouts and no retries: a slow cache must cost less than the embedding it saves.
+    return redis.Redis.from_url(url, socket_timeout=0.25, socket_connect_timeout=0.25, retry=Retry(NoBackoff(), 0))

@@ -22,6 +22,7 @@ from app.embeddings.base import Embedder, Vector
 log = logging.getLogger(__name__)
 
 REDIS_PREFIX = "pg:qemb:"
+REDIS_BACKOFF_SECONDS = 30
 
 
 class QueryEmbeddingCache:
@@ -35,6 +36,7 @@ class QueryEmbeddingCache:
         self._clock = clock
         self._entries: OrderedDict[str, tuple[float, Vector]] = OrderedDict()
         self._lock = threading.Lock()
+        self._redis_down_until = 0.0
 
     @staticmethod
     def key(org_id: str, model: str, dimensions: int | None, text: str) -> str:
@@ -46,7 +48,10 @@ class QueryEmbeddingCache:
         if self.ttl <= 0:
             return embedder.embed_one(text)
         key = self.key(org_id, embedder.model, embedder.dimensions, text)
-        vector = self._get_local(key) or self._get_redis(key)
+        vector = self._get_local(key)
+        if vector is not None:
+            return vector  # a hit does not extend the entry's life: the TTL bounds staleness
+        vector = self._get_redis(key)
         if vector is None:
             vector = embedder.embed_one(text)
             self._set_redis(key, vector)
@@ -79,23 +84,32 @@ class QueryEmbeddingCache:
             while len(self._entries) > self.maxsize:
                 self._entries.popitem(last=False)
 
+    def _redis_usable(self) -> bool:
+        return self.redis is not None and self._clock() >= self._redis_down_until
+
+    def _redis_failed(self, action: str, exc: Exception) -> None:
+        # A cache outage must never fail (or slow down) a search: skip Redis for a while.
+        self._redis_down_until = self._clock() + REDIS_BACKOFF_SECONDS
+        log.warning("query embedding cache: redis %s failed (%s); local cache only for %ds",
+                    action, exc, REDIS_BACKOFF_SECONDS)
+
     def _get_redis(self, key: str) -> Vector | None:
-        if self.redis is None:
+        if not self._redis_usable():
             return None
         try:
             blob = self.redis.get(REDIS_PREFIX + key)
-        except Exception as exc:  # a cache outage must never fail a search
-            log.warning("query embedding cache: redis get failed: %s", exc)
+        except Exception as exc:
+            self._redis_failed("get", exc)
             return None
         return unpack_vector(blob) if blob else None
 
     def _set_redis(self, key: str, vector: Vector) -> None:
-        if self.redis is None:
+        if not self._redis_usable():
             return
         try:
             self.redis.set(REDIS_PREFIX + key, pack_vector(vector), ex=max(1, int(self.ttl)))
         except Exception as exc:
-            log.warning("query embedding cache: redis set failed: %s", exc)
+            self._redis_failed("set", exc)
 
 
 def pack_vector(vector: Vector) -> bytes:

@@ -80,7 +80,8 @@ class OpenAICompatibleEmbedder(Embedder):
         self._seen_dimensions: int | None = None
 
     @classmethod
-    def from_config(cls, config, *, model: str | None = None, dimensions: int | None = None) -> OpenAICompatibleEmbedder:
+    def from_config(cls, config, *, model: str | None = None,
+                    dimensions: int | None = None) -> OpenAICompatibleEmbedder:
         """Settings from config; `model`/`dimensions` (a definition's embeddingsConfig) override the defaults."""
         return cls(config["EMBEDDINGS_ENDPOINT"], config["EMBEDDINGS_API_KEY"],
                    model=model or config["EMBEDDINGS_MODEL"] or DEFAULT_OPENAI_MODEL,
@@ -138,7 +139,7 @@ class OpenAICompatibleEmbedder(Embedder):
 def _pooled_session() -> requests.Session:
     session = requests.Session()
     # Retry only failed *connects* (nothing reached the server); anything later is the caller's call.
-    retry = Retry(total=2, connect=2, read=0, status=0, other=0, redirect=0, backoff_factor=0.2,
+    retry = Retry(total=2, connect=2, read=False, status=0, other=0, redirect=0, backoff_factor=0.2,
                   allowed_methods=None, raise_on_status=False)
     adapter = HTTPAdapter(pool_connections=4, pool_maxsize=16, max_retries=retry)
     session.mount("http://", adapter)
