@@ -12,6 +12,7 @@ from request threads would only oversubscribe the CPU.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -85,6 +86,19 @@ def load_model(path: str, threads: int = 0) -> _LoadedModel:
     return loaded
 
 
+def _configured_dimensions(path: Path) -> int | None:
+    """Output size as the model directory declares it: the pooling size, unless a Dense layer follows."""
+    try:
+        modules = json.loads((path / "modules.json").read_text())
+        if any(m.get("type", "").endswith(".Dense") for m in modules):
+            return None
+        pooling = next(m for m in modules if m.get("type", "").endswith(".Pooling"))
+        config = json.loads((path / pooling["path"] / "config.json").read_text())
+        return int(config["word_embedding_dimension"])
+    except (OSError, ValueError, KeyError, StopIteration, TypeError):
+        return None
+
+
 class LocalEmbedder(Embedder):
     """Embeds on this machine's CPU with a packaged sentence-transformers model."""
 
@@ -101,6 +115,7 @@ class LocalEmbedder(Embedder):
         self.model = model_name or path.name
         self.max_batch_size = max_batch_size
         self.threads = threads
+        self._config_dimensions: int | None = None
 
     @classmethod
     def from_config(cls, config) -> LocalEmbedder:
@@ -111,7 +126,13 @@ class LocalEmbedder(Embedder):
 
     @property
     def dimensions(self) -> int:
-        return self._loaded().dimensions
+        """From the model's config files when it is not loaded yet (hashing needs it, loading costs seconds)."""
+        loaded = _models.get(self.path)
+        if loaded is not None:
+            return loaded.dimensions
+        if self._config_dimensions is None:
+            self._config_dimensions = _configured_dimensions(Path(self.path)) or self._loaded().dimensions
+        return self._config_dimensions
 
     @property
     def load_seconds(self) -> float:

@@ -115,6 +115,12 @@ def test_concurrent_first_use_loads_the_model_once(monkeypatch):
     assert calls == ["/models/x"] and len({id(r) for r in results}) == 1
 
 
+def test_dimensions_are_known_without_loading_the_model(monkeypatch):
+    monkeypatch.setattr(local_backend, "_models", {})
+    monkeypatch.setattr(local_backend, "_load", lambda *a: pytest.fail("dimensions must not load the model"))
+    assert LocalEmbedder().dimensions == 384
+
+
 def test_a_directory_that_is_no_model_is_refused(tmp_path):
     with pytest.raises(EmbedderConfigError, match="not a sentence-transformers model directory"):
         build_embedder(load_config({"EMBEDDINGS_BACKEND": "local", "EMBEDDINGS_MODEL": str(tmp_path)}))
