@@ -121,6 +121,8 @@ class LocalEmbedder(Embedder):
     def from_config(cls, config) -> LocalEmbedder:
         """EMBEDDINGS_MODEL empty = the bundled model; otherwise a local sentence-transformers directory."""
         configured = (config.get("EMBEDDINGS_MODEL") or "").strip()
+        if configured in (DEFAULT_LOCAL_MODEL, DEFAULT_LOCAL_MODEL.split("/")[-1]):
+            configured = ""  # the bundled model, named
         return cls(configured or None, max_batch_size=int(config["EMBEDDINGS_BATCH_SIZE"]),
                    threads=int(config["EMBEDDINGS_LOCAL_THREADS"]))
 

@@ -121,6 +121,12 @@ def test_dimensions_are_known_without_loading_the_model(monkeypatch):
     assert LocalEmbedder().dimensions == 384
 
 
+@pytest.mark.parametrize("name", ["", "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"])
+def test_the_bundled_model_by_name(name):
+    embedder = build_embedder(load_config({"EMBEDDINGS_BACKEND": "local", "EMBEDDINGS_MODEL": name}))
+    assert embedder.path == str(bundled_model_path().resolve()) and embedder.model == DEFAULT_LOCAL_MODEL
+
+
 def test_a_directory_that_is_no_model_is_refused(tmp_path):
     with pytest.raises(EmbedderConfigError, match="not a sentence-transformers model directory"):
         build_embedder(load_config({"EMBEDDINGS_BACKEND": "local", "EMBEDDINGS_MODEL": str(tmp_path)}))
