@@ -67,7 +67,8 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "EMBEDDINGS_BATCH_SIZE": (64, int, "Texts per model call (local) or per HTTP request (openai, max 2048)"),
     "EMBEDDINGS_TIMEOUT_SECONDS": (30, float, "Read timeout of one openai-backend request (connect: 5 s)"),
     "EMBEDDINGS_MAX_TEXT_CHARS": (8000, int, "Cap on the text embedded for one record"),
-    "EMBEDDINGS_LOCAL_THREADS": (0, int, "torch threads for the local model; 0 = torch default (all cores)"),
+    "EMBEDDINGS_LOCAL_THREADS": (1, int, "torch threads per process for the local model (scale with processes); "
+                                         "0 = torch default (one per core)"),
     "EMBEDDINGS_QUERY_CACHE_TTL": (300, float, "Seconds a `$similar` query vector stays cached (per org); 0 = off"),
     "EMBEDDINGS_QUERY_CACHE_SIZE": (1024, int, "Query vectors kept in each process's LRU cache"),
     # Entity store
