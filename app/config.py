@@ -26,6 +26,8 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "DB_STATEMENT_TIMEOUT_MS": (30000, int, "PostgreSQL statement_timeout for request transactions (ms)"),
     # Celery / Redis
     "REDIS_URL": ("", str, "Redis URL for Celery broker/results; empty = tasks run eagerly in-process"),
+    "CELERY_KEY_PREFIX": ("", str, "Prefix of every Celery key in Redis (isolates deployments/test runs "
+                                   "sharing one Redis database)"),
     # Auth and tenancy
     "JWT_SECRET": ("", str, "HS256 secret, at least 32 bytes; empty = generated into VAR_DIR/jwt-secret (dev)"),
     "JWT_ISSUER": ("platform-gateway", str, "Required `iss` claim"),

@@ -29,6 +29,12 @@ class ErrorEnvelopeSchema(Schema):
     metadata = fields.Nested(ErrorMetadataSchema, required=True)
 
 
+class SuccessSchema(Schema):
+    """The spec's "success indicator"."""
+
+    success = fields.Boolean(required=True, metadata={"example": True})
+
+
 class Api(_Api):
     ERROR_SCHEMA = ErrorEnvelopeSchema
 
@@ -39,4 +45,4 @@ Blueprint = _Blueprint
 
 celery_app = Celery("platform_gateway")
 
-__all__ = ["Api", "celery_app", "db", "Blueprint"]
+__all__ = ["Api", "Blueprint", "SuccessSchema", "celery_app", "db"]

@@ -28,6 +28,12 @@ def init_celery(celery: Celery, app: Flask) -> None:
     if redis_url:
         celery.conf.update(broker_url=redis_url, result_backend=redis_url,
                            task_always_eager=False, task_eager_propagates=False)
+        prefix = app.config.get("CELERY_KEY_PREFIX")
+        if prefix:  # every queue, unacked and result key of this deployment lives under the prefix
+            celery.conf.broker_transport_options = {**celeryconfig.broker_transport_options,
+                                                    "global_keyprefix": prefix}
+            celery.conf.result_backend_transport_options = {
+                **celeryconfig.result_backend_transport_options, "global_keyprefix": prefix}
     else:  # embedded default: no broker, tasks run in-process
         celery.conf.update(task_always_eager=True, task_eager_propagates=True,
                            broker_url="memory://", result_backend="cache+memory://")

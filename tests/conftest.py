@@ -20,6 +20,9 @@ TEST_SECRET = "test-secret-" + "x" * 40
 TEST_VAR_DIR = os.path.join(ROOT, "var", "test")
 REQUIRE_SERVICES = os.environ.get("REQUIRE_SERVICES") == "1"
 QUEUES = "default,analytics,embeddings,email,bulk,seed"
+# One key namespace per test run: a worker left over from another run (or another checkout sharing
+# the Redis database) can never take this run's tasks.
+CELERY_KEY_PREFIX = f"test-{uuid.uuid4().hex[:10]}:"
 
 
 def _database_url() -> str:
@@ -53,6 +56,7 @@ def app_config(database_url: str, **extra) -> dict:
         "JWT_SECRET": TEST_SECRET,
         "VAR_DIR": TEST_VAR_DIR,
         "REDIS_URL": os.environ.get("REDIS_URL", ""),
+        "CELERY_KEY_PREFIX": CELERY_KEY_PREFIX,
         "PUBLIC_BASE_URL": "http://gateway.test",
         "LOG_LEVEL": "WARNING",
     }
@@ -139,7 +143,8 @@ def redis_url() -> str:
 def celery_worker(database_url, redis_url, app):
     """A real `celery -A workers worker` process on Redis, against the test database."""
     env = dict(os.environ, DATABASE_URL=database_url, REDIS_URL=redis_url, JWT_SECRET=TEST_SECRET,
-               VAR_DIR=TEST_VAR_DIR, PUBLIC_BASE_URL="http://gateway.test", LOG_LEVEL="INFO")
+               VAR_DIR=TEST_VAR_DIR, PUBLIC_BASE_URL="http://gateway.test", LOG_LEVEL="INFO",
+               CELERY_KEY_PREFIX=CELERY_KEY_PREFIX)
     env.update(getattr(app, "worker_env", {}))
     log_path = os.path.join(TEST_VAR_DIR, "worker.log")
     os.makedirs(TEST_VAR_DIR, exist_ok=True)

@@ -14,7 +14,7 @@ from app.agents import schemas as s
 from app.agents.services import agents, skills, subagents, tools, widgets
 from app.auth import require_scopes
 from app.errors import NotFound
-from app.extensions import Blueprint
+from app.extensions import Blueprint, SuccessSchema
 
 # Path variables keep the spec's names (agentId, toolDefId, …) so the OpenAPI paths match it.
 
@@ -121,7 +121,7 @@ class AgentById(MethodView):
         """Update an agent: named top-level fields replace the stored ones (null clears an optional one)."""
         return _json(agents.update_agent(agentId, data))
 
-    @agents_blp.response(200, s.SuccessSchema)
+    @agents_blp.response(200, SuccessSchema)
     @require_scopes(WRITE)
     def delete(self, agentId):
         """Delete an agent and its widgets."""
@@ -176,7 +176,7 @@ class SkillByName(MethodView):
         return _json(skills.update_skill(query["name"], data))
 
     @skills_blp.arguments(s.ByNameQuerySchema, location="query")
-    @skills_blp.response(200, s.SuccessSchema)
+    @skills_blp.response(200, SuccessSchema)
     @require_scopes(WRITE)
     def delete(self, query):
         """Delete the catalog skill with this name (agents keep their snapshots)."""
@@ -236,7 +236,7 @@ class ToolDefinitionById(MethodView):
         """Update a tool definition from `{toolDefinition}` (named fields replace the stored ones)."""
         return _json(tools.update_tool_definition(toolDefId, body["toolDefinition"]))
 
-    @tools_blp.response(200, s.SuccessSchema)
+    @tools_blp.response(200, SuccessSchema)
     @require_scopes(WRITE)
     def delete(self, toolDefId):
         """Delete a tool definition (agents keep their customised copies)."""
@@ -278,7 +278,7 @@ class SubAgentById(MethodView):
         return _json(subagents.update_sub_agent(subAgentId, body["subAgent"]))
 
     @subagents_blp.arguments(s.ForceQuerySchema, location="query")
-    @subagents_blp.response(200, s.SuccessSchema)
+    @subagents_blp.response(200, SuccessSchema)
     @require_scopes(WRITE)
     def delete(self, query, subAgentId):
         """Delete a sub-agent; 409 while agents reference it, unless `?force=true` removes the references."""
@@ -328,7 +328,7 @@ class WidgetById(MethodView):
         """Update a widget from `{widget}`."""
         return _json(widgets.update_widget(widgetId, body["widget"]))
 
-    @widgets_blp.response(200, s.SuccessSchema)
+    @widgets_blp.response(200, SuccessSchema)
     @require_scopes(WRITE)
     def delete(self, widgetId):
         """Delete a widget."""
@@ -338,7 +338,7 @@ class WidgetById(MethodView):
 @widgets_blp.route("/widgets/<string:widgetId>/default")
 class WidgetDefault(MethodView):
     @widgets_blp.arguments(s.SetDefaultWidgetSchema)
-    @widgets_blp.response(200, s.SuccessSchema)
+    @widgets_blp.response(200, SuccessSchema)
     @require_scopes(WRITE)
     def post(self, body, widgetId):
         """Make this widget its agent's only default (`{agentId}` must be the widget's agent)."""

@@ -347,10 +347,6 @@ class ForceQuerySchema(Schema):
     force = fields.Boolean(load_default=False)
 
 
-class SuccessSchema(Schema):
-    success = fields.Boolean(required=True, metadata={"example": True})
-
-
 # --------------------------------------------------------------------------- catalog skills
 
 

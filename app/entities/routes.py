@@ -33,12 +33,11 @@ from app.entities.schemas import (
     RelationshipListArgsSchema,
     RelationshipListSchema,
     RelationshipSchema,
-    SuccessSchema,
     ViewInputSchema,
     ViewListSchema,
 )
 from app.errors import InvalidInput
-from app.extensions import Blueprint
+from app.extensions import Blueprint, SuccessSchema
 
 READ, WRITE = "read:entities", "write:entities"
 SUCCESS = {"success": True}

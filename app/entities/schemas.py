@@ -139,10 +139,6 @@ class IdSchema(Schema):
     id = ma.String(required=True)
 
 
-class SuccessSchema(Schema):
-    success = ma.Boolean(required=True)
-
-
 # --- views ----------------------------------------------------------------------------------------
 
 class ViewInputSchema(Schema):

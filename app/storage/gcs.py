@@ -53,6 +53,13 @@ class GcsBlobStore(BlobStore):
                                   client_options={"api_endpoint": self.endpoint})
         return storage.Client(project=self.project)
 
+    def _retry(self, seconds: float | None = None):
+        """google's default retry keeps trying for 120 s; ours stops within the store's timeout, so a
+        GCS outage cannot eat the whole image budget."""
+        from google.cloud.storage.retry import DEFAULT_RETRY
+
+        return DEFAULT_RETRY.with_timeout(seconds or self.timeout)
+
     def _blob(self, key: str):
         return self.client.bucket(self.container).blob(key)
 
@@ -62,7 +69,7 @@ class GcsBlobStore(BlobStore):
             blob.cache_control = CACHE_CONTROL
             # if_generation_match=0: create only; a uuid key is never overwritten
             blob.upload_from_string(data, content_type=content_type, timeout=self.timeout,
-                                    if_generation_match=0)
+                                    if_generation_match=0, retry=self._retry())
         except Exception as exc:  # google.api_core errors, transport errors
             raise BlobStoreError(f"gcs upload of {key} failed: {type(exc).__name__}: {exc}") from exc
         return self.public_url(key)
@@ -71,7 +78,7 @@ class GcsBlobStore(BlobStore):
         from google.api_core.exceptions import NotFound as GcsNotFound
 
         try:
-            return self._blob(key).download_as_bytes(timeout=self.timeout)
+            return self._blob(key).download_as_bytes(timeout=self.timeout, retry=self._retry())
         except GcsNotFound:
             raise BlobNotFound(key) from None
         except Exception as exc:
@@ -80,6 +87,7 @@ class GcsBlobStore(BlobStore):
     def check(self) -> None:
         try:
             # objects.list needs only object-level read access (no storage.buckets.get)
-            next(iter(self.client.list_blobs(self.container, max_results=1, timeout=5)), None)
+            next(iter(self.client.list_blobs(self.container, max_results=1, timeout=5,
+                                             retry=self._retry(5))), None)
         except Exception as exc:
             raise BlobStoreError(f"gcs bucket {self.container} unusable: {type(exc).__name__}: {exc}") from exc

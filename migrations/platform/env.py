@@ -1,15 +1,5 @@
 """Alembic env for the `platform` schema (run through migrations.runner)."""
 
-from alembic import context
-from sqlalchemy import text
+from migrations.env_common import run_migrations
 
-engine = context.config.attributes["engine"]
-schema = context.config.attributes["schema"]
-
-with engine.connect() as connection:
-    connection.execute(text(f'SET search_path TO "{schema}", public'))
-    context.configure(connection=connection, version_table_schema=schema,
-                      transaction_per_migration=True)
-    with context.begin_transaction():
-        context.run_migrations()
-    connection.commit()
+run_migrations()
