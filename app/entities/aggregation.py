@@ -47,6 +47,7 @@ from sqlalchemy import (
     union_all,
 )
 from sqlalchemy.dialects.postgresql import TIMESTAMP
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.elements import ColumnElement
 
 from app.db import db
@@ -145,8 +146,8 @@ class AggregatePlan:
         return names if "count" in names else [*names, "count"]
 
 
-def _invalid(path: str, reason: str, message: str | None = None) -> ValidationFailed:
-    return ValidationFailed(message or f"Invalid aggregate request: {path} {reason}.",
+def _invalid(path: str, reason: str) -> ValidationFailed:
+    return ValidationFailed(f"Invalid aggregate request at {path}: {reason}.",
                             {"fields": {path: [reason]}})
 
 
@@ -467,7 +468,16 @@ def aggregate_records(definition: EntityDefinition, request: dict[str, Any]) -> 
     plan = plan_aggregate(request, ctx, current_app.config["ENTITY_AGGREGATE_MAX_GROUPS"])
     compiled = compile_filters(request.get("filters") or {}, ctx)
     stmt = build_statement(plan, ctx, record_scope(definition), compiled.where)
-    return shape_response(plan, list(db.session.execute(stmt).mappings()))
+    try:
+        rows = list(db.session.execute(stmt).mappings())
+    except DBAPIError as exc:
+        # Python's and PostgreSQL's time zone databases can differ by a release: a name zoneinfo knows
+        # but the server does not is the caller's bad input, not a server failure.
+        if getattr(exc.orig, "sqlstate", None) != "22023" or "time zone" not in str(exc.orig):
+            raise
+        db.session.rollback()
+        raise _invalid("timezone", f"time zone '{plan.timezone}' is not known to the database") from None
+    return shape_response(plan, rows)
 
 
 def shape_response(plan: AggregatePlan, rows: list) -> dict[str, Any]:

@@ -573,3 +573,45 @@ def test_matches_python_reference(app, records, grouping, field, fraction):
     # default order: keys ascending, missing values last
     order = [tuple(g["key"][name] for name in grouping) for g in body["groups"]]
     assert order == sorted(order, key=lambda k: tuple((v is None, v if v is not None else 0) for v in k))
+
+
+# --- robustness: random (mostly wrong) requests are answered 200 or 400, never 500 ------------------
+
+FIELD_NAMES = [*SCHEMA["properties"], "created_at", "updated_at", "id", "name", "tags", "version", "is_active",
+               "nope", "", "a:b:c"]
+SUFFIXES = ["", ":day", ":hour", ":week", ":month", ":quarter", ":year", ":minute", ":"]
+json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(allow_nan=False),
+                         st.text(max_size=12), st.sampled_from(["2026-01-01", "2026-01-01T00:00:00Z", "open"]))
+having_values = st.one_of(json_scalars, st.dictionaries(
+    st.sampled_from(["$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$between", "$exists", "$contains",
+                     "$search", "$foo"]),
+    st.one_of(json_scalars, st.lists(json_scalars, max_size=3)), max_size=2))
+aggregate_fields = st.fixed_dictionaries(
+    {"function": st.sampled_from([*("count", "sum", "avg", "min", "max", "distinct_count", "percentile"), "x"])},
+    optional={"field": st.sampled_from(FIELD_NAMES), "alias": st.sampled_from(["a", "b", "count", "bad-alias"]),
+              "percentile": st.one_of(st.none(), st.floats(-10, 200, allow_nan=False))})
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(group_by=st.lists(st.tuples(st.sampled_from(FIELD_NAMES), st.sampled_from(SUFFIXES)).map("".join),
+                         max_size=3),
+       aggregates=st.lists(aggregate_fields, min_size=1, max_size=3),
+       having=st.one_of(st.none(), st.dictionaries(
+           st.sampled_from(["count", "a", "b", "status", "qty", "created_at_day", "$or", "$not"]), having_values,
+           max_size=2)),
+       extra=st.fixed_dictionaries({}, optional={
+           "sortBy": st.sampled_from(["count", "a", "status", "nope"]), "sortOrder": st.sampled_from([1, -1, 0]),
+           "limit": st.integers(-1, 1200), "timezone": st.sampled_from(["UTC", "Europe/Berlin", "Nope/Zone", ""])}))
+def test_random_requests_never_fail_with_500(fixed, group_by, aggregates, having, extra):
+    client, headers = fixed
+    body = {"groupBy": group_by, "aggregates": aggregates, **extra}
+    if having is not None:
+        body["having"] = having
+    resp = aggregate(client, headers, body)
+    assert resp.status_code in (200, 400), (body, resp.get_json())
+    if resp.status_code == 400:
+        assert resp.get_json()["error"]["code"] == "VALIDATION_ERROR"
+    else:
+        assert resp.get_json()["totals"].keys() == {a.get("alias") or a["function"] if "field" not in a
+                                                   else a.get("alias") or f"{a['function']}_{a['field']}"
+                                                   for a in aggregates}
