@@ -57,14 +57,6 @@ REQUESTS = {
 }
 
 
-def hand_written_runner(conn, sql: str, params: dict):
-    def run():
-        with conn.cursor() as cur:
-            cur.execute(sql, params)
-            cur.fetchall()
-    return run
-
-
 def main() -> str:
     url = bench_database_url()
     app = bench_app(DATABASE_URL=url, DB_STATEMENT_TIMEOUT_MS=120_000)
@@ -85,7 +77,7 @@ def main() -> str:
             statements = [s for s in capture.during(call) if "entity_records" in s[0]]
             assert len(statements) == 1, "one SQL statement per aggregate request"
             body = call().get_json()
-            hand = hand_written_runner(conn, hand_sql, params)
+            hand = floor_runner(conn, [(hand_sql, params)])
             assert len(conn.execute(hand_sql, params).fetchall()) == len(body["groups"]) + 1
             app_ms, floor_ms = measure(call, floor_runner(conn, statements))
             _, hand_ms = measure(hand, hand)
