@@ -25,6 +25,7 @@ import zoneinfo
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
+from functools import cache
 from typing import Any
 
 from flask import current_app
@@ -92,7 +93,6 @@ SCALAR_KINDS = (KIND_NUMBER, KIND_TEXT, KIND_DATE, KIND_DATETIME, KIND_BOOL)
 # the field type the `having` catalog gives an alias of each output kind (so the parser types values)
 _HAVING_FIELD_TYPES = {KIND_NUMBER: "float", KIND_TEXT: "string", KIND_BOOL: "bool", KIND_DATE: "date",
                        KIND_DATETIME: "datetime"}
-_TRUNC_ARG = {b: b for b in BUCKETS}
 ONE, ZERO = literal_column("1"), literal_column("0")  # constants of ours
 
 
@@ -127,18 +127,18 @@ class Measure:
 class AggregatePlan:
     keys: tuple[GroupKey, ...]
     measures: tuple[Measure, ...]
-    having: Any
+    having: Any  # the parsed filter tree of `having` (app.entities.filters nodes), or None
     sort_by: str | None
     descending: bool
     limit: int
     timezone: str
 
     def kind_of(self, alias: str) -> str:
-        if alias == "count" and not any(m.alias == "count" for m in self.measures):
-            return KIND_NUMBER
         for item in (*self.keys, *self.measures):
             if item.alias == alias:
                 return item.kind
+        if alias == "count":  # the group's record count, addressable even when not requested
+            return KIND_NUMBER
         raise KeyError(alias)
 
     def aliases(self) -> list[str]:
@@ -174,7 +174,7 @@ def plan_aggregate(request: dict[str, Any], ctx: FilterContext, max_groups: int)
         raise _invalid("sortBy", f"unknown alias '{_short(sort_by)}'; known: {', '.join(plan.aliases())}")
     having = request.get("having") or None
     if having is not None:
-        _check_having(plan, having, ctx)
+        having = _check_having(plan, having, ctx)
     return AggregatePlan(keys, measures, having, sort_by, plan.descending, limit, timezone)
 
 
@@ -186,14 +186,9 @@ def _timezone(name: Any) -> str:
     return name
 
 
-def _known_zones() -> set[str]:
-    global _ZONES
-    if _ZONES is None:
-        _ZONES = zoneinfo.available_timezones() | {"UTC"}
-    return _ZONES
-
-
-_ZONES: set[str] | None = None
+@cache
+def _known_zones() -> frozenset[str]:
+    return frozenset(zoneinfo.available_timezones() | {"UTC"})
 
 
 def _group_keys(resolver: FieldResolver, entries: list[Any]) -> tuple[GroupKey, ...]:
@@ -282,14 +277,17 @@ def _having_catalog(plan: AggregatePlan) -> FieldCatalog:
     return FieldCatalog(fields)
 
 
-def _check_having(plan: AggregatePlan, having: Any, ctx: FilterContext) -> None:
+def _check_having(plan: AggregatePlan, having: Any, ctx: FilterContext) -> Any:
+    """The parsed `having` tree (typed values), after checking aliases and operators."""
     if not isinstance(having, dict):
         raise _invalid("having", "must be an object keyed by alias")
     for key in having:
         if not key.startswith("$") and key not in plan.aliases():
             raise _invalid(f"having.{_short(key)}", f"unknown alias '{_short(key)}'; known: "
                                                     f"{', '.join(plan.aliases())}")
-    _walk_having(_parse_having(plan, having, ctx).root)
+    root = _parse_having(plan, having, ctx).root
+    _walk_having(root)
+    return root
 
 
 def _parse_having(plan: AggregatePlan, having: dict, ctx: FilterContext):
@@ -358,9 +356,9 @@ def _key_expression(r: FieldResolver, key: GroupKey, timezone: str) -> ColumnEle
         return typed
     if key.ref.kind == KIND_DATE:  # a date has no time zone: truncate the calendar date itself
         local = cast(cast(typed, Date), TIMESTAMP(timezone=False))
-        return cast(func.date_trunc(_TRUNC_ARG[key.bucket], local), Date)
+        return cast(func.date_trunc(key.bucket, local), Date)
     local = func.timezone(timezone, typed)  # wall time in the zone (timestamp without time zone)
-    return func.timezone(timezone, func.date_trunc(_TRUNC_ARG[key.bucket], local))  # back to an instant
+    return func.timezone(timezone, func.date_trunc(key.bucket, local))  # back to an instant
 
 
 def _exploded(r: FieldResolver, key: GroupKey, index: int):
@@ -447,7 +445,7 @@ def build_statement(plan: AggregatePlan, ctx: FilterContext, scope: list, where:
     columns.setdefault("count", grouped.c._count)
     keep = true()
     if plan.having is not None:
-        keep = _compile_having(_parse_having(plan, plan.having, ctx).root, columns, plan)
+        keep = _compile_having(plan.having, columns, plan)
     is_total = grouped.c._total != 0  # grouping() is a bit mask: non-zero on the totals row
     stmt = select(grouped, keep.label("_keep"))
     if not plan.keys:

@@ -132,3 +132,13 @@ def test_shape_response_without_group_by_respects_having():
     kept = shape_response(p, [_row(1, 2, values=(at,), keep=True)])
     assert kept["groups"] == [{"key": {}, "values": {"max_at": "2026-01-01T00:00:00Z"}, "count": 2}]
     assert shape_response(p, [_row(1, 2, values=(at,), keep=False)])["groups"] == []
+
+
+def test_a_field_named_count_is_a_group_key_in_having():
+    ctx = FilterContext(compile_definition_schema({"type": "object", "properties": {
+        "count": {"type": "string"}}}).catalog)
+    p = plan_aggregate({"groupBy": ["count"], "aggregates": [{"function": "sum", "field": "version"}],
+                        "having": {"count": "many"}, "sortBy": "count"}, ctx, 1000)
+    assert p.kind_of("count") == "text"
+    with pytest.raises(ValidationFailed):
+        plan_aggregate({"groupBy": ["count"], "aggregates": [{"function": "count"}]}, ctx, 1000)  # alias twice
