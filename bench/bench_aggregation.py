@@ -14,6 +14,8 @@ EXPLAIN (ANALYZE) of each captured statement is written below the table.
 
 from __future__ import annotations
 
+import os
+
 import psycopg
 
 from bench.bench_entities import (
@@ -88,7 +90,10 @@ def main() -> str:
     body = table(["aggregate request on the 100k-record org", "app p50 ms", "app p99 ms", "same SQL p50 ms",
                   "same SQL p99 ms", "p50 ratio app/SQL", "hand-written SQL p50 ms",
                   "p50 ratio generated/hand-written"], rows)
-    notes = ("App = in-process Flask test client (no network); same SQL = the statement the app sent, "
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    notes = (f"Machine load average (1/5/15 min) at the end: {load} — other work shares the 2 cores, so "
+             "absolute times are noisy; the interleaved ratios are the meaningful figures.\n\n"
+             "App = in-process Flask test client (no network); same SQL = the statement the app sent, "
              "captured from the engine and replayed with its parameters through one psycopg connection, "
              "interleaved with the app runs; hand-written = an equivalent GROUPING SETS query with plain "
              "`(fields->>'x')::numeric` casts (it does not guard against non-numeric values the way the "
