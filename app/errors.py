@@ -145,7 +145,7 @@ def _is_json_decode_error(messages: Any) -> bool:
 
 
 def handle_unexpected(exc: Exception):
-    from sqlalchemy.exc import OperationalError
+    from sqlalchemy.exc import DataError, OperationalError
     from sqlalchemy.exc import TimeoutError as PoolTimeout
 
     if isinstance(exc, HTTPException):
@@ -156,6 +156,14 @@ def handle_unexpected(exc: Exception):
         log.warning("request %s: database pool exhausted", getattr(g, "request_id", "-"))
         return error_response(503, "SERVICE_UNAVAILABLE", "Database is busy; retry shortly.",
                               {"retryAfterSeconds": 1}, {"Retry-After": "1"})
+    if isinstance(exc, DataError):
+        # A value PostgreSQL cannot convert (e.g. a stored "2026-02-30T00:00:00Z" compared as a
+        # timestamp after a field changed type): the caller's query cannot be answered as asked.
+        log.warning("request %s: data conversion error: %s", getattr(g, "request_id", "-"),
+                    str(getattr(exc, "orig", exc)).splitlines()[0])
+        return error_response(400, "INVALID_INPUT",
+                              "A stored or supplied value could not be converted to the type the "
+                              "query needs; check the field types of the filter, sort or aggregate.")
     if isinstance(exc, OperationalError) and _is_cancelled(exc):
         log.warning("request %s: statement cancelled (timeout)", getattr(g, "request_id", "-"))
         return error_response(503, "SERVICE_UNAVAILABLE", "The query took too long and was cancelled.")

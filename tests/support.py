@@ -39,6 +39,16 @@ def register_test_routes(app: Flask) -> None:
     app.add_url_rule("/api/v1/_test/boom", "test_boom", boom)
     app.add_url_rule("/api/v1/_test/echo", "test_echo", _echo, methods=["POST"])
     app.add_url_rule("/api/v1/_test/headers", "test_headers", _headers)
+    app.add_url_rule("/api/v1/_test/cast", "test_bad_cast", _bad_cast)
+
+
+def _bad_cast():
+    from sqlalchemy import text
+
+    from app.db import db
+
+    db.session.execute(text("SELECT '2026-02-30T00:00:00Z'::timestamptz"))
+    return {"unreachable": True}
 
 
 def _headers():

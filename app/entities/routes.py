@@ -9,6 +9,7 @@ from app.auth import require_role, require_scopes
 from app.embeddings import hooks as embedding_hooks
 from app.entities import bulk, query, services
 from app.entities import tasks as _tasks  # noqa: F401  (registers the bulk task with the worker)
+from app.entities.aggregation_routes import blp as aggregation_blp
 from app.entities.schemas import (
     AdminUpsertResultSchema,
     AdminUpsertSchema,
@@ -47,7 +48,7 @@ blp = Blueprint("entities", __name__, url_prefix="/api/v1/entities",
 admin_blp = Blueprint("entities_admin", __name__, url_prefix="/api/v1/admin/entities",
                       description="Entity store administration")
 jobs_blp = Blueprint("jobs", __name__, url_prefix="/api/v1/jobs", description="Asynchronous jobs")
-blueprints = [blp, admin_blp, jobs_blp]
+blueprints = [blp, admin_blp, jobs_blp, aggregation_blp]
 # Bodies checked by their own parsers: bulk per record (the answer lists indexes), query/count by the
 # filter parser (the answer names the filter path).
 SELF_CHECKED = {"entities.BulkCreate", "entities.BulkUpdate", "entities.BulkDelete", "entities.RecordQuery",

@@ -110,3 +110,10 @@ def test_a_second_app_does_not_take_over_the_first_apps_database(make_app, clien
     assert broken.test_client().get("/health").status_code == 503
     assert client.get("/health").status_code == 200
     assert client.get("/api/v1/me", headers=auth("read")).status_code == 200
+
+
+def test_a_value_postgresql_cannot_convert_is_400_not_500(client, auth):
+    """DataError (e.g. an impossible stored date cast to a timestamp) answers 400 INVALID_INPUT."""
+    resp = client.get("/api/v1/_test/cast", headers=auth("read"))
+    assert resp.status_code == 400
+    assert resp.get_json()["error"]["code"] == "INVALID_INPUT"

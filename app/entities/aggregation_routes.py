@@ -1,0 +1,23 @@
+"""HTTP route of record aggregation (registered through `app.entities.routes.blueprints`)."""
+
+from __future__ import annotations
+
+from flask.views import MethodView
+
+from app.auth import require_scopes
+from app.entities import aggregation, services
+from app.entities.aggregation_schemas import AggregateRequestSchema, AggregateResponseSchema
+from app.extensions import Blueprint
+
+blp = Blueprint("entity_aggregation", __name__, url_prefix="/api/v1/entities",
+                description="Entity store: record aggregation")
+
+
+@blp.route("/<string:entity_name>/records/aggregate")
+class RecordAggregate(MethodView):
+    @blp.arguments(AggregateRequestSchema)
+    @blp.response(200, AggregateResponseSchema)
+    @require_scopes("read:entities")
+    def post(self, data, entity_name):
+        """Aggregate records: groupBy (date buckets), count/sum/avg/min/max/distinct_count/percentile, having."""
+        return aggregation.aggregate_records(services.find_definition(entity_name), data)

@@ -1,0 +1,59 @@
+"""Wire shapes of record aggregation: AggregateRequest, AggregateField, AggregateResponse (spec names)."""
+
+from __future__ import annotations
+
+from marshmallow import RAISE, Schema, validate
+from marshmallow import fields as ma
+
+from app.entities.aggregation import FUNCTIONS
+from app.entities.schemas import AnyJson, SortOrderField
+
+
+class AggregateFieldSchema(Schema):
+    class Meta:
+        unknown = RAISE
+
+    field = ma.String(allow_none=True, metadata={"description": "record field or system column; optional for "
+                                                                "count (then it counts records)"})
+    function = ma.String(required=True, validate=validate.OneOf(FUNCTIONS))
+    alias = ma.String(allow_none=True, metadata={"description": "default `<function>_<field>`; `count` alone → "
+                                                                "`count`"})
+    percentile = ma.Float(allow_none=True, allow_nan=False,
+                          metadata={"description": "required for percentile: a fraction (0.9) or a percent (90)"})
+
+
+class AggregateRequestSchema(Schema):
+    class Meta:
+        unknown = RAISE
+
+    filters = ma.Dict(load_default=dict, allow_none=True, metadata={"description": "the filter language of /query"})
+    groupBy = ma.List(ma.String(), load_default=list, allow_none=True,
+                      metadata={"description": "fields or system columns; date/datetime may end with "
+                                               ":hour|:day|:week|:month|:quarter|:year"})
+    aggregates = ma.List(ma.Nested(AggregateFieldSchema), required=True, validate=validate.Length(min=1))
+    having = ma.Dict(allow_none=True, metadata={"description": "filter-language comparisons keyed by alias"})
+    sortBy = ma.String(allow_none=True, metadata={"description": "a group or aggregate alias, or `count`"})
+    sortOrder = SortOrderField(allow_none=True)
+    limit = ma.Integer(allow_none=True, metadata={"description": "most groups returned (default and maximum 1000)"})
+    timezone = ma.String(allow_none=True, metadata={"description": "IANA zone the date buckets are cut in "
+                                                                   "(default UTC)"})
+
+
+class AggregateGroupSchema(Schema):
+    key = ma.Dict(required=True, metadata={"description": "group alias → value"})
+    values = ma.Dict(keys=ma.String(), values=AnyJson(), required=True,
+                     metadata={"description": "aggregate alias → value (null when nothing was aggregated)"})
+    count = ma.Integer(required=True, metadata={"description": "records in the group"})
+
+
+class AggregateMetadataSchema(Schema):
+    truncated = ma.Boolean(required=True, metadata={"description": "more groups matched than `limit`"})
+    limit = ma.Integer(required=True)
+    totalCount = ma.Integer(required=True, metadata={"description": "records matched by the filters"})
+
+
+class AggregateResponseSchema(Schema):
+    groups = ma.List(ma.Nested(AggregateGroupSchema), required=True)
+    totals = ma.Dict(keys=ma.String(), values=AnyJson(),
+                     metadata={"description": "the aggregates over all matched records"})
+    metadata = ma.Nested(AggregateMetadataSchema)
