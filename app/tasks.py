@@ -10,7 +10,7 @@ import logging
 from typing import Any
 
 from celery import Celery, Task
-from flask import Flask, g
+from flask import Flask, current_app, g, has_app_context
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
@@ -45,7 +45,11 @@ def init_celery(celery: Celery, app: Flask) -> None:
         def __call__(self, *args: Any, **kwargs: Any) -> Any:
             if g and getattr(g, "_celery_inline", False):
                 return self.run(*args, **kwargs)
-            with app.app_context():
+            # A worker has no app context: use the app Celery was bound to. An eager task called
+            # inside a request or CLI command runs in a fresh context of *that* app (its own `g`, so
+            # it never shares the request's session), which keeps several apps in one process apart.
+            target = current_app._get_current_object() if has_app_context() else app
+            with target.app_context():
                 g._celery_inline = True
                 return self.run(*args, **kwargs)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from flask import Flask
 
 from app.auth import mint_token, require_role, require_scopes
+from app.extensions import celery_app
 
 TEST_SECRET = "test-secret-" + "x" * 40
 ISSUER, AUDIENCE = "platform-gateway", "platform-api"
@@ -18,6 +19,14 @@ def token(*, org: str, scopes=("read", "write"), user: str = "user-1", role=None
 
 def bearer(tok: str) -> dict:
     return {"Authorization": f"Bearer {tok}"}
+
+
+@celery_app.task(name="tests.which_app", ignore_result=False)
+def which_app() -> str:
+    """Test-only task: which app's context does a task run in?"""
+    from flask import current_app
+
+    return current_app.config["PUBLIC_BASE_URL"]
 
 
 def register_test_routes(app: Flask) -> None:

@@ -60,3 +60,17 @@ def test_enqueue_inside_a_savepoint_waits_for_the_outer_commit(database_url):
         session.commit()
     assert task.sent == [(("job",), {})]
     engine.dispose()
+
+
+def test_eager_task_runs_in_the_calling_apps_context(make_app, app):
+    """With Celery bound to the main app, a task run inside another app's context sees that app."""
+    from app.extensions import celery_app
+    from app.tasks import init_celery
+    from tests.support import which_app
+
+    second = make_app(PUBLIC_BASE_URL="http://second.test")
+    init_celery(celery_app, app)  # Celery is bound to the main app again
+    with second.app_context():
+        assert which_app.apply().get() == "http://second.test"
+    with app.app_context():
+        assert which_app.apply().get() == app.config["PUBLIC_BASE_URL"]
