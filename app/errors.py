@@ -115,8 +115,10 @@ def _webargs_details(messages: Any) -> dict[str, Any]:
 
 
 def handle_api_error(exc: ApiError):
-    if exc.status >= 500:
+    if exc.status == 500:
         log.error("request %s failed: %s %s", getattr(g, "request_id", "-"), exc.code, exc.message)
+    elif exc.status > 500:  # upstream/configuration trouble the service reports on purpose
+        log.warning("request %s failed: %s %s", getattr(g, "request_id", "-"), exc.code, exc.message)
     return error_response(exc.status, exc.code, exc.message, exc.details, exc.headers)
 
 

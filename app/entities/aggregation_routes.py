@@ -13,11 +13,11 @@ blp = Blueprint("entity_aggregation", __name__, url_prefix="/api/v1/entities",
                 description="Entity store: record aggregation")
 
 
-@blp.route("/<string:entity_name>/records/aggregate")
+@blp.route("/<string:entityName>/records/aggregate")
 class RecordAggregate(MethodView):
     @blp.arguments(AggregateRequestSchema)
     @blp.response(200, AggregateResponseSchema)
     @require_scopes("read:entities")
-    def post(self, data, entity_name):
+    def post(self, data, entityName):
         """Aggregate records: groupBy (date buckets), count/sum/avg/min/max/distinct_count/percentile, having."""
-        return aggregation.aggregate_records(services.find_definition(entity_name), data)
+        return aggregation.aggregate_records(services.find_definition(entityName), data)

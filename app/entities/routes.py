@@ -94,29 +94,29 @@ class Definitions(MethodView):
         return {"id": services.create_definition(data).id}
 
 
-@blp.route("/definitions/<string:entity_name>")
+@blp.route("/definitions/<string:entityName>")
 class Definition(MethodView):
     @blp.response(200, DefinitionEnvelopeSchema)
     @require_scopes(READ)
-    def get(self, entity_name):
+    def get(self, entityName):
         """Get a definition by name (an inactive one is returned when no active one has the name)."""
         return {"definition": services.definition_to_wire(
-            services.find_definition(entity_name, include_inactive=True))}
+            services.find_definition(entityName, include_inactive=True))}
 
     @blp.arguments(DefinitionInputSchema)
     @blp.response(200, SuccessSchema)
     @require_scopes(WRITE)
-    def put(self, data, entity_name):
+    def put(self, data, entityName):
         """Update a definition (partial); bumps `version`; a stale `version` is 409."""
-        services.update_definition(entity_name, data)
+        services.update_definition(entityName, data)
         return SUCCESS
 
     @blp.arguments(DefinitionDeleteArgsSchema, location="query")
     @blp.response(200, SuccessSchema)
     @require_scopes(WRITE)
-    def delete(self, args, entity_name):
+    def delete(self, args, entityName):
         """Delete a definition: soft by default; `deleteRecords`, `hardDelete` flags."""
-        services.delete_definition(entity_name, delete_records=args["deleteRecords"],
+        services.delete_definition(entityName, delete_records=args["deleteRecords"],
                                    hard_delete=args["hardDelete"])
         return SUCCESS
 
@@ -133,97 +133,97 @@ class AdminUpsert(MethodView):
 
 # --- views ----------------------------------------------------------------------------------------
 
-@blp.route("/definitions/<string:entity_name>/views")
+@blp.route("/definitions/<string:entityName>/views")
 class Views(MethodView):
     @blp.response(200, ViewListSchema)
     @require_scopes(READ)
-    def get(self, entity_name):
+    def get(self, entityName):
         """List the views of a definition."""
-        definition = services.find_definition(entity_name)
+        definition = services.find_definition(entityName)
         return {"views": [services.view_to_wire(v, definition) for v in services.list_views(definition)]}
 
     @blp.arguments(ViewInputSchema)
     @blp.response(201, IdSchema)
     @require_scopes(WRITE)
-    def post(self, data, entity_name):
+    def post(self, data, entityName):
         """Create a view (columns, filters, sort are checked against the definition)."""
-        return {"id": services.create_view(services.find_definition(entity_name), data).id}
+        return {"id": services.create_view(services.find_definition(entityName), data).id}
 
 
-@blp.route("/definitions/<string:entity_name>/views/<string:view_id>")
+@blp.route("/definitions/<string:entityName>/views/<string:viewId>")
 class View(MethodView):
     @blp.arguments(ViewInputSchema)
     @blp.response(200, SuccessSchema)
     @require_scopes(WRITE)
-    def put(self, data, entity_name, view_id):
+    def put(self, data, entityName, viewId):
         """Update a view (partial)."""
-        services.update_view(services.find_definition(entity_name), view_id, data)
+        services.update_view(services.find_definition(entityName), viewId, data)
         return SUCCESS
 
     @blp.response(200, SuccessSchema)
     @require_scopes(WRITE)
-    def delete(self, entity_name, view_id):
+    def delete(self, entityName, viewId):
         """Delete a view."""
-        services.delete_view(services.find_definition(entity_name), view_id)
+        services.delete_view(services.find_definition(entityName), viewId)
         return SUCCESS
 
 
 # --- records --------------------------------------------------------------------------------------
 
-@blp.route("/<string:entity_name>/records")
+@blp.route("/<string:entityName>/records")
 class Records(MethodView):
     @blp.arguments(RecordInputSchema)
     @blp.response(201, RecordSchema)
     @require_scopes(WRITE)
-    def post(self, data, entity_name):
+    def post(self, data, entityName):
         """Create a record; `fields` are validated against the definition's schema."""
-        record = services.create_record(services.find_definition(entity_name), data)
+        record = services.create_record(services.find_definition(entityName), data)
         return services.record_to_wire(record)
 
 
-@blp.route("/<string:entity_name>/records/query")
+@blp.route("/<string:entityName>/records/query")
 class RecordQuery(MethodView):
     @blp.arguments(QueryRequestSchema)
     @blp.response(200, PaginatedResultSchema)
     @require_scopes(READ)
-    def post(self, data, entity_name):
+    def post(self, data, entityName):
         """Query records: filters, $search, sorting, paging, include/exclude, includeLookups."""
-        return query.query_records(services.find_definition(entity_name), data["query"])
+        return query.query_records(services.find_definition(entityName), data["query"])
 
 
-@blp.route("/<string:entity_name>/records/count")
+@blp.route("/<string:entityName>/records/count")
 class RecordCount(MethodView):
     @blp.arguments(CountRequestSchema)
     @blp.doc(responses={"200": {"description": "The number of matching records",
                                 "content": {"application/json": {"schema": {"type": "integer"}}}}})
     @require_scopes(READ)
-    def post(self, data, entity_name):
+    def post(self, data, entityName):
         """Count the records matching `filters` (the response is a bare number)."""
-        return jsonify(query.count_records(services.find_definition(entity_name), data.get("filters")))
+        return jsonify(query.count_records(services.find_definition(entityName), data.get("filters")))
 
 
-@blp.route("/<string:entity_name>/records/<string:record_id>")
+@blp.route("/<string:entityName>/records/<string:recordId>")
 class Record(MethodView):
     @blp.response(200, RecordSchema)
     @require_scopes(READ)
-    def get(self, entity_name, record_id):
+    def get(self, entityName, recordId):
         """Get a record (soft-deleted and other orgs' records are 404)."""
-        return services.record_to_wire(services.find_record(services.find_definition(entity_name), record_id))
+        return services.record_to_wire(services.find_record(services.find_definition(entityName), recordId))
 
     @blp.arguments(RecordInputSchema)
     @blp.response(200, SuccessSchema)
     @require_scopes(WRITE)
-    def put(self, data, entity_name, record_id):
+    def put(self, data, entityName, recordId):
         """Update a record: `fields` merge (null removes a key), validated whole; stale `version` is 409."""
-        services.update_record(services.find_definition(entity_name), record_id, data)
+        services.update_record(services.find_definition(entityName), recordId, data)
         return SUCCESS
 
     @blp.arguments(RecordDeleteArgsSchema, location="query")
     @blp.response(200, SuccessSchema)
     @require_scopes(WRITE)
-    def delete(self, args, entity_name, record_id):
+    def delete(self, args, entityName, recordId):
         """Delete a record: soft by default (relationships deactivated); `hardDelete=true` removes it."""
-        services.delete_record(services.find_definition(entity_name), record_id, hard_delete=args["hardDelete"])
+        services.delete_record(services.find_definition(entityName), recordId, hard_delete=args["hardDelete"])
         return SUCCESS
 
 
@@ -234,8 +234,8 @@ def _wants_async() -> bool:
     return any(token.strip().split(";")[0].strip().lower() == "respond-async" for token in prefer.split(","))
 
 
-def _bulk(entity_name: str, operation: str, items: list):
-    definition = services.find_definition(entity_name)
+def _bulk(entityName: str, operation: str, items: list):
+    definition = services.find_definition(entityName)
     if _wants_async():
         job = bulk.start_job(definition, operation, items)
         response = jsonify({"jobId": job.id})
@@ -254,12 +254,12 @@ def _bulk_route(operation: str, body_schema, key: str, summary: str) -> None:
         @blp.response(200, BulkResultSchema)
         @blp.alt_response(202, schema=JobAcceptedSchema, description="With `Prefer: respond-async`")
         @require_scopes(WRITE)
-        def post(self, data, entity_name):
-            return _bulk(entity_name, operation, data[key])
+        def post(self, data, entityName):
+            return _bulk(entityName, operation, data[key])
 
     BulkView.post.__doc__ = summary
     BulkView.__name__ = BulkView.__qualname__ = f"Bulk{operation.title()}"
-    blp.route(f"/<string:entity_name>/records/bulk/{operation}")(BulkView)
+    blp.route(f"/<string:entityName>/records/bulk/{operation}")(BulkView)
 
 
 _bulk_route("create", BulkRecordsSchema, "records",
@@ -268,42 +268,42 @@ _bulk_route("update", BulkRecordsSchema, "records", "Update many records by id (
 _bulk_route("delete", BulkDeleteSchema, "recordIds", "Soft-delete many records by id, all or nothing.")
 
 
-@jobs_blp.route("/<string:job_id>")
+@jobs_blp.route("/<string:jobId>")
 class Job(MethodView):
     @jobs_blp.response(200, JobSchema)
     @require_scopes(READ, WRITE)
-    def get(self, job_id):
+    def get(self, jobId):
         """Status of an asynchronous job: pending | running | succeeded | failed, with its result or error."""
-        return bulk.job_to_wire(bulk.get_job(job_id))
+        return bulk.job_to_wire(bulk.get_job(jobId))
 
 
 # --- relationships --------------------------------------------------------------------------------
 
-@blp.route("/<string:entity_name>/records/<string:record_id>/relationships")
+@blp.route("/<string:entityName>/records/<string:recordId>/relationships")
 class Relationships(MethodView):
     @blp.arguments(RelationshipListArgsSchema, location="query")
     @blp.response(200, RelationshipListSchema)
     @require_scopes(READ)
-    def get(self, args, entity_name, record_id):
+    def get(self, args, entityName, recordId):
         """A record's active relationships (`direction`, `relationshipType`, `targetEntity`)."""
         found = services.list_relationships(
-            services.find_definition(entity_name), record_id, direction=args["direction"],
+            services.find_definition(entityName), recordId, direction=args["direction"],
             relationship_type=args.get("relationshipType"), target_entity=args.get("targetEntity"))
         return {"relationships": found}
 
     @blp.arguments(RelationshipInputSchema)
     @blp.response(201, RelationshipSchema)
     @require_scopes(WRITE)
-    def post(self, data, entity_name, record_id):
+    def post(self, data, entityName, recordId):
         """Link this record to another record of the org."""
-        return services.create_relationship(services.find_definition(entity_name), record_id, data)
+        return services.create_relationship(services.find_definition(entityName), recordId, data)
 
 
-@blp.route("/<string:entity_name>/records/<string:record_id>/relationships/<string:relationship_id>")
+@blp.route("/<string:entityName>/records/<string:recordId>/relationships/<string:relationshipId>")
 class Relationship(MethodView):
     @blp.response(200, SuccessSchema)
     @require_scopes(WRITE)
-    def delete(self, entity_name, record_id, relationship_id):
+    def delete(self, entityName, recordId, relationshipId):
         """Delete a relationship of this record."""
-        services.delete_relationship(services.find_definition(entity_name), record_id, relationship_id)
+        services.delete_relationship(services.find_definition(entityName), recordId, relationshipId)
         return SUCCESS
