@@ -69,3 +69,37 @@ def token_mint(org, user, email, scopes, role, product, ttl) -> None:
         org=org, user=user, email=email, role=role, product=product, ttl=ttl,
         scopes=[s.strip() for s in scopes.split(",") if s.strip()],
     ))
+
+
+embeddings_cli = click.Group("embeddings", help="Semantic-search embeddings.")
+
+
+@embeddings_cli.command("backfill")
+@click.option("--product", default=None, help="product (default: the default product)")
+@click.option("--org", default=None, help="only this org_id")
+@click.option("--entity", default=None, help="only definitions with this name")
+@with_appcontext
+def embeddings_backfill(product, org, entity) -> None:
+    """Re-embed the records of every embeddings-enabled definition without a current vector.
+
+    Run it after changing EMBEDDINGS_BACKEND or EMBEDDINGS_MODEL (stored vectors name the model
+    that made them, so they stop being served). Queues one `embeddings.backfill` task per definition.
+    """
+    from sqlalchemy import select
+
+    from app.embeddings.pipeline import is_enabled
+    from app.embeddings.tasks import backfill
+    from app.entities.models import EntityDefinition
+
+    product = product or current_app.config["DEFAULT_PRODUCT"]
+    stmt = select(EntityDefinition).where(EntityDefinition.is_active.is_(True))
+    if org:
+        stmt = stmt.where(EntityDefinition.org_id == org)
+    if entity:
+        stmt = stmt.where(EntityDefinition.name == entity)
+    with db.product_session(product) as session:
+        targets = [(d.org_id, d.id, d.name) for d in session.scalars(stmt) if is_enabled(d.embeddings_config)]
+    for org_id, entity_id, name in targets:
+        backfill.apply_async(args=(product, org_id, entity_id))
+        click.echo(f"queued backfill: product={product} org={org_id} entity={name} ({entity_id})")
+    click.echo(f"{len(targets)} definition(s) queued")

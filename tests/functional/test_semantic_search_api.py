@@ -366,3 +366,29 @@ def test_stored_vectors_have_model_dimensions_and_hash(client, topics, app):
     text = "Watching Jupiter\nbody: " + TOPICS[3]["fields"]["body"]
     assert row.content_hash == embedding_content_hash(row.model, None, text)
     assert len(row.embedding) == 384
+
+
+def test_cli_backfill_re_embeds_records_whose_vectors_are_gone(client, auth, app, org_id, celery_worker):
+    """`flask embeddings backfill`: what an operator runs after EMBEDDINGS_MODEL/backend changes."""
+    from sqlalchemy import delete
+
+    from app.db import db
+    from app.embeddings.models import EntityEmbedding
+
+    headers = auth()
+    create_definition(client, headers, "cli_backfill", SCHEMA, embeddingsConfig=ENABLED)
+    for topic in TOPICS[:3]:
+        create_record(client, headers, "cli_backfill", topic)
+    wait_embedded(client, headers, "cli_backfill", 3)
+    with app.app_context(), db.product_session("default") as session:
+        session.execute(delete(EntityEmbedding).where(EntityEmbedding.org_id == org_id))
+    assert similar(client, headers, "cli_backfill", "automobile")["totalCount"] == 0
+
+    result = app.test_cli_runner().invoke(args=["embeddings", "backfill", "--org", org_id])
+    assert result.exit_code == 0, result.output
+    assert "entity=cli_backfill" in result.output and "1 definition(s) queued" in result.output
+    wait_embedded(client, headers, "cli_backfill", 3)
+    assert names_of(similar(client, headers, "cli_backfill", "automobile"))[0] == "Family sedan review"
+
+    other = app.test_cli_runner().invoke(args=["embeddings", "backfill", "--org", "org-that-has-nothing"])
+    assert other.exit_code == 0 and "0 definition(s) queued" in other.output
