@@ -22,14 +22,13 @@ from bench.bench_entities import (
     BIG_ORG,
     ENTITY,
     SCHEMA,
-    Capture,
-    ensure_dataset,
+    bench_setup,
     explain,
     floor_runner,
     measure,
     psycopg_url,
 )
-from bench.common import bench_app, bench_database_url, bench_token, summary, table, write_result
+from bench.common import summary, table, write_result
 
 SCOPE = f"FROM {SCHEMA}.entity_records WHERE org_id = %(org)s AND entity_id = %(entity)s AND is_active"
 REQUESTS = {
@@ -60,14 +59,7 @@ REQUESTS = {
 
 
 def main() -> str:
-    url = bench_database_url()
-    app = bench_app(DATABASE_URL=url, DB_STATEMENT_TIMEOUT_MS=120_000)
-    ids = ensure_dataset(app, url)
-    from app.extensions import db
-
-    capture = Capture(db.engine)
-    client = app.test_client()
-    headers = {"Authorization": f"Bearer {bench_token(BIG_ORG)}"}
+    url, app, ids, capture, client, headers = bench_setup()
     params = {"org": BIG_ORG, "entity": ids[BIG_ORG]}
     rows, plans = [], []
     with psycopg.connect(psycopg_url(url), autocommit=True) as conn:

@@ -240,15 +240,20 @@ def bench_bulk(client, conn, definition_id) -> tuple[float, float]:
     return 3 * n / api_seconds, 3 * n / copy_seconds
 
 
-def main() -> str:
+def bench_setup():
+    """The migrated bench database with the entity data set, an app on it, a statement capture, a
+    test client and the big org's headers (shared by the entity and aggregation benchmarks)."""
     url = bench_database_url()
     app = bench_app(DATABASE_URL=url, DB_STATEMENT_TIMEOUT_MS=120_000)
     ids = ensure_dataset(app, url)
     from app.extensions import db
 
-    capture = Capture(db.engine)
-    client = app.test_client()
     headers = {"Authorization": f"Bearer {bench_token(BIG_ORG)}"}
+    return url, app, ids, Capture(db.engine), app.test_client(), headers
+
+
+def main() -> str:
+    url, app, ids, capture, client, headers = bench_setup()
     rows, plans = [], []
     with psycopg.connect(psycopg_url(url), autocommit=True) as conn:
         for label, params in QUERIES.items():
