@@ -13,6 +13,12 @@ over 20 orgs; org `bench-big` holds 100 000 of them, the other 19 share the rest
 (3) Bulk create of 5 000 records per request (validation included) in records/s, against a raw
     COPY of the same final rows (tsvectors precomputed outside the timing) into the same table.
 EXPLAIN (ANALYZE) of each floor statement is written below the table.
+
+The second floor is the one a user would otherwise choose: the big org's 100 000 rows in a plain typed
+table (`bench_typed.deals`: one column per field, title/description text, amount numeric, close_date
+date, last_contact timestamptz, labels text[], a stored tsvector) with the ordinary indexes a
+Directus/PostgREST user would add (b-tree status+close_date, amount, created_at; pg_trgm GIN on title;
+GIN on the tsvector; status+priority+is_hot), queried with the same page and the same exact count.
 """
 
 from __future__ import annotations
@@ -55,6 +61,18 @@ QUERIES = {
     "(d) $search 'quantum'": {"filters": {"$search": "quantum"}, "pageSize": 20},
 }
 COUNT_FILTER = {"status": "won", "priority": "high", "is_hot": True}
+TYPED = "bench_typed.deals"
+TYPED_COLUMNS = "id, name, title, description, status, priority, amount, quantity, close_date, last_contact, " \
+                "owner_email, labels, is_hot, tags, created_at, updated_at"
+# (count, page) on the typed table for each QUERIES entry, then the count query
+TYPED_QUERIES = {
+    "(a)": ("status = 'open'", "close_date DESC NULLS LAST, id DESC"),
+    "(b)": ("amount >= 1000 AND amount < 1500", "created_at DESC, id DESC"),
+    "(c)": ("title ILIKE '%zephyr%'", "created_at DESC, id DESC"),
+    "(d)": ("search_vector @@ websearch_to_tsquery('english', 'quantum')",
+            "ts_rank_cd(search_vector, websearch_to_tsquery('english', 'quantum')) DESC, id"),
+}
+TYPED_COUNT = "status = 'won' AND priority = 'high' AND is_hot"
 ROUNDS, PER_ROUND = 5, 20
 READING = """### Reading the plans
 
@@ -143,6 +161,41 @@ def ensure_dataset(app, url: str) -> dict[str, str]:
     return ids
 
 
+def ensure_typed_table(conn, definition_id: str) -> None:
+    """The big org's rows as a hand-indexed typed table (the floor a user would otherwise choose)."""
+    exists = conn.execute("SELECT to_regclass('bench_typed.deals') IS NOT NULL").fetchone()[0]
+    if exists and conn.execute(f"SELECT count(*) FROM {TYPED}").fetchone()[0] >= BIG:
+        return
+    conn.execute("DROP SCHEMA IF EXISTS bench_typed CASCADE")
+    conn.execute("CREATE SCHEMA bench_typed")
+    conn.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+    conn.execute(f"""CREATE TABLE {TYPED} (
+        id text PRIMARY KEY, name text NOT NULL, title text, description text, status text, priority text,
+        amount numeric, quantity integer, close_date date, last_contact timestamptz, owner_email text,
+        labels text[], is_hot boolean, tags text[], search_vector tsvector, created_at timestamptz,
+        updated_at timestamptz)""")
+    conn.execute(f"""INSERT INTO {TYPED}
+        SELECT id, name, fields->>'title', fields->>'description', fields->>'status', fields->>'priority',
+               (fields->>'amount')::numeric, (fields->>'quantity')::int, (fields->>'close_date')::date,
+               (fields->>'last_contact')::timestamptz, fields->>'owner_email',
+               ARRAY(SELECT jsonb_array_elements_text(fields->'labels')), (fields->>'is_hot')::boolean, tags,
+               search_vector, created_at, updated_at
+          FROM {SCHEMA}.entity_records WHERE org_id = %s AND entity_id = %s AND is_active""",
+                 (BIG_ORG, definition_id))
+    for ddl in ("(status, close_date)", "(amount)", "(created_at)", "USING gin (title gin_trgm_ops)",
+                "USING gin (search_vector)", "(status, priority, is_hot)"):
+        conn.execute(f"CREATE INDEX ON {TYPED} {ddl}")
+    conn.execute(f"VACUUM ANALYZE {TYPED}")
+
+
+def typed_statements(key: str | None) -> list[tuple[str, None]]:
+    if key is None:
+        return [(f"SELECT count(*) FROM {TYPED} WHERE {TYPED_COUNT}", None)]
+    where, order = TYPED_QUERIES[key]
+    return [(f"SELECT count(*) FROM {TYPED} WHERE {where}", None),
+            (f"SELECT {TYPED_COLUMNS} FROM {TYPED} WHERE {where} ORDER BY {order} LIMIT 20", None)]
+
+
 class Capture:
     """Collects the statements the app sends while `on`."""
 
@@ -163,17 +216,19 @@ class Capture:
         return list(self.statements)
 
 
-def measure(app_call, floor_call) -> tuple[list[float], list[float]]:
-    app_samples, floor_samples = [], []
+def measure(*calls) -> list[list[float]]:
+    """Samples (ms) of each call, interleaved in rounds after a warm-up."""
+    samples: list[list[float]] = [[] for _ in calls]
     for _ in range(3):
-        app_call(), floor_call()
+        for fn in calls:
+            fn()
     for _ in range(ROUNDS):
-        for fn, out in ((app_call, app_samples), (floor_call, floor_samples)):
+        for fn, out in zip(calls, samples, strict=True):
             for _ in range(PER_ROUND):
                 start = time.perf_counter()
                 fn()
                 out.append((time.perf_counter() - start) * 1000)
-    return app_samples, floor_samples
+    return samples
 
 
 def floor_runner(conn, statements):
@@ -185,15 +240,30 @@ def floor_runner(conn, statements):
     return run
 
 
+def typed_runner(conn, statements):
+    def run():
+        with conn.cursor() as cur:
+            for statement, _ in statements:
+                cur.execute(statement)
+                cur.fetchall()
+    return run
+
+
 def explain(conn, statements) -> str:
     lines = []
     for statement, params in statements:
-        if "entity_records" not in statement or "entity_definitions" in statement.split("WHERE")[0]:
+        if "entity_records" not in statement and TYPED not in statement \
+                or "entity_definitions" in statement.split("WHERE")[0]:
             continue
         plan = [r[0] for r in conn.execute("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY ON) " + statement,
                                            params).fetchall()]
         lines.append("\n".join("    " + p for p in plan[:24]))
     return "\n\n".join(lines)
+
+
+def result_row(label: str, app_ms, floor_ms, typed_ms) -> list:
+    a, f, t = summary(app_ms), summary(floor_ms), summary(typed_ms)
+    return [label, a["p50"], a["p99"], f["p50"], t["p50"], t["p99"], a["p50"] / f["p50"], a["p50"] / t["p50"]]
 
 
 def bulk_rows(count: int, seed: int) -> list[dict]:
@@ -256,6 +326,7 @@ def main() -> str:
     url, app, ids, capture, client, headers = bench_setup()
     rows, plans = [], []
     with psycopg.connect(psycopg_url(url), autocommit=True) as conn:
+        ensure_typed_table(conn, ids[BIG_ORG])
         for label, params in QUERIES.items():
             def call(params=params):
                 resp = client.post(f"/api/v1/entities/{ENTITY}/records/query", json={"query": params},
@@ -264,10 +335,10 @@ def main() -> str:
                 return resp
             statements = [s for s in capture.during(call) if "entity_records" in s[0]]
             total = call().get_json()["totalCount"]
-            app_ms, floor_ms = measure(call, floor_runner(conn, statements))
-            a, f = summary(app_ms), summary(floor_ms)
-            rows.append([f"{label} — {total} match", a["p50"], a["p99"], f["p50"], f["p99"], a["p50"] / f["p50"]])
-            plans.append(f"**{label}**\n\n{explain(conn, statements)}")
+            typed = typed_statements(label[:3])
+            app_ms, floor_ms, typed_ms = measure(call, floor_runner(conn, statements), typed_runner(conn, typed))
+            rows.append(result_row(f"{label} — {total} match", app_ms, floor_ms, typed_ms))
+            plans.append(f"**{label}**\n\n{explain(conn, statements)}\n\ntyped table:\n\n{explain(conn, typed)}")
 
         def count_call():
             resp = client.post(f"/api/v1/entities/{ENTITY}/records/count", json={"filters": COUNT_FILTER},
@@ -276,16 +347,15 @@ def main() -> str:
             return resp
         statements = [s for s in capture.during(count_call) if "entity_records" in s[0]]
         matched = count_call().get_json()
-        app_ms, floor_ms = measure(count_call, floor_runner(conn, statements))
-        a, f = summary(app_ms), summary(floor_ms)
-        rows.append([f"count {json.dumps(COUNT_FILTER)} — {matched}", a["p50"], a["p99"], f["p50"], f["p99"],
-                     a["p50"] / f["p50"]])
-        plans.append(f"**count**\n\n{explain(conn, statements)}")
+        typed = typed_statements(None)
+        app_ms, floor_ms, typed_ms = measure(count_call, floor_runner(conn, statements), typed_runner(conn, typed))
+        rows.append(result_row(f"count {json.dumps(COUNT_FILTER)} — {matched}", app_ms, floor_ms, typed_ms))
+        plans.append(f"**count**\n\n{explain(conn, statements)}\n\ntyped table:\n\n{explain(conn, typed)}")
         conn.autocommit = False
         api_rate, copy_rate = bench_bulk(client, conn, ids[BULK_ORG])
 
-    body = table(["query on the 100k-record org", "app p50 ms", "app p99 ms", "SQL floor p50 ms",
-                  "SQL floor p99 ms", "p50 ratio app/floor"], rows)
+    body = table(["query on the 100k-record org", "app p50 ms", "app p99 ms", "own SQL p50 ms",
+                  "typed table p50 ms", "typed table p99 ms", "ratio app/own SQL", "ratio app/typed table"], rows)
     body += "\n\n" + table(["bulk create, 5 000 records per request", "records/s"], [
         ["POST …/records/bulk/create (validation + COPY → INSERT … SELECT)", api_rate],
         ["raw COPY of the same final rows (floor)", copy_rate],
@@ -293,7 +363,8 @@ def main() -> str:
     ])
     notes = (f"{TOTAL} records over {len(ORGS)} orgs (one org with {BIG}); {ROUNDS * PER_ROUND} samples per "
              "query per side, app and floor interleaved in rounds. App = in-process Flask test client (no "
-             "network), floor = the same statements through one psycopg connection.\n\n"
+             "network), own SQL = the same statements through one psycopg connection, typed table = the same page "
+             "and exact count on `bench_typed.deals` (see the module docstring) through the same connection.\n\n"
              + READING + "\n\n### EXPLAIN (ANALYZE) of the floor statements (count, then page)\n\n"
              + "\n\n".join(plans))
     return write_result("entities", "Entity store benchmark", body, notes)
