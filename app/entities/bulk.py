@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 from app.db import db
 from app.entities.fieldtypes import search_document
 from app.entities.filters import SEARCH_CONFIG
+from app.entities.indexes import schedule_sync as schedule_index_sync
 from app.entities.models import BulkJob, EntityDefinition, EntityRecord, new_id
 from app.entities.services import (
     compiled_schema,
@@ -118,6 +119,7 @@ def bulk_create(ctx: BulkContext, definition: EntityDefinition, items: list[Any]
         raise _reject(errors, len(items))
     _copy_insert(ctx, definition, rows)
     records_written(ctx.session, definition, [row[0] for row in rows])
+    schedule_index_sync(ctx.session, definition.id)  # a definition that grew past the threshold
     return {"message": f"Created {len(rows)} records.", "count": len(rows)}
 
 

@@ -160,7 +160,7 @@ def update_definition(name: str, data: dict, *, provenance: bool = False, commit
     """Apply a partial definition; bumps `version`; a stale numeric `version` is 409."""
     definition = find_definition(name, include_inactive=True, lock=True)
     _check_version(data.get("version"), definition.version, "definition")
-    previous_embeddings = definition.embeddings_config
+    previous_embeddings, previous_schema = definition.embeddings_config, definition.schema
     _apply_definition(definition, data, provenance=provenance)
     definition.version += 1
     definition.updated_at = utcnow()
@@ -168,6 +168,10 @@ def update_definition(name: str, data: dict, *, provenance: bool = False, commit
     _flush_unique(f"An entity named '{definition.name}' already exists.")
     if _write_hooks["definition_changed"] is not None:
         _write_hooks["definition_changed"](db.session, definition, previous_embeddings)
+    if definition.schema != previous_schema or "isActive" in data:
+        from app.entities.indexes import schedule_sync
+
+        schedule_sync(db.session, definition.id)  # per-field indexes follow the schema (off the request)
     # Records are not re-validated against a changed schema: they are checked when next written.
     if commit:
         db.session.commit()
@@ -196,6 +200,9 @@ def delete_definition(name: str, *, delete_records: bool = False, hard_delete: b
         definition.is_active = False
         definition.version += 1
         definition.updated_at = utcnow()
+    from app.entities.indexes import schedule_sync
+
+    schedule_sync(db.session, definition.id)  # drops the per-field indexes
     db.session.commit()
 
 

@@ -31,3 +31,11 @@ def run_bulk_job(self, job_id: str, product: str) -> str:
         log.exception("bulk job %s failed", job_id)
         bulk.fail_job(job_id, product, "The bulk job failed unexpectedly.")
         raise
+
+
+@celery_app.task(name="entities.sync_indexes", acks_late=True, reject_on_worker_lost=True)
+def sync_definition_indexes(product: str, definition_id: str) -> dict:
+    """Create/drop a definition's per-field indexes (app.entities.indexes); idempotent."""
+    from app.entities.indexes import sync_definition
+
+    return sync_definition(product, definition_id)

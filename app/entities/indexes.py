@@ -1,0 +1,164 @@
+"""Per-definition indexes on `entity_records`: what a hand-indexed typed table would have.
+
+The generic indexes (migration e0002) answer the org/entity scope, JSONB containment (equality) and the
+stored tsvector. Ranges, sorting and substring matches on a field compile to expressions over
+`fields` (app.entities.filters.FieldResolver) that no generic index can answer, so every definition
+with at least ENTITY_INDEX_MIN_RECORDS active records gets, for each scalar field of its schema:
+
+- a b-tree on the field's *typed* expression (numbers, dates, datetimes and short text fields:
+  ranges, sorting) — exactly the expression the compiler emits, rendered by the same FieldResolver,
+  so PostgreSQL matches the query to the index;
+- a pg_trgm GIN on `fields ->> name` for short text fields (`$contains`, `$startsWith`, `$endsWith`,
+  which compile to ILIKE).
+
+Each index is partial (`WHERE entity_id = '<definition id>'`): it holds only that definition's rows
+and costs nothing to other definitions' reads. Indexes are built with CREATE INDEX CONCURRENTLY by a
+Celery task (`entities.sync_indexes`, queue `bulk`) sent after a definition is created or its schema
+changes and after a bulk create, never on the request path; indexes of fields that left the schema
+are dropped. Names: `erx_<12 hex of the definition id>_<10 hex of the expression>`.
+
+Long text (`text`, `stringMultiline`) gets no trigram index (large, slow to maintain); booleans,
+lists and JSON fields are served by the generic GIN (containment).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+
+from flask import current_app
+from sqlalchemy import text
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import Connection
+
+from app.entities.fieldtypes import KIND_DATE, KIND_DATETIME, KIND_NUMBER, KIND_TEXT, FieldCatalog
+from app.entities.filters import SYSTEM_COLUMNS, FieldRef, FieldResolver
+
+log = logging.getLogger(__name__)
+PREFIX = "erx_"
+LONG_TEXT = ("text", "stringMultiline")
+_DIALECT = postgresql.dialect()
+
+
+@dataclass(frozen=True)
+class PlannedIndex:
+    name: str
+    field: str
+    method: str      # btree | gin
+    definition: str  # what goes between ON <table> and WHERE
+
+    def ddl(self, table: str, definition_id: str, *, concurrently: bool) -> str:
+        return (f"CREATE INDEX {'CONCURRENTLY ' if concurrently else ''}IF NOT EXISTS {self.name} ON {table} "
+                f"USING {self.method} {self.definition} WHERE entity_id = {_literal(definition_id)}")
+
+
+def _literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _sql(expr) -> str:
+    """The expression exactly as the filter compiler sends it, with the bound values inlined."""
+    return str(expr.compile(dialect=_DIALECT, compile_kwargs={"literal_binds": True}))
+
+
+def definition_key(definition_id: str) -> str:
+    return hashlib.sha256(definition_id.encode()).hexdigest()[:12]
+
+
+def plan_indexes(definition_id: str, catalog: FieldCatalog) -> list[PlannedIndex]:
+    """The indexes the definition should have (pure: no session)."""
+    resolver = FieldResolver(catalog)
+    key = definition_key(definition_id)
+    planned: list[PlannedIndex] = []
+    for name, spec in sorted(catalog.fields.items()):
+        if name in SYSTEM_COLUMNS:
+            continue  # resolves to the system column (its own indexes)
+        ref = FieldRef(name, spec.kind, False, spec)
+        wanted: list[tuple[str, str]] = []
+        if spec.kind in (KIND_NUMBER, KIND_DATE, KIND_DATETIME) or (
+                spec.kind == KIND_TEXT and spec.field_type not in LONG_TEXT):
+            wanted.append(("btree", f"(({_sql(resolver.typed(ref))}))"))
+        if spec.kind == KIND_TEXT and spec.field_type not in LONG_TEXT:
+            wanted.append(("gin", f"(({_sql(resolver.text(ref))}) public.gin_trgm_ops)"))
+        for method, definition in wanted:
+            digest = hashlib.sha256(f"{method}{definition}".encode()).hexdigest()[:10]
+            planned.append(PlannedIndex(f"{PREFIX}{key}_{digest}", name, method, definition))
+    return planned
+
+
+def existing_indexes(conn: Connection, schema: str, definition_id: str) -> set[str]:
+    pattern = f"{PREFIX}{definition_key(definition_id)}\\_%"
+    return set(conn.scalars(text("SELECT indexname FROM pg_indexes WHERE schemaname = :schema "
+                                 "AND tablename = 'entity_records' AND indexname LIKE :pattern"),
+                            {"schema": schema, "pattern": pattern}))
+
+
+def sync_indexes(conn: Connection, schema: str, definition_id: str, catalog: FieldCatalog | None, *,
+                 active_records: int, min_records: int, concurrently: bool = True) -> dict[str, list[str]]:
+    """Create the missing planned indexes and drop this definition's stale ones.
+
+    `conn` must be in autocommit mode (CREATE INDEX CONCURRENTLY cannot run in a transaction).
+    A definition below `min_records` (or gone: `catalog` None) keeps no index. An index left invalid
+    by an interrupted concurrent build is dropped and rebuilt.
+    """
+    table = f'"{schema}".entity_records'
+    wanted = [] if catalog is None or active_records < min_records else plan_indexes(definition_id, catalog)
+    have = existing_indexes(conn, schema, definition_id)
+    invalid = set(conn.scalars(text(
+        "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = :schema AND NOT i.indisvalid "
+        "AND c.relname LIKE :pattern"), {"schema": schema, "pattern": f"{PREFIX}%"}))
+    created, dropped = [], []
+    keep = {p.name for p in wanted}
+    word = "CONCURRENTLY " if concurrently else ""
+    for name in sorted((have - keep) | (have & invalid)):
+        conn.execute(text(f'DROP INDEX {word}IF EXISTS "{schema}".{name}'))
+        dropped.append(name)
+        have.discard(name)
+    for planned in wanted:
+        if planned.name in have:
+            continue
+        conn.execute(text(planned.ddl(table, definition_id, concurrently=concurrently)))
+        created.append(planned.name)
+    if created:
+        conn.execute(text(f"ANALYZE {table}"))  # expression statistics: the planner's estimates use them
+        log.info("entity indexes of %s in %s: created %s, dropped %s", definition_id, schema, created, dropped)
+    return {"created": created, "dropped": dropped}
+
+
+def schedule_sync(session, definition_id: str) -> None:
+    """Send the index task for this definition once `session` commits (the caller's transaction)."""
+    from app.embeddings.pipeline import session_product
+    from app.entities.tasks import sync_definition_indexes
+    from app.tasks import enqueue_after_commit
+
+    enqueue_after_commit(session, sync_definition_indexes, session_product(session), definition_id)
+
+
+def sync_definition(product: str, definition_id: str) -> dict[str, list[str]]:
+    """Bring one definition's indexes in line with its schema and size (the Celery task's body)."""
+    from sqlalchemy import func, select
+
+    from app.db import db, schema_for
+    from app.entities.fieldtypes import compile_definition_schema
+    from app.entities.models import EntityDefinition, EntityRecord
+
+    celery = current_app.extensions.get("celery")
+    eager = bool(celery and celery.conf.task_always_eager)
+    with db.product_session(product) as session:
+        definition = session.get(EntityDefinition, definition_id)
+        catalog, count = None, 0
+        if definition is not None and definition.is_active:
+            catalog = compile_definition_schema(definition.schema or {}).catalog
+            count = int(session.scalar(select(func.count()).select_from(EntityRecord).where(
+                EntityRecord.org_id == definition.org_id, EntityRecord.entity_id == definition.id,
+                EntityRecord.is_active.is_(True))) or 0)
+        session.rollback()
+    engine = db.engine_for(product)
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("SET lock_timeout = '10s'"))
+        # In-process (eager) tasks run inside the request that sent them: a concurrent build would
+        # wait for that request's own snapshot, so they build plainly (a short ShareLock).
+        return sync_indexes(conn, schema_for(product), definition_id, catalog, active_records=count,
+                            min_records=current_app.config["ENTITY_INDEX_MIN_RECORDS"], concurrently=not eager)
