@@ -316,7 +316,12 @@ def bench_setup():
     url = bench_database_url()
     app = bench_app(DATABASE_URL=url, DB_STATEMENT_TIMEOUT_MS=120_000)
     ids = ensure_dataset(app, url)
+    from app.entities.indexes import sync_definition
     from app.extensions import db
+
+    with app.app_context():  # what the index task does after the definition grew (idempotent)
+        for org in (BIG_ORG, BULK_ORG):
+            sync_definition("default", ids[org])
 
     headers = {"Authorization": f"Bearer {bench_token(BIG_ORG)}"}
     return url, app, ids, Capture(db.engine), app.test_client(), headers

@@ -5,11 +5,11 @@ stored tsvector. Ranges, sorting and substring matches on a field compile to exp
 `fields` (app.entities.filters.FieldResolver) that no generic index can answer, so every definition
 with at least ENTITY_INDEX_MIN_RECORDS active records gets, for each scalar field of its schema:
 
-- a b-tree on the field's *typed* expression (numbers, dates, datetimes and short text fields:
-  ranges, sorting) — exactly the expression the compiler emits, rendered by the same FieldResolver,
-  so PostgreSQL matches the query to the index;
-- a pg_trgm GIN on `fields ->> name` for short text fields (`$contains`, `$startsWith`, `$endsWith`,
-  which compile to ILIKE).
+- a b-tree on the field's sort expression (numbers, dates, datetimes: the *typed* expression that
+  ranges also compile to; short text fields: `fields ->> name`, the sort key) — exactly the expression
+  the compiler emits, rendered by the same FieldResolver, so PostgreSQL matches the query to the index;
+- a pg_trgm GIN on `fields ->> name` for short text fields other than dropdowns (`$contains`,
+  `$startsWith`, `$endsWith`, which compile to ILIKE).
 
 Each index is partial (`WHERE entity_id = '<definition id>'`): it holds only that definition's rows
 and costs nothing to other definitions' reads. Indexes are built with CREATE INDEX CONCURRENTLY by a
@@ -59,7 +59,7 @@ def _literal(value: str) -> str:
 
 def _sql(expr) -> str:
     """The expression exactly as the filter compiler sends it, with the bound values inlined."""
-    return str(expr.compile(dialect=_DIALECT, compile_kwargs={"literal_binds": True}))
+    return str(expr.compile(dialect=_DIALECT, compile_kwargs={"literal_binds": True, "include_table": False}))
 
 
 def definition_key(definition_id: str) -> str:
@@ -78,8 +78,10 @@ def plan_indexes(definition_id: str, catalog: FieldCatalog) -> list[PlannedIndex
         wanted: list[tuple[str, str]] = []
         if spec.kind in (KIND_NUMBER, KIND_DATE, KIND_DATETIME) or (
                 spec.kind == KIND_TEXT and spec.field_type not in LONG_TEXT):
-            wanted.append(("btree", f"(({_sql(resolver.typed(ref))}))"))
-        if spec.kind == KIND_TEXT and spec.field_type not in LONG_TEXT:
+            # dates newest first: the common listing order (sorting always puts NULLs last)
+            order = " DESC NULLS LAST" if spec.kind in (KIND_DATE, KIND_DATETIME) else ""
+            wanted.append(("btree", f"(({_sql(resolver.sort_key(ref))}){order})"))  # = typed for ranges
+        if spec.kind == KIND_TEXT and spec.field_type not in (*LONG_TEXT, "dropdown"):
             wanted.append(("gin", f"(({_sql(resolver.text(ref))}) public.gin_trgm_ops)"))
         for method, definition in wanted:
             digest = hashlib.sha256(f"{method}{definition}".encode()).hexdigest()[:10]

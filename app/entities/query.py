@@ -6,7 +6,9 @@ import math
 from typing import Any
 
 from flask import current_app
-from sqlalchemy import func, select
+from sqlalchemy import func, literal, select
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.expression import ClauseElement, Executable
 
 from app.db import db
 from app.entities.filters import CompiledFilter, FieldResolver, FilterError, compile_filters
@@ -22,15 +24,52 @@ def record_scope(definition: EntityDefinition) -> list:
     return [T.c.org_id == definition.org_id, T.c.entity_id == definition.id, T.c.is_active.is_(True)]
 
 
-def count_records(definition: EntityDefinition, filters: Any) -> int:
-    """How many active records of the definition match `filters`."""
+COUNT_MODES = ("exact", "planned", "estimated")
+
+
+class _ExplainJson(Executable, ClauseElement):
+    """`EXPLAIN (FORMAT JSON) <select>`, with the select's parameters bound as usual."""
+
+    inherit_cache = False
+
+    def __init__(self, stmt):
+        self.stmt = stmt
+
+
+@compiles(_ExplainJson, "postgresql")
+def _compile_explain(element, compiler, **kw):
+    return "EXPLAIN (FORMAT JSON) " + compiler.process(element.stmt, **kw)
+
+
+def planned_count(where: list) -> int:
+    """The planner's estimate of the matching rows (PostgREST's `count=planned`): no scan at all."""
+    plan = db.session.scalar(_ExplainJson(select(literal(1)).select_from(T).where(*where)))
+    if isinstance(plan, str):
+        import json
+
+        plan = json.loads(plan)
+    return max(0, int(round(plan[0]["Plan"]["Plan Rows"])))
+
+
+def counted(where: list, mode: str = "exact") -> tuple[int, str]:
+    """(count, how it was counted). `estimated` counts exactly while the estimate is at most
+    ENTITY_COUNT_ESTIMATE_ABOVE, and reports the estimate beyond (PostgREST's `count=estimated`)."""
+    if mode in ("planned", "estimated"):
+        estimate = planned_count(where)
+        if mode == "planned" or estimate > current_app.config["ENTITY_COUNT_ESTIMATE_ABOVE"]:
+            return estimate, "planned" if mode == "planned" else "estimated"
+    return int(db.session.scalar(select(func.count()).select_from(T).where(*where)) or 0), "exact"
+
+
+def count_records(definition: EntityDefinition, filters: Any, count_mode: str = "exact") -> tuple[int, str]:
+    """How many active records of the definition match `filters`, and how that number was counted."""
     compiled = compile_filters(filters, filter_context(definition))
-    stmt = select(func.count()).select_from(T).where(*record_scope(definition), compiled.where)
-    return int(db.session.scalar(stmt) or 0)
+    return counted([*record_scope(definition), compiled.where], count_mode)
 
 
-def query_records(definition: EntityDefinition, params: dict[str, Any]) -> dict[str, Any]:
-    """One page of records matching the filters, as a PaginatedResult."""
+def query_records(definition: EntityDefinition, params: dict[str, Any], count_mode: str = "exact") -> dict[str, Any]:
+    """One page of records matching the filters, as a PaginatedResult (`countMode` says how
+    `totalCount` was counted: exact unless the caller preferred otherwise)."""
     schema = compiled_schema(definition)
     ctx = filter_context(definition, schema)
     page, page_size = params.get("page", 1), params.get("pageSize", 20)
@@ -46,10 +85,10 @@ def query_records(definition: EntityDefinition, params: dict[str, Any]) -> dict[
     lookups = _lookup_specs(schema.catalog, params.get("includeLookups") or [])
 
     where = [*record_scope(definition), compiled.where]
-    total = int(db.session.scalar(select(func.count()).select_from(T).where(*where)) or 0)
+    total, how = counted(where, count_mode)
     rows: list = []
     offset = (page - 1) * page_size
-    if offset < total:
+    if offset < total or how != "exact":  # an estimate may be low: fetch the page anyway
         columns = [T.c[name] for name in RECORD_COLUMNS]
         if compiled.distance is not None:
             columns.append(compiled.distance.label("distance"))
@@ -62,9 +101,12 @@ def query_records(definition: EntityDefinition, params: dict[str, Any]) -> dict[
     records = [_shape(row, include, exclude, compiled) for row in rows]
     if lookups:
         _resolve_lookups(definition, records, [row._mapping["fields"] for row in rows], lookups)
+    if how != "exact":  # an estimate never contradicts the page in hand
+        total = max(total, offset + len(records) + (1 if len(records) == page_size else 0))
     total_pages = math.ceil(total / page_size) if total else 0
     return {"records": records, "totalCount": total, "currentPage": page, "pageSize": page_size,
-            "totalPages": total_pages, "hasNextPage": page < total_pages, "hasPreviousPage": page > 1}
+            "totalPages": total_pages, "hasNextPage": page < total_pages, "hasPreviousPage": page > 1,
+            "countMode": how}
 
 
 def _order_by(resolver: FieldResolver, compiled: CompiledFilter, sort_by: str | None, sort_order: int | None):
