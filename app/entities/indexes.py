@@ -13,7 +13,7 @@ with at least ENTITY_INDEX_MIN_RECORDS active records gets, for each scalar fiel
 
 Each index is partial (`WHERE entity_id = '<definition id>'`): it holds only that definition's rows
 and costs nothing to other definitions' reads. Indexes are built with CREATE INDEX CONCURRENTLY by a
-Celery task (`entities.sync_indexes`, queue `bulk`) sent after a definition is created or its schema
+Celery task (`bulk.entity_indexes`, queue `bulk`) sent after a definition is created or its schema
 changes and after a bulk create, never on the request path; indexes of fields that left the schema
 are dropped. Names: `erx_<12 hex of the definition id>_<10 hex of the expression>`.
 

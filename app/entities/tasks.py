@@ -33,7 +33,7 @@ def run_bulk_job(self, job_id: str, product: str) -> str:
         raise
 
 
-@celery_app.task(name="entities.sync_indexes", acks_late=True, reject_on_worker_lost=True)
+@celery_app.task(name="bulk.entity_indexes", acks_late=True, reject_on_worker_lost=True)
 def sync_definition_indexes(product: str, definition_id: str) -> dict:
     """Create/drop a definition's per-field indexes (app.entities.indexes); idempotent."""
     from app.entities.indexes import sync_definition
