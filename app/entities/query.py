@@ -11,6 +11,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import ClauseElement, Executable
 
 from app.db import db
+from app.entities import cursor as cursors
 from app.entities.filters import CompiledFilter, FieldResolver, FilterError, compile_filters
 from app.entities.models import EntityDefinition, EntityRecord
 from app.entities.services import RECORD_COLUMNS, compiled_schema, filter_context, iso, record_to_wire
@@ -72,7 +73,7 @@ def query_records(definition: EntityDefinition, params: dict[str, Any], count_mo
     `totalCount` was counted: exact unless the caller preferred otherwise)."""
     schema = compiled_schema(definition)
     ctx = filter_context(definition, schema)
-    page, page_size = params.get("page", 1), params.get("pageSize", 20)
+    page, page_size = params.get("page") or 1, params.get("pageSize", 20)
     max_page_size = current_app.config["ENTITY_MAX_PAGE_SIZE"]
     if page_size > max_page_size:
         raise ValidationFailed(f"pageSize is at most {max_page_size}.",
@@ -80,6 +81,11 @@ def query_records(definition: EntityDefinition, params: dict[str, Any], count_mo
     compiled = compile_filters(params.get("filters") or {}, ctx)
     resolver = FieldResolver(ctx.catalog)
     order_by = _order_by(resolver, compiled, params.get("sortBy"), params.get("sortOrder"))
+    keyset = _keyset(resolver, compiled, params.get("sortBy"), params.get("sortOrder"))
+    digest = cursors.query_digest(params)
+    position = _position(definition, params, keyset, digest)
+    if position is not None:
+        page = position.page
     include, exclude = _projection(resolver, params.get("include"), "include"), \
         _projection(resolver, params.get("exclude"), "exclude")
     lookups = _lookup_specs(schema.catalog, params.get("includeLookups") or [])
@@ -88,7 +94,7 @@ def query_records(definition: EntityDefinition, params: dict[str, Any], count_mo
     total, how = counted(where, count_mode)
     rows: list = []
     offset = (page - 1) * page_size
-    if offset < total or how != "exact":  # an estimate may be low: fetch the page anyway
+    if position is not None or offset < total or how != "exact":  # an estimate may be low: fetch anyway
         columns = [T.c[name] for name in RECORD_COLUMNS]
         if compiled.distance is not None:
             columns.append(compiled.distance.label("distance"))
@@ -96,7 +102,13 @@ def query_records(definition: EntityDefinition, params: dict[str, Any], count_mo
             rows = compiled.similarity.fetch_page(db.session, columns, where, compiled.rank, total, offset,
                                                   page_size)
         else:
-            stmt = select(*columns).where(*where).order_by(*order_by).limit(page_size).offset(offset)
+            if keyset is not None:
+                columns.append(keyset[0].label("cursor_key"))
+            stmt = select(*columns).where(*where).order_by(*order_by).limit(page_size)
+            if position is not None:  # keyset: no OFFSET to walk, stable under concurrent writes
+                stmt = stmt.where(cursors.after(keyset[0], T.c.id, keyset[1], position))
+            else:
+                stmt = stmt.offset(offset)
             rows = list(db.session.execute(stmt))
     records = [_shape(row, include, exclude, compiled) for row in rows]
     if lookups:
@@ -104,9 +116,36 @@ def query_records(definition: EntityDefinition, params: dict[str, Any], count_mo
     if how != "exact":  # an estimate never contradicts the page in hand
         total = max(total, offset + len(records) + (1 if len(records) == page_size else 0))
     total_pages = math.ceil(total / page_size) if total else 0
+    next_cursor = None
+    if keyset is not None and rows and len(rows) == page_size and page < total_pages:
+        last = rows[-1]._mapping
+        next_cursor = cursors.encode(definition.org_id, definition.id, digest,
+                                     cursors.Position(page + 1, last["cursor_key"], last["id"]))
     return {"records": records, "totalCount": total, "currentPage": page, "pageSize": page_size,
             "totalPages": total_pages, "hasNextPage": page < total_pages, "hasPreviousPage": page > 1,
-            "countMode": how}
+            "nextCursor": next_cursor, "countMode": how}
+
+
+def _keyset(resolver: FieldResolver, compiled: CompiledFilter, sort_by: str | None, sort_order: int | None):
+    """(sort key, descending) of an order a cursor can follow, or None for relevance orders."""
+    if sort_by:
+        return resolver.sort_key(resolver.resolve(sort_by, "query.sortBy")), sort_order == -1
+    if compiled.distance is not None or compiled.rank is not None:
+        return None
+    return T.c.created_at, sort_order != 1
+
+
+def _position(definition: EntityDefinition, params: dict[str, Any], keyset, digest: str):
+    text = params.get("cursor")
+    if text is None:
+        return None
+    if params.get("page") is not None:
+        raise ValidationFailed("Send either page or cursor, not both.",
+                               {"fields": {"query.cursor": ["cannot be combined with page"]}})
+    if keyset is None:
+        raise ValidationFailed("A cursor cannot follow relevance-ordered results ($similar, or $search without "
+                               "sortBy); use page.", {"fields": {"query.cursor": ["not available for this order"]}})
+    return cursors.decode(text, definition.org_id, definition.id, digest)
 
 
 def _order_by(resolver: FieldResolver, compiled: CompiledFilter, sort_by: str | None, sort_order: int | None):

@@ -234,7 +234,10 @@ class QueryParamsSchema(Schema):
     class Meta:
         unknown = RAISE
 
-    page = ma.Integer(load_default=1, validate=validate.Range(min=1, max=1_000_000))
+    page = ma.Integer(allow_none=True, validate=validate.Range(min=1, max=1_000_000),
+                      metadata={"description": "1 when neither page nor cursor is given"})
+    cursor = ma.String(allow_none=True, validate=validate.Length(max=4000),
+                       metadata={"description": "a `nextCursor` of the previous page, in place of `page`"})
     pageSize = ma.Integer(load_default=20, validate=validate.Range(min=1))
     filters = ma.Dict(load_default=dict, allow_none=True)
     sortBy = ma.String(allow_none=True)
@@ -259,6 +262,9 @@ class PaginatedResultSchema(Schema):
     totalPages = ma.Integer(required=True)
     hasNextPage = ma.Boolean(required=True)
     hasPreviousPage = ma.Boolean(required=True)
+    nextCursor = ma.String(allow_none=True, metadata={
+        "description": "keyset cursor of the next page (send as `query.cursor`); null on the last page or for "
+                       "relevance-ordered results ($similar, ranked $search)"})
 
 
 class CountRequestSchema(Schema):
