@@ -146,8 +146,11 @@ def schedule_sync(session, definition_id: str) -> None:
     enqueue_after_commit(session, sync_definition_indexes, session_product(session), definition_id)
 
 
-def sync_definition(product: str, definition_id: str) -> dict[str, list[str]]:
-    """Bring one definition's indexes in line with its schema and size (the Celery task's body)."""
+def sync_definition(product: str, definition_id: str, *, concurrently: bool | None = None) -> dict[str, list[str]]:
+    """Bring one definition's indexes in line with its schema and size (the Celery task's body).
+
+    `concurrently` defaults to True except for in-process (eager) tasks, which run inside the request
+    that sent them: a concurrent build would wait for that request's own snapshot."""
     from sqlalchemy import func, select
 
     from app.db import db, schema_for
@@ -168,7 +171,6 @@ def sync_definition(product: str, definition_id: str) -> dict[str, list[str]]:
     engine = db.engine_for(product)
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text("SET lock_timeout = '10s'"))
-        # In-process (eager) tasks run inside the request that sent them: a concurrent build would
-        # wait for that request's own snapshot, so they build plainly (a short ShareLock).
         return sync_indexes(conn, schema_for(product), definition_id, catalog, active_records=count,
-                            min_records=current_app.config["ENTITY_INDEX_MIN_RECORDS"], concurrently=not eager)
+                            min_records=current_app.config["ENTITY_INDEX_MIN_RECORDS"],
+                            concurrently=not eager if concurrently is None else concurrently)

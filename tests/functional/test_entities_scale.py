@@ -99,6 +99,22 @@ def test_index_task_builds_after_growth_follows_the_schema_and_drops_on_delete(i
     assert definition_indexes(indexing_app, definition_id) == {}
 
 
+def test_cli_syncs_definitions_that_grew_without_a_bulk_create(indexing_app):
+    client = indexing_app.test_client()
+    org, headers = org_headers()
+    definition_id = create_definition(client, headers)
+    for r in FIXED_RECORDS:  # single creates send no index task
+        create_record(client, headers, "items", r)
+    assert definition_indexes(indexing_app, definition_id) == {}
+    result = indexing_app.test_cli_runner().invoke(args=["entities", "sync-indexes", "--org", org])
+    assert result.exit_code == 0, result.output
+    assert "1 definition(s) checked" in result.output and "created 0" not in result.output
+    assert len(definition_indexes(indexing_app, definition_id)) == len(
+        plan_indexes(definition_id, compile_definition_schema(ALL_TYPES_SCHEMA).catalog))
+    again = indexing_app.test_cli_runner().invoke(args=["entities", "sync-indexes", "--org", org])
+    assert "created 0, dropped 0" in again.output  # idempotent
+
+
 def test_index_task_replaces_an_invalid_index(indexing_app):
     from app.db import db
     from app.entities.indexes import sync_definition
