@@ -33,7 +33,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 from sqlalchemy import event
 
-from bench.common import bench_app, bench_database_url, bench_token, summary, table, write_result
+from bench.common import bench_app, bench_database_url, bench_token, summary, table, timed, write_result
 
 SCHEMA = "product_default"
 BIG_ORG, BULK_ORG = "bench-big", "bench-bulk"
@@ -261,6 +261,31 @@ def explain(conn, statements) -> str:
     return "\n\n".join(lines)
 
 
+def bench_deep_pages(app, client, headers, conn, definition_id: str) -> list[list]:
+    """Page 1 and page 5 000 of the unfiltered listing, by `page` (OFFSET) and by `cursor` (keyset)."""
+    from app.entities import cursor as cursors
+
+    last = conn.execute(f"SELECT created_at, id FROM {SCHEMA}.entity_records WHERE org_id = %s AND entity_id = %s "
+                        "AND is_active ORDER BY created_at DESC, id DESC OFFSET %s LIMIT 1",
+                        (BIG_ORG, definition_id, 4999 * 20 - 1)).fetchone()
+    with app.app_context():  # the nextCursor page 4 999 would have returned
+        deep = cursors.encode(BIG_ORG, definition_id, cursors.query_digest({"pageSize": 20}),
+                              cursors.Position(5000, last[0], last[1]))
+    variants = {"page 1 (`page: 1`)": {"page": 1}, "page 5 000 (`page: 5000`)": {"page": 5000},
+                "page 1 (no cursor)": {}, "page 5 000 (`cursor`)": {"cursor": deep}}
+    out = []
+    for label, extra in variants.items():
+        cells = [label]
+        for prefer in (None, "count=planned"):
+            def call(extra=extra, prefer=prefer):
+                resp = client.post(f"/api/v1/entities/{ENTITY}/records/query", json={"query": {
+                    "pageSize": 20, **extra}}, headers={**headers, **({"Prefer": prefer} if prefer else {})})
+                assert resp.status_code == 200 and len(resp.get_json()["records"]) == 20, resp.get_json()
+            cells.append(summary(timed(call, 40, warmup=5))["p50"])
+        out.append(cells)
+    return out
+
+
 def result_row(label: str, app_ms, floor_ms, typed_ms) -> list:
     a, f, t = summary(app_ms), summary(floor_ms), summary(typed_ms)
     return [label, a["p50"], a["p99"], f["p50"], t["p50"], t["p99"], a["p50"] / f["p50"], a["p50"] / t["p50"]]
@@ -356,11 +381,14 @@ def main() -> str:
         app_ms, floor_ms, typed_ms = measure(count_call, floor_runner(conn, statements), typed_runner(conn, typed))
         rows.append(result_row(f"count {json.dumps(COUNT_FILTER)} — {matched}", app_ms, floor_ms, typed_ms))
         plans.append(f"**count**\n\n{explain(conn, statements)}\n\ntyped table:\n\n{explain(conn, typed)}")
+        deep = bench_deep_pages(app, client, headers, conn, ids[BIG_ORG])
         conn.autocommit = False
         api_rate, copy_rate = bench_bulk(client, conn, ids[BULK_ORG])
 
     body = table(["query on the 100k-record org", "app p50 ms", "app p99 ms", "own SQL p50 ms",
                   "typed table p50 ms", "typed table p99 ms", "ratio app/own SQL", "ratio app/typed table"], rows)
+    body += "\n\n" + table(["listing, 20 per page, newest first (100 000 records)", "p50 ms, exact count",
+                            "p50 ms, `Prefer: count=planned`"], deep)
     body += "\n\n" + table(["bulk create, 5 000 records per request", "records/s"], [
         ["POST …/records/bulk/create (validation + COPY → INSERT … SELECT)", api_rate],
         ["raw COPY of the same final rows (floor)", copy_rate],

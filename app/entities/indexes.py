@@ -36,7 +36,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 
 from app.entities.fieldtypes import KIND_DATE, KIND_DATETIME, KIND_NUMBER, KIND_TEXT, FieldCatalog
-from app.entities.filters import SYSTEM_COLUMNS, FieldRef, FieldResolver
+from app.entities.filters import FieldResolver
 
 log = logging.getLogger(__name__)
 PREFIX = "erx_"
@@ -80,9 +80,9 @@ def plan_indexes(definition_id: str, catalog: FieldCatalog) -> list[PlannedIndex
         digest = hashlib.sha256(f"{method}{definition}".encode()).hexdigest()[:10]
         planned.append(PlannedIndex(f"{PREFIX}{key}_{digest}", "", method, definition))
     for name, spec in sorted(catalog.fields.items()):
-        if name in SYSTEM_COLUMNS:
-            continue  # resolves to the system column (its own indexes)
-        ref = FieldRef(name, spec.kind, False, spec)
+        ref = resolver.resolve(name)  # how queries resolve the name (a system column has its own indexes)
+        if ref.system:
+            continue
         wanted: list[tuple[str, str]] = []
         if spec.kind in (KIND_NUMBER, KIND_DATE, KIND_DATETIME) or (
                 spec.kind == KIND_TEXT and spec.field_type not in LONG_TEXT):
