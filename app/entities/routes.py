@@ -7,7 +7,7 @@ from flask.views import MethodView
 
 from app.auth import require_role, require_scopes
 from app.embeddings import hooks as embedding_hooks
-from app.entities import bulk, query, services
+from app.entities import bulk, query, reads, services
 from app.entities import tasks as _tasks  # noqa: F401  (registers the bulk task with the worker)
 from app.entities.aggregation_routes import blp as aggregation_blp
 from app.entities.schemas import (
@@ -218,7 +218,7 @@ class Record(MethodView):
     @require_scopes(READ)
     def get(self, entityName, recordId):
         """Get a record (soft-deleted and other orgs' records are 404)."""
-        return services.record_to_wire(services.find_record(services.find_definition(entityName), recordId))
+        return reads.get_record(entityName, recordId)
 
     @blp.arguments(RecordInputSchema)
     @blp.response(200, SuccessSchema)

@@ -282,3 +282,31 @@ def test_cursor_is_signed_and_bound_to_its_query(paged):
     _other, other_headers = org_headers()
     create_definition(client, other_headers)
     rejected(post_query(client, other_headers, pageSize=5, cursor=cursor), "another entity")
+
+
+# --- single-record GET in one statement ----------------------------------------------------------
+
+def test_record_get_answers_and_names_what_is_missing(app):
+    client = app.test_client()
+    _org, headers = org_headers()
+    create_definition(client, headers)
+    create_definition(client, headers, name="others")
+    rec = create_record(client, headers, "items", FIXED_RECORDS[0])
+    other = create_record(client, headers, "others", FIXED_RECORDS[1])
+    got = client.get(f"{BASE}/items/records/{rec['id']}", headers=headers)
+    assert got.status_code == 200 and got.get_json() == rec
+
+    def missing(url, message):
+        resp = client.get(url, headers=headers)
+        assert resp.status_code == 404 and resp.get_json()["error"]["message"] == message, resp.get_json()
+
+    missing(f"{BASE}/nope/records/{rec['id']}", "Entity 'nope' not found.")
+    missing(f"{BASE}/items/records/{other['id']}", "Record not found.")  # a record of another entity
+    missing(f"{BASE}/items/records/{'x' * 500}", "Record not found.")
+    _org2, headers2 = org_headers()
+    resp = client.get(f"{BASE}/items/records/{rec['id']}", headers=headers2)
+    assert resp.status_code == 404 and resp.get_json()["error"]["message"] == "Entity 'items' not found."
+    assert client.delete(f"{BASE}/items/records/{rec['id']}", headers=headers).status_code == 200
+    missing(f"{BASE}/items/records/{rec['id']}", "Record not found.")  # soft-deleted
+    assert client.delete(f"{BASE}/definitions/others", headers=headers).status_code == 200
+    missing(f"{BASE}/others/records/{other['id']}", "Entity 'others' not found.")  # soft-deleted definition
