@@ -59,7 +59,8 @@ def test_plan_indexes_covers_scalar_fields_with_the_compilers_expressions():
 
 @pytest.fixture()
 def indexing_app(make_app):
-    return make_app(ENTITY_INDEX_MIN_RECORDS=3)
+    """Tasks in-process (no Redis), so the index task has run when the request returns."""
+    return make_app(ENTITY_INDEX_MIN_RECORDS=3, REDIS_URL="")
 
 
 def bulk_create(client, headers, entity, records):
