@@ -113,14 +113,18 @@ class Database:
             state.product_engines[product] = engine
         return engine
 
+    def context_product(self) -> str:
+        """The product of the current app context: the verified tenant's (`g.tenant`, installed by
+        app.tenancy.set_tenant), else the default product (tasks and CLI name theirs explicitly)."""
+        tenant = g.get("tenant") if has_app_context() else None
+        return tenant.product if tenant is not None else self.default_product
+
     @property
     def session(self) -> Session:
         """The Session of the current app context, bound to the current product."""
         session = g.get("_db_session")
         if session is None:
-            from app.tenancy import current_product
-
-            session = Session(bind=self.engine_for(current_product()), expire_on_commit=False)
+            session = Session(bind=self.engine_for(self.context_product()), expire_on_commit=False)
             g._db_session = session
         return session
 

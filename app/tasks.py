@@ -55,6 +55,7 @@ def init_celery(celery: Celery, app: Flask) -> None:
 
     celery.Task = AppContextTask
     celery.set_default()
+    celery.loader.import_default_modules()  # the task modules celeryconfig.include declares
     app.extensions["celery"] = celery
 
 

@@ -49,9 +49,10 @@ _STAGING_DDL = ("CREATE TEMP TABLE IF NOT EXISTS _entity_bulk_rows (id text, nam
 
 @dataclass(frozen=True)
 class BulkContext:
-    """Where a bulk operation runs: a session (request or job), the org and the acting user."""
+    """Where a bulk operation runs: a session (request or job), its product, the org and the acting user."""
 
     session: Session
+    product: str
     org_id: str
     user_id: str | None
 
@@ -117,7 +118,7 @@ def bulk_create(ctx: BulkContext, definition: EntityDefinition, items: list[Any]
     if errors:
         raise _reject(errors, len(items))
     _copy_insert(ctx, definition, rows)
-    records_written(ctx.session, definition, [row[0] for row in rows])
+    records_written(ctx.session, ctx.product, definition, [row[0] for row in rows])
     return {"message": f"Created {len(rows)} records.", "count": len(rows)}
 
 
@@ -202,7 +203,7 @@ def bulk_update(ctx: BulkContext, definition: EntityDefinition, items: list[Any]
                     search_vector=func.to_tsvector(SEARCH_CONFIG, bindparam("b_doc", type_=Text)),
                     version=T.c.version + 1, updated_at=datetime.now(UTC), updated_by=ctx.user_id))
     ctx.session.connection().execute(stmt, params)
-    records_written(ctx.session, definition, [p["b_id"] for p in params])
+    records_written(ctx.session, ctx.product, definition, [p["b_id"] for p in params])
     return {"message": f"Updated {len(params)} records.", "count": len(params)}
 
 
@@ -231,18 +232,16 @@ RUNNERS = {"create": bulk_create, "update": bulk_update, "delete": bulk_delete}
 def run_bulk(definition: EntityDefinition, operation: str, items: list[Any]) -> dict[str, Any]:
     """Synchronous bulk operation in the request's transaction."""
     tenant = current_tenant()
-    result = RUNNERS[operation](BulkContext(db.session, tenant.org_id, tenant.user_id), definition, items)
+    ctx = BulkContext(db.session, tenant.product, tenant.org_id, tenant.user_id)
+    result = RUNNERS[operation](ctx, definition, items)
     db.session.commit()
     return result
 
 
 # --- asynchronous jobs ------------------------------------------------------------------------------
 
-def start_job(definition: EntityDefinition, operation: str, items: list[Any]) -> BulkJob:
-    """Store the request as a pending job and send it to the `bulk` queue once committed."""
-    from app.entities.tasks import run_bulk_job
-    from app.tasks import enqueue_after_commit
-
+def create_job(definition: EntityDefinition, operation: str, items: list[Any]) -> BulkJob:
+    """Add the request as a pending job to the session (app.entities.tasks.start_bulk_job queues and commits it)."""
     check_batch_size(len(items))
     unstorable: dict[int, dict[str, list[str]]] = {}
     for index, item in enumerate(items):
@@ -257,8 +256,6 @@ def start_job(definition: EntityDefinition, operation: str, items: list[Any]) ->
                   operation=operation, status="pending", payload={"items": items}, user_id=tenant.user_id,
                   created_at=datetime.now(UTC))
     db.session.add(job)
-    enqueue_after_commit(db.session, run_bulk_job, job.id, tenant.product)
-    db.session.commit()
     return job
 
 
@@ -283,7 +280,7 @@ def execute_job(job_id: str, product: str) -> str:
             if definition is None or definition.org_id != job.org_id or not definition.is_active:
                 raise NotFound(f"Entity '{job.entity_name}' not found.")
             with session.begin_nested():
-                ctx = BulkContext(session, job.org_id, job.user_id)
+                ctx = BulkContext(session, product, job.org_id, job.user_id)
                 job.result = RUNNERS[job.operation](ctx, definition, (job.payload or {}).get("items", []))
             job.status = "succeeded"
         except ApiError as exc:

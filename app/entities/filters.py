@@ -13,7 +13,7 @@ Two steps, both pure (no session, no request):
 
 `FieldResolver` is the part aggregation (group by, sum over a field) reuses: it gives the typed SQL
 expression of a field or system column. `$similar` (semantic search) is parsed here; what it compiles
-to comes from a hook the embeddings package registers (`register_similarity_hook`). Without an
+to comes from the `similarity` hook of the `FilterContext` (the app's, app.entities.hooks). Without an
 enabled `embeddingsConfig` on the definition it matches nothing, as the spec says.
 """
 
@@ -74,6 +74,7 @@ class FilterContext:
     limits: FilterLimits = field(default_factory=FilterLimits)
     definition_id: str | None = None
     embeddings_config: dict[str, Any] | None = None
+    similarity: SimilarityHook | None = None  # what `$similar` compiles to (app.entities.hooks)
 
 
 # --- the parsed tree ------------------------------------------------------------------------------
@@ -445,19 +446,11 @@ class SimilarityClause(Protocol):
         """Rows of one page ordered by distance (or fused with `rank`), when the query has no sortBy."""
 
 
-SimilarityHook = Callable[[SimilarSpec, FilterContext], SimilarityClause]
-_similarity_hook: SimilarityHook | None = None
-
-
-def register_similarity_hook(hook: SimilarityHook | None) -> None:
-    """Semantic search plugs in here: `hook(spec, ctx)` → a `SimilarityClause`.
-
-    Called only when the definition has `embeddingsConfig.enabled`; the distance expression is
-    selected as the record's `distance`, and without a sortBy the clause fetches the page itself
-    (ordered by distance, or by rank fusion with a top-level `$search`).
-    """
-    global _similarity_hook
-    _similarity_hook = hook
+# `hook(spec, ctx)` → a `SimilarityClause`: called only when the definition has
+# `embeddingsConfig.enabled`; the distance expression is selected as the record's `distance`, and
+# without a sortBy the clause fetches the page itself (ordered by distance, or by rank fusion with a
+# top-level `$search`).
+SimilarityHook = Callable[["SimilarSpec", "FilterContext"], SimilarityClause]
 
 
 @dataclass
@@ -480,10 +473,10 @@ def compile_filters(raw: Any, ctx: FilterContext) -> CompiledFilter:
         query = func.websearch_to_tsquery(SEARCH_CONFIG, parsed.search)
         out.rank = func.ts_rank_cd(EntityRecord.__table__.c.search_vector, query)
     if parsed.similar is not None:
-        if not ctx.embeddings_enabled or _similarity_hook is None:
+        if not ctx.embeddings_enabled or ctx.similarity is None:
             out.where = false()  # spec: semantic search returns results only with embeddings enabled
         else:
-            clause = _similarity_hook(parsed.similar, ctx)
+            clause = ctx.similarity(parsed.similar, ctx)
             out.where, out.distance, out.similarity = and_(where, clause.where), clause.distance, clause
     return out
 

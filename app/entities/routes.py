@@ -6,9 +6,7 @@ from flask import jsonify, request
 from flask.views import MethodView
 
 from app.auth import require_role, require_scopes
-from app.embeddings import hooks as embedding_hooks
-from app.entities import bulk, query, services
-from app.entities import tasks as _tasks  # noqa: F401  (registers the bulk task with the worker)
+from app.entities import bulk, query, services, tasks
 from app.entities.aggregation_routes import blp as aggregation_blp
 from app.entities.schemas import (
     AdminUpsertResultSchema,
@@ -70,8 +68,6 @@ def _refuse_unstorable() -> None:
 
 for _blueprint in blueprints:
     _blueprint.before_request(_refuse_unstorable)
-
-embedding_hooks.install()  # semantic search: embedding tasks after writes, `$similar` (issue 5)
 
 
 # --- definitions ----------------------------------------------------------------------------------
@@ -237,7 +233,7 @@ def _wants_async() -> bool:
 def _bulk(entityName: str, operation: str, items: list):
     definition = services.find_definition(entityName)
     if _wants_async():
-        job = bulk.start_job(definition, operation, items)
+        job = tasks.start_bulk_job(definition, operation, items)
         response = jsonify({"jobId": job.id})
         response.status_code = 202
         response.headers["Location"] = f"/api/v1/jobs/{job.id}"

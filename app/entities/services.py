@@ -7,7 +7,6 @@ definition, so another org's or another entity's object is a 404. Writes commit 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,6 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, aliased
 
 from app.db import db
+from app.entities import hooks
 from app.entities.fieldtypes import CompiledSchema, compile_definition_schema, search_document
 from app.entities.filters import SEARCH_CONFIG, FieldResolver, FilterContext, FilterLimits, parse_filters
 from app.entities.models import EntityDefinition, EntityRecord, EntityRelationship, EntityView, new_id
@@ -89,7 +89,8 @@ def filter_context(definition: EntityDefinition, compiled: CompiledSchema | None
     compiled = compiled or compiled_schema(definition)
     embeddings = definition.embeddings_config or {}
     return FilterContext(compiled.catalog, embeddings_enabled=bool(embeddings.get("enabled")),
-                         limits=filter_limits(), definition_id=definition.id, embeddings_config=embeddings)
+                         limits=filter_limits(), definition_id=definition.id, embeddings_config=embeddings,
+                         similarity=hooks.current().similarity)
 
 
 def _check_embeddings_config(config: dict | None, compiled: CompiledSchema) -> None:
@@ -166,8 +167,9 @@ def update_definition(name: str, data: dict, *, provenance: bool = False, commit
     definition.updated_at = utcnow()
     definition.updated_by = current_tenant().user_id
     _flush_unique(f"An entity named '{definition.name}' already exists.")
-    if _write_hooks["definition_changed"] is not None:
-        _write_hooks["definition_changed"](db.session, definition, previous_embeddings)
+    changed = hooks.current().definition_changed
+    if changed is not None:
+        changed(db.session, current_tenant().product, definition, previous_embeddings)
     # Records are not re-validated against a changed schema: they are checked when next written.
     if commit:
         db.session.commit()
@@ -447,7 +449,7 @@ def create_record(definition: EntityDefinition, data: dict) -> EntityRecord:
                           created_by=tenant.user_id, updated_by=tenant.user_id)
     record.search_vector = func.to_tsvector(SEARCH_CONFIG, search_document(name, fields, compiled.catalog))
     db.session.add(record)
-    records_written(db.session, definition, [record.id])
+    records_written(db.session, current_tenant().product, definition, [record.id])
     db.session.commit()
     return record
 
@@ -476,7 +478,7 @@ def update_record(definition: EntityDefinition, record_id: str, data: dict) -> E
     apply_record_update(record, merged, compiled, current_tenant().user_id)
     if data.get("isActive") is False:
         deactivate_relationships_of(select(EntityRecord.id).where(EntityRecord.id == record.id))
-    records_written(db.session, definition, [record.id])
+    records_written(db.session, current_tenant().product, definition, [record.id])
     db.session.commit()
     return record
 
@@ -526,26 +528,11 @@ def delete_relationships_of(record_ids, session=None) -> None:
     (session or db.session).execute(delete(EntityRelationship).where(_touching(record_ids)))
 
 
-# Work that follows writes (embeddings, app.embeddings.pipeline) plugs in here. Both hooks run inside
-# the writing transaction, before its commit, so they can queue Celery tasks with enqueue_after_commit.
-RecordsWrittenHook = Callable[[Session, EntityDefinition, list[str]], None]
-DefinitionChangedHook = Callable[[Session, EntityDefinition, dict | None], None]
-_write_hooks: dict[str, Any] = {"records_written": None, "definition_changed": None}
-
-
-def register_write_hooks(*, records_written: RecordsWrittenHook | None = None,
-                         definition_changed: DefinitionChangedHook | None = None) -> None:
-    """`records_written(session, definition, ids)` after records were created or updated (single or
-    bulk, sync or async); `definition_changed(session, definition, previous_embeddings_config)` after
-    a definition update."""
-    _write_hooks["records_written"] = records_written
-    _write_hooks["definition_changed"] = definition_changed
-
-
-def records_written(session: Session, definition: EntityDefinition, record_ids: list[str]) -> None:
-    """Tell the registered hook that these records were created or updated (before the commit)."""
-    if _write_hooks["records_written"] is not None and record_ids:
-        _write_hooks["records_written"](session, definition, record_ids)
+def records_written(session: Session, product: str, definition: EntityDefinition, record_ids: list[str]) -> None:
+    """Tell the app's hook (app.entities.hooks) that these records were created or updated (before the commit)."""
+    hook = hooks.current().records_written
+    if hook is not None and record_ids:
+        hook(session, product, definition, record_ids)
 
 
 # --- relationships --------------------------------------------------------------------------------

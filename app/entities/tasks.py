@@ -6,8 +6,12 @@ import logging
 
 from sqlalchemy.exc import OperationalError
 
+from app.db import db
 from app.entities import bulk
+from app.entities.models import BulkJob, EntityDefinition
 from app.extensions import celery_app
+from app.tasks import enqueue_after_commit
+from app.tenancy import current_tenant
 
 log = logging.getLogger(__name__)
 
@@ -31,3 +35,11 @@ def run_bulk_job(self, job_id: str, product: str) -> str:
         log.exception("bulk job %s failed", job_id)
         bulk.fail_job(job_id, product, "The bulk job failed unexpectedly.")
         raise
+
+
+def start_bulk_job(definition: EntityDefinition, operation: str, items: list) -> BulkJob:
+    """Store the request as a pending job and send it to the `bulk` queue once committed."""
+    job = bulk.create_job(definition, operation, items)
+    enqueue_after_commit(db.session, run_bulk_job, job.id, current_tenant().product)
+    db.session.commit()
+    return job
