@@ -42,12 +42,14 @@ def create_app(overrides: dict[str, Any] | None = None) -> Flask:
     from app.auth import authenticate_request, authorize_request, load_secret
     from app.errors import register_error_handlers
     from app.extensions import Api, celery_app, db
+    from app.registry import init_registry
     from app.tasks import init_celery
 
     # 1. secrets first: a weak or missing secret stops start-up before anything listens
     app.config["JWT_SECRET"] = load_secret(app)
-    # 2. database (embedded PostgreSQL when DATABASE_URL is unset)
+    # 2. database (embedded PostgreSQL when DATABASE_URL is unset); the lazily built services
     db.init_app(app)
+    init_registry(app, service_factories())
     # 3. Celery (eager without REDIS_URL): the task modules celeryconfig.include declares
     init_celery(celery_app, app)
     _connect_task_signals()
@@ -90,6 +92,18 @@ def _domain_route_modules():
     import importlib
 
     return [importlib.import_module(f"app.{name}.routes") for name in DOMAINS]
+
+
+def service_factories() -> dict:
+    """Every lazily built singleton of an app (app.registry): name → factory(config, *key)."""
+    from app.email.senders import build_sender
+    from app.embeddings import build_embedder_service, build_query_cache_service
+    from app.images.providers import build_provider
+    from app.images.services import build_fetcher
+    from app.storage import build_blob_store
+
+    return {"blob_store": build_blob_store, "image_fetcher": build_fetcher, "image_provider": build_provider,
+            "email_sender": build_sender, "embedder": build_embedder_service, "query_cache": build_query_cache_service}
 
 
 def _connect_task_signals() -> None:
