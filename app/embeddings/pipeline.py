@@ -34,7 +34,7 @@ from sqlalchemy import and_, delete, exists, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from app.db import PRODUCT_PLACEHOLDER, db
+from app.db import db
 from app.embeddings import (
     Embedder,
     EmbedderError,
@@ -98,12 +98,6 @@ def embedding_target(config: dict | None) -> EmbeddingTarget | None:
     requested = getattr(embedder, "requested_dimensions", None)  # the local model has one fixed size
     digest = hashlib.sha256(json.dumps([embedder.model, requested, list(fields)]).encode()).hexdigest()
     return EmbeddingTarget(embedder, embedder.model, requested, fields, digest)
-
-
-def session_product(session: Session) -> str:
-    """The product a session writes to (from its schema translation), to hand on to a task."""
-    schema = session.get_bind().get_execution_options()["schema_translate_map"][PRODUCT_PLACEHOLDER]
-    return schema.removeprefix("product_")
 
 
 # --- embedding a set of records ---------------------------------------------------------------------

@@ -76,8 +76,8 @@ from app.entities.filters import (
     parse_filters,
 )
 from app.entities.models import EntityDefinition
-from app.entities.query import record_scope
-from app.entities.services import filter_context, iso
+from app.entities.query import compile_request_filters, record_scope
+from app.entities.services import definition_context, iso
 from app.errors import ValidationFailed
 
 BUCKETS = ("hour", "day", "week", "month", "quarter", "year")
@@ -462,9 +462,10 @@ def build_statement(plan: AggregatePlan, ctx: FilterContext, scope: list, where:
 
 def aggregate_records(definition: EntityDefinition, request: dict[str, Any]) -> dict[str, Any]:
     """Groups and totals of the active records of `definition` matching `request["filters"]`."""
-    ctx = filter_context(definition)
+    dctx = definition_context(definition)
+    ctx = dctx.filters
     plan = plan_aggregate(request, ctx, current_app.config["ENTITY_AGGREGATE_MAX_GROUPS"])
-    compiled = compile_filters(request.get("filters") or {}, ctx)
+    compiled = compile_request_filters(request.get("filters") or {}, dctx)
     stmt = build_statement(plan, ctx, record_scope(definition), compiled.where)
     try:
         rows = list(db.session.execute(stmt).mappings())

@@ -7,6 +7,7 @@ definition, so another org's or another entity's object is a 404. Writes commit 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -90,7 +91,21 @@ def filter_context(definition: EntityDefinition, compiled: CompiledSchema | None
     embeddings = definition.embeddings_config or {}
     return FilterContext(compiled.catalog, embeddings_enabled=bool(embeddings.get("enabled")),
                          limits=filter_limits(), definition_id=definition.id, embeddings_config=embeddings,
-                         similarity=hooks.current().similarity)
+                         org_id=definition.org_id)
+
+
+@dataclass(frozen=True)
+class DefinitionContext:
+    """Everything a read of one definition's records needs, built once per request."""
+
+    definition: EntityDefinition
+    schema: CompiledSchema
+    filters: FilterContext
+
+
+def definition_context(definition: EntityDefinition) -> DefinitionContext:
+    schema = compiled_schema(definition)
+    return DefinitionContext(definition, schema, filter_context(definition, schema))
 
 
 def _check_embeddings_config(config: dict | None, compiled: CompiledSchema) -> None:

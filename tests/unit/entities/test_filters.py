@@ -85,8 +85,8 @@ def test_similar_without_embeddings_matches_nothing_and_hook_plugs_in():
         seen.append(spec)
         return SimpleNamespace(where=literal(True), distance=literal(0.25), fetch_page=lambda *a: [])
 
-    hooked = FilterContext(CTX.catalog, embeddings_enabled=True, similarity=hook)
-    compiled = compile_filters({"$similar": {"query": "cats", "maxDistance": 0.4}, "qty": 1}, hooked)
+    parsed = parse_filters({"$similar": {"query": "cats", "maxDistance": 0.4}, "qty": 1}, enabled)
+    compiled = compile_filters(parsed, enabled, hook(parsed.similar, enabled))
     assert compiled.distance is not None and seen[0].query == "cats" and seen[0].max_distance == 0.4
     assert compiled.similarity is not None
     assert "false" in sql({"$similar": "hello"}, enabled).lower()  # enabled but no hook: still nothing
