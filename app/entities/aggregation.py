@@ -77,7 +77,8 @@ from app.entities.filters import (
 )
 from app.entities.models import EntityDefinition
 from app.entities.query import compile_request_filters, record_scope
-from app.entities.services import definition_context, iso
+from app.entities.services.common import iso
+from app.entities.services.context import definition_context
 from app.errors import ValidationFailed
 
 BUCKETS = ("hour", "day", "week", "month", "quarter", "year")

@@ -24,15 +24,14 @@ from app.db import db
 from app.entities.fieldtypes import search_document
 from app.entities.filters import SEARCH_CONFIG
 from app.entities.models import BulkJob, EntityDefinition, EntityRecord, new_id
-from app.entities.services import (
-    compiled_schema,
+from app.entities.services.common import iso, unstorable_errors
+from app.entities.services.context import compiled_schema
+from app.entities.services.records import (
     deactivate_relationships_of,
     default_name,
-    iso,
     merge_fields,
     record_errors,
     records_written,
-    unstorable_errors,
 )
 from app.errors import ApiError, NotFound, ValidationFailed
 from app.tenancy import current_tenant, get_owned

@@ -1,6 +1,6 @@
 """Record query and count, one way through (the model for reading a domain's records):
 
-1. `definition_context` (app.entities.services): the definition, its compiled schema and filter
+1. `definition_context` (app.entities.services.context): the definition, its compiled schema and filter
    context, built once per request;
 2. `compile_request_filters`: parse the filters, resolve `$similar` through the app's similarity hook
    (embedding the query text is the only I/O), then compile (pure, app.entities.filters);
@@ -30,7 +30,9 @@ from app.entities.filters import (
     parse_filters,
 )
 from app.entities.models import EntityDefinition, EntityRecord
-from app.entities.services import RECORD_COLUMNS, DefinitionContext, definition_context, iso, record_to_wire
+from app.entities.services.common import iso
+from app.entities.services.context import DefinitionContext, definition_context
+from app.entities.services.records import RECORD_COLUMNS, record_to_wire
 from app.errors import ValidationFailed
 
 T = EntityRecord.__table__
