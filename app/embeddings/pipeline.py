@@ -26,7 +26,6 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from flask import current_app
@@ -45,6 +44,7 @@ from app.embeddings import (
 )
 from app.embeddings.models import EntityEmbedding
 from app.entities.models import EntityDefinition, EntityRecord
+from app.wire import utcnow
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +211,7 @@ def _write(session: Session, org_id: str, entity_id: str, config: dict | None, t
     versions = dict(session.execute(
         select(T.c.id, T.c.version).where(T.c.org_id == org_id, T.c.id.in_(ids), T.c.is_active.is_(True))
         .order_by(T.c.id).with_for_update(read=True)).all())
-    now = datetime.now(UTC)
+    now = utcnow()
     rows = [{"record_id": item.record_id, "org_id": org_id, "entity_id": entity_id, "model": target.model,
              "dimensions": len(vector), "config_hash": target.config_hash, "content_hash": item.content_hash,
              "record_version": item.version, "embedding": vector, "updated_at": now}

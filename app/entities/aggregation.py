@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 import zoneinfo
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from functools import cache
 from typing import Any
@@ -77,7 +77,6 @@ from app.entities.filters import (
 )
 from app.entities.models import EntityDefinition
 from app.entities.query import compile_request_filters, record_scope
-from app.entities.services.common import iso
 from app.entities.services.context import definition_context
 from app.errors import ValidationFailed
 
@@ -504,8 +503,8 @@ def _wire(kind: str, value: Any) -> Any:
     """JSON value of a key or aggregate: numbers as int when integral, instants as ISO 8601 UTC."""
     if value is None or isinstance(value, bool):
         return value
-    if isinstance(value, datetime):
-        return iso(value)
+    if isinstance(value, datetime):  # a value of the data (a field, a bucket): its own precision, not app.wire's
+        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
     if isinstance(value, date):
         return value.isoformat()
     if isinstance(value, Decimal | float):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from flask import current_app
@@ -23,8 +22,8 @@ from sqlalchemy.orm import Session
 from app.db import db
 from app.entities.fieldtypes import search_document
 from app.entities.filters import SEARCH_CONFIG
-from app.entities.models import BulkJob, EntityDefinition, EntityRecord, new_id
-from app.entities.services.common import iso, unstorable_errors
+from app.entities.models import BulkJob, EntityDefinition, EntityRecord
+from app.entities.services.common import unstorable_errors
 from app.entities.services.context import compiled_schema
 from app.entities.services.records import (
     deactivate_relationships_of,
@@ -35,6 +34,7 @@ from app.entities.services.records import (
 )
 from app.errors import ApiError, NotFound, ValidationFailed
 from app.tenancy import current_tenant, get_owned
+from app.wire import iso, new_id, utcnow
 
 log = logging.getLogger(__name__)
 T = EntityRecord.__table__
@@ -134,7 +134,7 @@ def _copy_insert(ctx: BulkContext, definition: EntityDefinition, rows: list[tupl
             copy.set_types(["text", "text", "jsonb", "text[]", "jsonb", "text"])
             for row in rows:
                 copy.write_row(row)
-    now = datetime.now(UTC)
+    now = utcnow()
     s = _STAGING.c
     source = select(s.id, literal(ctx.org_id, String), literal(definition.id, String), s.name, s.fields, s.tags,
                     s.metadata, func.to_tsvector(SEARCH_CONFIG, s.doc), true(), literal(1, Integer),
@@ -200,7 +200,7 @@ def bulk_update(ctx: BulkContext, definition: EntityDefinition, items: list[Any]
             .values(name=bindparam("b_name"), fields=bindparam("b_fields", type_=JSONB),
                     tags=bindparam("b_tags", type_=ARRAY(Text)), metadata=bindparam("b_metadata", type_=JSONB),
                     search_vector=func.to_tsvector(SEARCH_CONFIG, bindparam("b_doc", type_=Text)),
-                    version=T.c.version + 1, updated_at=datetime.now(UTC), updated_by=ctx.user_id))
+                    version=T.c.version + 1, updated_at=utcnow(), updated_by=ctx.user_id))
     ctx.session.connection().execute(stmt, params)
     records_written(ctx.session, ctx.product, definition, [p["b_id"] for p in params])
     return {"message": f"Updated {len(params)} records.", "count": len(params)}
@@ -220,7 +220,7 @@ def bulk_delete(ctx: BulkContext, definition: EntityDefinition, record_ids: list
         raise _reject(errors, len(record_ids))
     ids = list(existing)
     ctx.session.execute(update(T).where(T.c.org_id == ctx.org_id, T.c.id.in_(ids))
-                        .values(is_active=False, updated_at=datetime.now(UTC), updated_by=ctx.user_id))
+                        .values(is_active=False, updated_at=utcnow(), updated_by=ctx.user_id))
     deactivate_relationships_of(ids, ctx.session)
     return {"message": f"Deleted {len(ids)} records.", "count": len(ids)}
 
@@ -253,7 +253,7 @@ def create_job(definition: EntityDefinition, operation: str, items: list[Any]) -
     tenant = current_tenant()
     job = BulkJob(id=new_id(), org_id=tenant.org_id, entity_id=definition.id, entity_name=definition.name,
                   operation=operation, status="pending", payload={"items": items}, user_id=tenant.user_id,
-                  created_at=datetime.now(UTC))
+                  created_at=utcnow())
     db.session.add(job)
     return job
 
@@ -264,7 +264,7 @@ def claim_job(job_id: str, product: str) -> bool:
         job = session.get(BulkJob, job_id, with_for_update=True)
         if job is None or job.status in ("succeeded", "failed"):
             return False
-        job.status, job.started_at = "running", datetime.now(UTC)
+        job.status, job.started_at = "running", utcnow()
     return True
 
 
@@ -285,7 +285,7 @@ def execute_job(job_id: str, product: str) -> str:
         except ApiError as exc:
             job.status = "failed"
             job.error = {"code": exc.code, "message": exc.message, **({"details": exc.details} if exc.details else {})}
-        job.payload, job.finished_at = None, datetime.now(UTC)
+        job.payload, job.finished_at = None, utcnow()
         return job.status
 
 
@@ -294,7 +294,7 @@ def fail_job(job_id: str, product: str, message: str) -> None:
     with db.product_session(product) as session:
         job = session.get(BulkJob, job_id, with_for_update=True)
         if job is not None and job.status not in ("succeeded", "failed"):
-            job.status, job.finished_at = "failed", datetime.now(UTC)
+            job.status, job.finished_at = "failed", utcnow()
             job.error = {"code": "SYSTEM_ERROR", "message": message}
 
 

@@ -30,10 +30,10 @@ from app.entities.filters import (
     parse_filters,
 )
 from app.entities.models import EntityDefinition, EntityRecord
-from app.entities.services.common import iso
 from app.entities.services.context import DefinitionContext, definition_context
 from app.entities.services.records import RECORD_COLUMNS, record_to_wire
 from app.errors import ValidationFailed
+from app.wire import iso
 
 T = EntityRecord.__table__
 

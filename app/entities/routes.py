@@ -38,9 +38,9 @@ from app.entities.schemas import (
 from app.entities.services import common, definitions, records, relationships, views
 from app.errors import InvalidInput
 from app.extensions import Blueprint, SuccessSchema
+from app.wire import SUCCESS
 
 READ, WRITE = "read:entities", "write:entities"
-SUCCESS = {"success": True}
 
 blp = Blueprint("entities", __name__, url_prefix="/api/v1/entities",
                 description="Entity store: definitions, views, records, relationships, bulk")

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
@@ -12,16 +11,6 @@ from sqlalchemy.exc import IntegrityError
 from app.db import db
 from app.errors import Conflict, ValidationFailed
 
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-def iso(value: datetime | None) -> str | None:
-    """ISO 8601 UTC with a Z (microseconds kept so values round-trip into filters)."""
-    if value is None:
-        return None
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 def flatten_messages(messages: Any, prefix: str = "") -> str:
     if isinstance(messages, dict):

@@ -15,8 +15,6 @@ from app.entities.services.common import (
     check_version,
     flatten_messages,
     flush_unique,
-    iso,
-    utcnow,
 )
 from app.entities.services.records import (
     deactivate_relationships_of,
@@ -25,6 +23,7 @@ from app.entities.services.records import (
 from app.entities.services.views import owned_view
 from app.errors import ApiError, Conflict, NotFound, ValidationFailed
 from app.tenancy import current_tenant, tenant_select
+from app.wire import iso, utcnow
 
 
 def definition_to_wire(d: EntityDefinition) -> dict[str, Any]:

@@ -12,16 +12,15 @@ from app.db import db
 from app.entities import hooks
 from app.entities.fieldtypes import CompiledSchema, search_document
 from app.entities.filters import SEARCH_CONFIG
-from app.entities.models import EntityDefinition, EntityRecord, EntityRelationship, new_id
+from app.entities.models import EntityDefinition, EntityRecord, EntityRelationship
 from app.entities.services.common import (
     check_version,
-    iso,
     unstorable_errors,
-    utcnow,
 )
 from app.entities.services.context import compiled_schema
 from app.errors import NotFound, ValidationFailed
 from app.tenancy import current_tenant, tenant_select
+from app.wire import iso, new_id, utcnow
 
 RECORD_COLUMNS = ("id", "entity_id", "name", "fields", "tags", "metadata", "created_at", "updated_at",
                   "created_by", "updated_by", "is_active", "version")

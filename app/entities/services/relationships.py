@@ -11,9 +11,7 @@ from app.db import db
 from app.entities.models import EntityDefinition, EntityRelationship
 from app.entities.services.common import (
     flush_unique,
-    iso,
     unstorable_errors,
-    utcnow,
 )
 from app.entities.services.definitions import find_definition
 from app.entities.services.records import (
@@ -21,6 +19,7 @@ from app.entities.services.records import (
 )
 from app.errors import NotFound, ValidationFailed
 from app.tenancy import current_tenant, tenant_select
+from app.wire import iso, utcnow
 
 
 def create_relationship(definition: EntityDefinition, record_id: str, data: dict) -> dict[str, Any]:

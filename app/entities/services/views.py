@@ -8,14 +8,11 @@ from sqlalchemy import update
 
 from app.db import db
 from app.entities.filters import FieldResolver, parse_filters
-from app.entities.models import EntityDefinition, EntityView, new_id
-from app.entities.services.common import (
-    iso,
-    utcnow,
-)
+from app.entities.models import EntityDefinition, EntityView
 from app.entities.services.context import filter_context
 from app.errors import NotFound, ValidationFailed
 from app.tenancy import current_tenant, tenant_select
+from app.wire import iso, new_id, utcnow
 
 
 def view_to_wire(v: EntityView, definition: EntityDefinition) -> dict[str, Any]:
