@@ -29,6 +29,10 @@ redis_socket_connect_timeout = 2
 worker_send_task_events = True
 task_send_sent_event = True
 
+# Every module that defines tasks, imported by `init_celery` for each app (API, worker, CLI): a task
+# is never registered as a side effect of importing routes. A new domain adds its tasks module here.
+include = ("app.ops.tasks", "app.entities.tasks", "app.embeddings.tasks")
+
 task_default_queue = "default"
 task_routes = {
     "analytics.*": {"queue": "analytics"},

@@ -137,13 +137,12 @@ def sync_indexes(conn: Connection, schema: str, definition_id: str, catalog: Fie
     return {"created": created, "dropped": dropped}
 
 
-def schedule_sync(session, definition_id: str) -> None:
+def schedule_sync(session, product: str, definition_id: str) -> None:
     """Send the index task for this definition once `session` commits (the caller's transaction)."""
-    from app.embeddings.pipeline import session_product
     from app.entities.tasks import sync_definition_indexes
     from app.tasks import enqueue_after_commit
 
-    enqueue_after_commit(session, sync_definition_indexes, session_product(session), definition_id)
+    enqueue_after_commit(session, sync_definition_indexes, product, definition_id)
 
 
 def sync_definition(product: str, definition_id: str, *, concurrently: bool | None = None) -> dict[str, list[str]]:

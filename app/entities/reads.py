@@ -8,7 +8,8 @@ from sqlalchemy import select
 
 from app.db import db
 from app.entities.models import EntityDefinition, EntityRecord
-from app.entities.services import RECORD_COLUMNS, find_definition, record_to_wire
+from app.entities.services.definitions import find_definition
+from app.entities.services.records import RECORD_COLUMNS, record_to_wire
 from app.errors import NotFound
 from app.tenancy import current_org
 

@@ -8,7 +8,6 @@ from types import SimpleNamespace
 import pytest
 from sqlalchemy.dialects import postgresql
 
-from app.entities import filters as filters_module
 from app.entities.fieldtypes import compile_definition_schema
 from app.entities.filters import (
     Condition,
@@ -18,7 +17,6 @@ from app.entities.filters import (
     Negation,
     compile_filters,
     parse_filters,
-    register_similarity_hook,
 )
 from app.errors import ValidationFailed
 
@@ -87,13 +85,8 @@ def test_similar_without_embeddings_matches_nothing_and_hook_plugs_in():
         seen.append(spec)
         return SimpleNamespace(where=literal(True), distance=literal(0.25), fetch_page=lambda *a: [])
 
-    installed = filters_module._similarity_hook  # the embeddings package's, when the app was built
-    register_similarity_hook(hook)
-    try:
-        compiled = compile_filters({"$similar": {"query": "cats", "maxDistance": 0.4}, "qty": 1}, enabled)
-        assert compiled.distance is not None and seen[0].query == "cats" and seen[0].max_distance == 0.4
-        assert compiled.similarity is not None
-        register_similarity_hook(None)
-        assert "false" in sql({"$similar": "hello"}, enabled).lower()  # enabled but no hook: still nothing
-    finally:
-        register_similarity_hook(installed)
+    parsed = parse_filters({"$similar": {"query": "cats", "maxDistance": 0.4}, "qty": 1}, enabled)
+    compiled = compile_filters(parsed, enabled, hook(parsed.similar, enabled))
+    assert compiled.distance is not None and seen[0].query == "cats" and seen[0].max_distance == 0.4
+    assert compiled.similarity is not None
+    assert "false" in sql({"$similar": "hello"}, enabled).lower()  # enabled but no hook: still nothing
