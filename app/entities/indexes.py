@@ -13,9 +13,11 @@ with at least ENTITY_INDEX_MIN_RECORDS active records gets, for each scalar fiel
 
 Each index is partial (`WHERE entity_id = '<definition id>'`): it holds only that definition's rows
 and costs nothing to other definitions' reads. Indexes are built with CREATE INDEX CONCURRENTLY by a
-Celery task (`bulk.entity_indexes`, queue `bulk`) sent after a definition is created or its schema
-changes and after a bulk create, never on the request path; indexes of fields that left the schema
-are dropped. Names: `erx_<12 hex of the definition id>_<10 hex of the expression>`.
+Celery task (`bulk.entity_indexes`, queue `bulk`) sent when a definition's schema or isActive changes,
+when it is deleted and after a bulk create (or by `flask entities sync-indexes`), never on the request
+path; once all planned indexes exist the task returns after two catalog lookups; indexes of fields that left the schema
+are dropped (a definition keeps its indexes once built, even if it shrinks).
+Names: `erx_<12 hex of the definition id>_<10 hex of the expression>`.
 
 The definition also gets its own copies of the generic GINs (`fields jsonb_path_ops`, `search_vector`),
 so equality and `$search` need not intersect the global GIN with the org index.
@@ -115,10 +117,7 @@ def sync_indexes(conn: Connection, schema: str, definition_id: str, catalog: Fie
     table = f'"{schema}".entity_records'
     wanted = [] if catalog is None or active_records < min_records else plan_indexes(definition_id, catalog)
     have = existing_indexes(conn, schema, definition_id)
-    invalid = set(conn.scalars(text(
-        "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
-        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = :schema AND NOT i.indisvalid "
-        "AND c.relname LIKE :pattern"), {"schema": schema, "pattern": f"{PREFIX}%"}))
+    invalid = invalid_indexes(conn, schema, have)
     created, dropped = [], []
     keep = {p.name for p in wanted}
     word = "CONCURRENTLY " if concurrently else ""
@@ -158,18 +157,34 @@ def sync_definition(product: str, definition_id: str, *, concurrently: bool | No
 
     celery = current_app.extensions.get("celery")
     eager = bool(celery and celery.conf.task_always_eager)
+    schema = schema_for(product)
     with db.product_session(product) as session:
         definition = session.get(EntityDefinition, definition_id)
         catalog, count = None, 0
+        have = existing_indexes(session.connection(), schema, definition_id)
         if definition is not None and definition.is_active:
             catalog = compile_definition_schema(definition.schema or {}).catalog
+            if have and have == {p.name for p in plan_indexes(definition_id, catalog)} \
+                    and not invalid_indexes(session.connection(), schema, have):
+                session.rollback()
+                return {"created": [], "dropped": []}  # the usual case after a bulk create: nothing to count
             count = int(session.scalar(select(func.count()).select_from(EntityRecord).where(
                 EntityRecord.org_id == definition.org_id, EntityRecord.entity_id == definition.id,
                 EntityRecord.is_active.is_(True))) or 0)
+            if have and count < current_app.config["ENTITY_INDEX_MIN_RECORDS"]:
+                count = current_app.config["ENTITY_INDEX_MIN_RECORDS"]  # indexed once: keep (and follow the schema)
         session.rollback()
     engine = db.engine_for(product)
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text("SET lock_timeout = '10s'"))
-        return sync_indexes(conn, schema_for(product), definition_id, catalog, active_records=count,
+        return sync_indexes(conn, schema, definition_id, catalog, active_records=count,
                             min_records=current_app.config["ENTITY_INDEX_MIN_RECORDS"],
                             concurrently=not eager if concurrently is None else concurrently)
+
+
+def invalid_indexes(conn: Connection, schema: str, names: set[str]) -> set[str]:
+    """Those of `names` left INVALID (an interrupted CREATE INDEX CONCURRENTLY)."""
+    return set(conn.scalars(text(
+        "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n "
+        "ON n.oid = c.relnamespace WHERE n.nspname = :schema AND c.relname = ANY(:names) AND NOT i.indisvalid"),
+        {"schema": schema, "names": sorted(names)}))
