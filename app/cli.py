@@ -75,10 +75,15 @@ def token_mint(org, user, email, scopes, role, product, ttl) -> None:
 embeddings_cli = click.Group("embeddings", help="Semantic-search embeddings.")
 
 
+def definition_options(command):
+    """--product, --org, --entity: which definitions a maintenance command works on."""
+    command = click.option("--entity", default=None, help="only definitions with this name")(command)
+    command = click.option("--org", default=None, help="only this org_id")(command)
+    return click.option("--product", default=None, help="product (default: the default product)")(command)
+
+
 @embeddings_cli.command("backfill")
-@click.option("--product", default=None, help="product (default: the default product)")
-@click.option("--org", default=None, help="only this org_id")
-@click.option("--entity", default=None, help="only definitions with this name")
+@definition_options
 @with_appcontext
 def embeddings_backfill(product, org, entity) -> None:
     """Re-embed the records of every embeddings-enabled definition without a current vector.
@@ -107,9 +112,7 @@ def embeddings_backfill(product, org, entity) -> None:
 
 
 @entities_cli.command("sync-indexes")
-@click.option("--product", default=None, help="product (default: the default product)")
-@click.option("--org", default=None, help="only this org_id")
-@click.option("--entity", default=None, help="only definitions with this name")
+@definition_options
 @with_appcontext
 def entities_sync_indexes(product, org, entity) -> None:
     """Create (CONCURRENTLY) or drop the per-definition indexes of every definition, now.
