@@ -161,7 +161,9 @@ def main() -> str:
         ["during one 5 000-record bulk create", bulk_base, bulk_peak],
         ["during one 500-record page", page_base, page_peak],
     ])
-    notes = (f"gunicorn {' '.join(['-c docker/gunicorn.conf.py'])} (gthread, WEB_CONCURRENCY=2 workers × 128 "
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    notes = (f"Machine load average (1/5/15 min) at the end: {load}.\n\n"
+             "gunicorn -c docker/gunicorn.conf.py (gthread, WEB_CONCURRENCY=2 workers × 128 "
              f"threads) on 127.0.0.1, wrk 4.1 (Debian) `-t2 -cN -d{DURATION}s` after a {WARMUP} s warm-up, "
              "same run, same machine (2 cores shared by server, PostgreSQL and wrk). The record is one of "
              "the 100 000-record org's; GET /api/v1/me checks the token and answers without the database.")
