@@ -113,9 +113,10 @@ def _bodies(key: str, input_fields: type[Schema]) -> tuple[type[Schema], type[Sc
 
 
 class AgentToolSchema(Schema):
-    """AgentTool: a (customised) copy of a tool definition or a system tool, embedded in an agent."""
+    """AgentTool: a self-contained (usually customised) copy of a tool definition, embedded in an agent."""
 
-    toolId = text(64, min_length=1, required=True)
+    toolId = text(64, min_length=1, required=True,
+                  metadata={"description": "any id: the tool definition it was copied from, or a custom tool's id"})
     toolName = text(128, min_length=1, required=True)
     title = text(200, allow_none=True)
     description = text(4000, allow_none=True)
@@ -147,9 +148,12 @@ class AgentSkillToolSchema(Schema):
 
 
 class AgentSkillSchema(Schema):
-    """AgentSkill. On attach the server copies the catalog skill's fields over whatever was sent."""
+    """AgentSkill: a snapshot of a catalog skill, which the caller may customise. A skillId new to the
+    agent that names a catalog skill starts from a copy of it; the fields sent override the copy."""
 
-    skillId = text(64, min_length=1, required=True)
+    skillId = text(64, min_length=1, required=True,
+                   metadata={"description": "a catalog skill's id (copied on attach), or any id for a "
+                                            "custom or imported skill; unique within the agent"})
     skillName = text(128, allow_none=True)
     title = text(200, allow_none=True)
     description = text(4000, allow_none=True)
@@ -157,7 +161,9 @@ class AgentSkillSchema(Schema):
     slashCommand = text(64, allow_none=True)
     iconName = text(100, allow_none=True)
     systemPromptExtension = text(20000, allow_none=True)
-    tools = fields.List(fields.Nested(AgentSkillToolSchema), validate=validate.Length(max=100), allow_none=True)
+    tools = fields.List(fields.Nested(AgentSkillToolSchema), validate=validate.Length(max=100), allow_none=True,
+                        metadata={"description": "the skill's tools; each is merged over the copied tool "
+                                                 "with the same toolId"})
     enabled = StrictBool(required=True)
     order = StrictInt(required=True, validate=validate.Range(min=0))
 
@@ -246,8 +252,10 @@ class AgentInputSchema(_Input):
     isPublic = StrictBool(load_default=False)
     tools = fields.List(fields.Nested(AgentToolSchema), validate=validate.Length(max=100), allow_none=True)
     subAgentIds = fields.List(fields.String(validate=validate.Length(min=1, max=64)),
-                              validate=validate.Length(max=50), allow_none=True)
-    skills = fields.List(fields.Nested(AgentSkillSchema), validate=validate.Length(max=100), allow_none=True)
+                              validate=validate.Length(max=50), allow_none=True,
+                              metadata={"uniqueItems": True, "description": "ids of sub-agents of the org"})
+    skills = fields.List(fields.Nested(AgentSkillSchema), validate=validate.Length(max=100), allow_none=True,
+                         metadata={"description": "each skillId at most once"})
     csatConfig = fields.Nested(CSATConfigSchema, load_default=lambda: {"enabled": False})
     handoffConfig = fields.Nested(HandoffConfigSchema, load_default=lambda: {
         "enabled": False, "triggerKeywords": [], "handoffMessage": ""})
@@ -378,8 +386,8 @@ class SkillSchema(SkillInputSchema, _Audited):
 SkillEnvelopeSchema, SkillListSchema = _envelopes("skill", "skills", SkillSchema)
 
 
-class CategoriesSchema(Schema):
-    categories = fields.List(fields.String(), required=True)
+CATEGORIES_SCHEMA = {"type": "array", "items": {"type": "string"},
+                     "description": "distinct categories of the catalog skills, sorted"}
 
 
 # --------------------------------------------------------------------------- tool definitions
@@ -432,14 +440,17 @@ class ByIdsSchema(NulFree):
 
 
 class SubAgentFields(_Input):
-    """SubAgent: a focused helper agent an agent can delegate to (`agent.subAgentIds`)."""
+    """SubAgent: a focused helper agent an agent can delegate to (`agent.subAgentIds`). Only `name`
+    is required."""
 
     name = machine_name(required=True)
     title = text(200, min_length=1, allow_none=True, metadata={"description": "defaults to name"})
     description = text(4000, load_default="")
     systemPrompt = text(100_000, load_default="")
-    provider = text(100, min_length=1, required=True)
-    model = text(200, min_length=1, required=True)
+    provider = text(100, min_length=1, allow_none=True,
+                    metadata={"description": "absent: the delegating agent's provider"})
+    model = text(200, min_length=1, allow_none=True,
+                 metadata={"description": "absent: the delegating agent's model"})
     temperature = StrictFloat(load_default=0.7, validate=TEMPERATURE)
     maxTokens = StrictInt(load_default=2048, validate=MAX_TOKENS)
     tools = fields.List(fields.Nested(AgentToolSchema), load_default=list, validate=validate.Length(max=100))
