@@ -40,7 +40,10 @@ WIDGET_POSITIONS = ("bottom-right", "bottom-left", "top-right", "top-left")
 THEME_MODES = ("light", "dark", "auto")
 HEX_COLOUR = validate.Regexp(r"^#(?:[0-9A-Fa-f]{3}|[0-9A-Fa-f]{6}|[0-9A-Fa-f]{8})$",
                              error="Must be a hex colour such as #2563EB.")
-HTTPS_URL = validate.URL(schemes={"https"}, require_tld=False, error="Must be an https URL.")
+# an https URL: a host name, optional port, optional path/query (one regex, so OpenAPI states the same rule)
+HTTPS_URL = validate.Regexp(r"^https://[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+                            r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*(?::[0-9]{1,5})?"
+                            r"(?:[/?#][\x21-\x7e]*)?$", error="Must be an https URL.")
 ORIGIN = validate.Regexp(r"^(?:https?://(?:\*\.)?[A-Za-z0-9.-]+(?::\d{1,5})?|\*)$",
                          error="Must be an origin such as https://example.com (no path), or *.")
 TEMPERATURE = validate.Range(min=0, max=2)
@@ -50,7 +53,8 @@ MAX_TOKENS = validate.Range(min=1, max=1_000_000)
 @functools.cache
 def _patch_class(schema_cls: type[Schema]) -> type[Schema]:
     # a named subclass, so the OpenAPI document gets a distinct `...Patch` component
-    return type(schema_cls.__name__.removesuffix("Schema") + "PatchSchema", (schema_cls,), {})
+    # cross-field rules (OPENAPI_EXTRA) apply to the merged document, not to a partial update body
+    return type(schema_cls.__name__.removesuffix("Schema") + "PatchSchema", (schema_cls,), {"OPENAPI_EXTRA": None})
 
 
 def partial_of(schema_cls: type[Schema]) -> Schema:
@@ -112,6 +116,12 @@ def _bodies(key: str, input_fields: type[Schema]) -> tuple[type[Schema], type[Sc
 # --------------------------------------------------------------------------- tools
 
 
+# what `check_object_schema` enforces beyond JSON Schema validity: empty, or a schema of type object
+OBJECT_SCHEMA_RULE = {"anyOf": [{"maxProperties": 0},
+                                {"required": ["type"], "properties": {"type": {"type": "string", "enum": ["object"]}}}],
+                      "description": "A JSON Schema of type object (the arguments), or {}"}
+
+
 class AgentToolSchema(Schema):
     """AgentTool: a self-contained (usually customised) copy of a tool definition, embedded in an agent."""
 
@@ -121,7 +131,7 @@ class AgentToolSchema(Schema):
     title = text(200, allow_none=True)
     description = text(4000, allow_none=True)
     type = text(40, allow_none=True, metadata={"description": "e.g. document, search, api, extraction"})
-    inputSchema = fields.Dict(validate=check_object_schema, allow_none=True)
+    inputSchema = fields.Dict(validate=check_object_schema, allow_none=True, metadata=OBJECT_SCHEMA_RULE)
     outputSchema = json_schema(allow_none=True)
     configSchema = json_schema(allow_none=True)
     config = fields.Dict(allow_none=True)
@@ -172,6 +182,11 @@ class AgentSkillSchema(Schema):
 
 
 class CSATQuestionSchema(Schema):
+    OPENAPI_EXTRA = {"anyOf": [  # a choice question needs at least two options
+        {"not": {"required": ["type"]}},
+        {"properties": {"type": {"enum": ["rating", "text", "yes_no"]}}},
+        {"required": ["options"], "properties": {"options": {"type": "array", "minItems": 2}}}]}
+
     id = text(64, allow_none=True)
     question = text(500, min_length=1, required=True)
     type = fields.String(load_default="rating", validate=validate.OneOf(CSAT_QUESTION_TYPES))
@@ -194,6 +209,10 @@ class CSATSurveySchema(Schema):
 
 
 class CSATConfigSchema(Schema):
+    OPENAPI_EXTRA = {"anyOf": [  # enabled needs a survey
+        {"properties": {"enabled": {"enum": [False]}}},
+        {"required": ["survey"], "properties": {"survey": {"type": "object"}}}]}
+
     enabled = StrictBool(required=True)
     survey = fields.Nested(CSATSurveySchema, allow_none=True)
 
@@ -231,6 +250,10 @@ class AgentInputSchema(_Input):
     """Partial Agent (create, update, import). Server-managed fields are ignored."""
 
     _unwrap_agent = _unwrap("agent")
+    OPENAPI_EXTRA = {"anyOf": [  # scope team or custom needs a scopeId
+        {"not": {"required": ["scope"]}},
+        {"properties": {"scope": {"enum": ["org", "user"]}}},
+        {"required": ["scopeId"], "properties": {"scopeId": {"type": "string", "minLength": 1}}}]}
 
     type = fields.String(required=True, validate=validate.OneOf(AGENT_TYPES))
     subType = fields.String(validate=validate.OneOf(AGENT_SUB_TYPES),
@@ -376,7 +399,7 @@ class SkillInputSchema(_Input):
     enabled = StrictBool(load_default=True)
     artifactVersion = StrictInt(validate=validate.Range(min=0), allow_none=True)
     metadata = fields.Dict(allow_none=True)
-    persisted = fields.Raw(load_only=True, metadata={"description": "ignored; always true on output"})
+    persisted = fields.Raw(load_only=True, allow_none=True, metadata={"description": "ignored; always true on output"})
 
 
 class SkillSchema(SkillInputSchema, _Audited):
@@ -408,7 +431,8 @@ class ToolDefinitionFields(_Input):
     version = text(64, min_length=1, load_default="1.0.0")
     inputSchema = fields.Dict(validate=check_object_schema,
                               load_default=lambda: {"type": "object", "properties": {}},
-                              metadata={"description": "JSON Schema of the arguments (type object)"})
+                              metadata={**OBJECT_SCHEMA_RULE,
+                                        "description": "JSON Schema of the arguments (type object)"})
     outputSchema = json_schema(allow_none=True)
     configSchema = json_schema(load_default=dict)
     defaultConfig = fields.Dict(load_default=dict, metadata={"description": "validated against configSchema"})
