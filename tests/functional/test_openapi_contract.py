@@ -27,7 +27,7 @@ ACCEPTANCE_CHECKED = ("/api/v1/agents", "/api/v1/skills", "/api/v1/tool-definiti
                       "/api/v1/widgets", "/api/v1/entities", "/api/v1/admin/entities")
 # 400 messages of the rules stated in prose: data-dependent references and field names, JSON Schema validity
 PROSE_RULES = re.compile(r"Unknown sub-agent id|unknown field|record not found|Not a valid JSON Schema|"
-                         r"is not valid under any of the given schemas|unknown time zone|lookup")
+                         r"is not valid under any of the given schemas|unknown time zone|lookup|unknown view")
 
 
 def no_internal_error(ctx, response, case):
