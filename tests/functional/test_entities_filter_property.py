@@ -43,7 +43,9 @@ SHADOW_KINDS = {"s": "text", "name": "text", "is_active": "bool", "version": "nu
 text = st.text(alphabet=ALPHABET, max_size=5)
 
 
-def _record(rng: random.Random) -> dict:
+def _random_record(rng: random.Random, candidates) -> dict:
+    """A record with a random name and tags; `candidates(maybe, word)` gives its fields, each a value,
+    None or "MISSING" (left out)."""
     def maybe(value):
         roll = rng.random()
         return "MISSING" if roll < 0.2 else (None if roll < 0.3 else value)
@@ -51,60 +53,51 @@ def _record(rng: random.Random) -> dict:
     def word():
         return "".join(rng.choice(ALPHABET) for _ in range(rng.randint(0, 6)))
 
-    candidates = {
+    fields = candidates(maybe, word)
+    return {"name": word(), "tags": rng.sample(TAG_VALUES, rng.randint(0, 2)),
+            "fields": {k: v for k, v in fields.items() if v != "MISSING"}}
+
+
+def _record(rng: random.Random) -> dict:
+    return _random_record(rng, lambda maybe, word: {
         "s": maybe(word()), "t": maybe(word() + " " + word()), "n": maybe(rng.choice([-1.5, 0, 0.1, 2, 2.0, 7.25])),
         "i": maybe(rng.randint(-3, 3)), "b": maybe(rng.random() < 0.5), "d": maybe(rng.choice(DATES)),
         "dt": maybe(rng.choice(DATETIMES)), "m": maybe(rng.sample(OPTIONS, rng.randint(0, 3))),
         "j": maybe(rng.choice(JSONS)),
-    }
-    return {"name": word(), "tags": rng.sample(TAG_VALUES, rng.randint(0, 2)),
-            "fields": {k: v for k, v in candidates.items() if v != "MISSING"}}
+    })
 
 
 def _shadow_record(rng: random.Random) -> dict:
     """A record whose fields repeat the system column names, with values unlike the columns'."""
-    def maybe(value):
-        roll = rng.random()
-        return "MISSING" if roll < 0.2 else (None if roll < 0.3 else value)
+    return _random_record(rng, lambda maybe, word: {
+        "s": maybe(word()), "name": maybe(word()), "is_active": maybe(rng.random() < 0.5),
+        "version": maybe(rng.choice([-1.5, 0, 1, 2.0, 7.25])), "tags": maybe(rng.sample(TAG_VALUES, rng.randint(0, 3))),
+    })
 
-    def word():
-        return "".join(rng.choice(ALPHABET) for _ in range(rng.randint(0, 6)))
 
-    candidates = {"s": maybe(word()), "name": maybe(word()), "is_active": maybe(rng.random() < 0.5),
-                  "version": maybe(rng.choice([-1.5, 0, 1, 2.0, 7.25])),
-                  "tags": maybe(rng.sample(TAG_VALUES, rng.randint(0, 3)))}
-    return {"name": word(), "tags": rng.sample(TAG_VALUES, rng.randint(0, 2)),
-            "fields": {k: v for k, v in candidates.items() if v != "MISSING"}}
+def _load(app, name: str, schema: dict, make, count: int, seed: int):
+    """A definition `name` with `count` records from `make(rng)`: (client, headers, stored records)."""
+    client = app.test_client()
+    _org, headers = org_headers()
+    create_definition(client, headers, name=name, schema=schema)
+    rng = random.Random(seed)
+    resp = client.post(f"{BASE}/{name}/records/bulk/create", json={"records": [make(rng) for _ in range(count)]},
+                       headers=headers)
+    assert resp.status_code == 200, resp.get_json()
+    listed = client.post(f"{BASE}/{name}/records/query", json={"query": {"pageSize": 500}}, headers=headers)
+    records = listed.get_json()["records"]
+    assert len(records) == count
+    return client, headers, records
 
 
 @pytest.fixture(scope="module")
 def fuzz_data(app):
-    client = app.test_client()
-    _org, headers = org_headers()
-    create_definition(client, headers, name="fuzz", schema=SCHEMA)
-    rng = random.Random(20261122)
-    payload = [_record(rng) for _ in range(60)]
-    resp = client.post(f"{BASE}/fuzz/records/bulk/create", json={"records": payload}, headers=headers)
-    assert resp.status_code == 200, resp.get_json()
-    listed = client.post(f"{BASE}/fuzz/records/query", json={"query": {"pageSize": 500}}, headers=headers)
-    records = listed.get_json()["records"]
-    assert len(records) == 60
-    return client, headers, records
+    return _load(app, "fuzz", SCHEMA, _record, 60, seed=20261122)
 
 
 @pytest.fixture(scope="module")
 def shadow_data(app):
-    client = app.test_client()
-    _org, headers = org_headers()
-    create_definition(client, headers, name="shadow", schema=SHADOW_SCHEMA)
-    rng = random.Random(20261123)
-    payload = [_shadow_record(rng) for _ in range(40)]
-    resp = client.post(f"{BASE}/shadow/records/bulk/create", json={"records": payload}, headers=headers)
-    assert resp.status_code == 200, resp.get_json()
-    records = client.post(f"{BASE}/shadow/records/query", json={"query": {"pageSize": 500}},
-                          headers=headers).get_json()["records"]
-    assert len(records) == 40
-    return client, headers, records
+    return _load(app, "shadow", SHADOW_SCHEMA, _shadow_record, 40, seed=20261123)
 
 
 # --- the reference evaluator ----------------------------------------------------------------------
