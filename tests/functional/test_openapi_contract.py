@@ -4,9 +4,9 @@ Checks: no 500 (an unhandled error), and every documented response matches its d
 503/504 are legitimate answers for unconfigured upstreams, so only 500 counts as a server error.
 For the agent registry and the entity store, a request the documented schema allows must also be
 accepted (schemathesis' `positive_data_acceptance`): the code is no stricter than the schema says,
-except for the rules the document states in prose (`info.description`) because they depend on data or
-cannot be written as a schema: references that must exist, fields a definition does not have, valid
-JSON Schemas, `config` against `configSchema`. Generated text holds no NUL characters or lone
+except for the rules the document states in prose (`info.description`, field descriptions) because
+they depend on data or cannot be written as a schema: references that must exist, fields a definition
+does not have, valid JSON Schemas, `config` against `configSchema`, a skillId at most once per agent. Generated text holds no NUL characters or lone
 surrogates (also a rule of `info.description`).
 Runs as an admin of a dedicated org, so generated writes stay inside that org.
 """
@@ -25,9 +25,12 @@ from tests.support import bearer, token
 CONTRACT_ORG = f"org-contract-{uuid.uuid4().hex[:12]}"  # fresh per run: generated writes never accumulate
 ACCEPTANCE_CHECKED = ("/api/v1/agents", "/api/v1/skills", "/api/v1/tool-definitions", "/api/v1/subagents",
                       "/api/v1/widgets", "/api/v1/entities", "/api/v1/admin/entities")
-# 400 messages of the rules stated in prose: data-dependent references and field names, JSON Schema validity
+# 400 messages of the rules stated in prose: data-dependent references and field names, JSON Schema
+# validity, uniqueness by key (a skillId once per agent)
 PROSE_RULES = re.compile(r"Unknown sub-agent id|unknown field|record not found|Not a valid JSON Schema|"
-                         r"is not valid under any of the given schemas|unknown time zone|lookup|unknown view")
+                         r"is not valid under any of the given schemas|unknown time zone|lookup|unknown view|"
+                         r"attached twice")
+PROSE_PATHS = re.compile(r"\.(config|defaultConfig)$|\.(fields|schema)(\.|$)")
 
 
 def no_internal_error(ctx, response, case):
@@ -35,24 +38,27 @@ def no_internal_error(ctx, response, case):
         raise AssertionError(f"500 from {case.method} {case.formatted_path}: {response.text[:500]}")
 
 
-def _messages(value):
+def _reasons(value, path=""):
+    """(field path, message) of every message in `details.fields`."""
     if isinstance(value, dict):
-        for item in value.values():
-            yield from _messages(item)
+        for key, item in value.items():
+            yield from _reasons(item, f"{path}.{key}")
     elif isinstance(value, list):
         for item in value:
-            yield from _messages(item)
+            yield from _reasons(item, path)
     elif isinstance(value, str):
-        yield value
+        yield path, value
 
 
 def _prose_rule(response) -> bool:
-    """A 400 whose every reason is one of the rules `info.description` states in prose."""
+    """A 400 whose every reason is one of the rules stated in prose: a message above, a `config` (or
+    `defaultConfig`) that does not validate against its `configSchema`, record `fields` that do not
+    validate against the definition's schema, or a definition `schema` that is no valid JSON Schema."""
     if response.status_code != 400:
         return False
     error = (response.json() or {}).get("error") or {}
-    reasons = list(_messages((error.get("details") or {}).get("fields"))) or [error.get("message", "")]
-    return all(PROSE_RULES.search(reason) for reason in reasons)
+    reasons = list(_reasons((error.get("details") or {}).get("fields"))) or [("", error.get("message", ""))]
+    return all(PROSE_RULES.search(message) or PROSE_PATHS.search(path) for path, message in reasons)
 
 
 def schema_valid_requests_are_accepted(ctx, response, case):
