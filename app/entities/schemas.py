@@ -307,8 +307,8 @@ class BulkUpdateSchema(BulkRecordsSchema):
     records = ma.List(AnyJson(metadata={"type": "object", "required": ["id"],
                                         "properties": {"id": {"type": "string", "minLength": 1}}}),
                       required=True, validate=validate.Length(min=1),
-                      metadata={"description": "Partial EntityRecord objects with their `id`; each is checked, "
-                                               "all or nothing"})
+                      metadata={"description": "Partial EntityRecord objects with the `id` of an existing "
+                                               "record, each id once; each is checked, all or nothing"})
 
 
 class BulkDeleteSchema(Schema):
@@ -316,7 +316,8 @@ class BulkDeleteSchema(Schema):
         unknown = RAISE
 
     recordIds = ma.List(ma.String(validate=validate.Length(min=1, max=64)), required=True,
-                        validate=validate.Length(min=1))
+                        validate=validate.Length(min=1),
+                        metadata={"uniqueItems": True, "description": "ids of existing records, each once"})
 
 
 class BulkResultSchema(Schema):

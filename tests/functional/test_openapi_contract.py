@@ -26,10 +26,10 @@ CONTRACT_ORG = f"org-contract-{uuid.uuid4().hex[:12]}"  # fresh per run: generat
 ACCEPTANCE_CHECKED = ("/api/v1/agents", "/api/v1/skills", "/api/v1/tool-definitions", "/api/v1/subagents",
                       "/api/v1/widgets", "/api/v1/entities", "/api/v1/admin/entities")
 # 400 messages of the rules stated in prose: data-dependent references and field names, JSON Schema
-# validity, uniqueness by key (a skillId once per agent)
+# validity, uniqueness by key (a skillId once per agent, a record id once per bulk update)
 PROSE_RULES = re.compile(r"Unknown sub-agent id|unknown field|record not found|Not a valid JSON Schema|"
                          r"is not valid under any of the given schemas|unknown time zone|lookup|unknown view|"
-                         r"attached twice")
+                         r"attached twice|appears more than once in this batch")
 PROSE_PATHS = re.compile(r"\.(config|defaultConfig)$|\.(fields|schema)(\.|$)")
 
 
@@ -39,7 +39,7 @@ def no_internal_error(ctx, response, case):
 
 
 def _reasons(value, path=""):
-    """(field path, message) of every message in `details.fields`."""
+    """(field path, message) of every message in `details.fields` (or a bulk request's `details.records`)."""
     if isinstance(value, dict):
         for key, item in value.items():
             yield from _reasons(item, f"{path}.{key}")
@@ -57,7 +57,8 @@ def _prose_rule(response) -> bool:
     if response.status_code != 400:
         return False
     error = (response.json() or {}).get("error") or {}
-    reasons = list(_reasons((error.get("details") or {}).get("fields"))) or [("", error.get("message", ""))]
+    details = error.get("details") or {}
+    reasons = list(_reasons(details.get("fields") or details.get("records"))) or [("", error.get("message", ""))]
     return all(PROSE_RULES.search(message) or PROSE_PATHS.search(path) for path, message in reasons)
 
 
