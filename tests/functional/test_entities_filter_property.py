@@ -298,31 +298,31 @@ def nesting(flt) -> int:
     return deepest
 
 
+def _assert_matches_reference(data, entity: str, flt: dict, kinds: dict) -> None:
+    """Query and count return exactly the records the reference evaluator selects."""
+    client, headers, records = data
+    resp = client.post(f"{BASE}/{entity}/records/query", json={"query": {"filters": flt, "pageSize": 500}},
+                       headers=headers)
+    assert resp.status_code == 200, (flt, resp.get_json())
+    got = {r["id"] for r in resp.get_json()["records"]}
+    expected = {r["id"] for r in records if evaluate(flt, r, kinds)}
+    assert got == expected, flt
+    count = client.post(f"{BASE}/{entity}/records/count", json={"filters": flt}, headers=headers)
+    assert count.get_json() == len(expected)
+
+
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(flt=filters)
 def test_filters_match_the_reference_evaluator(fuzz_data, flt):
     assume(nesting(flt) <= 8)
-    client, headers, records = fuzz_data
-    resp = client.post(f"{BASE}/fuzz/records/query", json={"query": {"filters": flt, "pageSize": 500}},
-                       headers=headers)
-    assert resp.status_code == 200, (flt, resp.get_json())
-    got = {r["id"] for r in resp.get_json()["records"]}
-    expected = {r["id"] for r in records if evaluate(flt, r)}
-    assert got == expected, flt
-    count = client.post(f"{BASE}/fuzz/records/count", json={"filters": flt}, headers=headers)
-    assert count.get_json() == len(expected)
+    _assert_matches_reference(fuzz_data, "fuzz", flt, KINDS)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(flt=filters_over(SHADOW_KINDS))
 def test_declared_properties_win_over_system_columns(shadow_data, flt):
     assume(nesting(flt) <= 8)
-    client, headers, records = shadow_data
-    resp = client.post(f"{BASE}/shadow/records/query", json={"query": {"filters": flt, "pageSize": 500}},
-                       headers=headers)
-    assert resp.status_code == 200, (flt, resp.get_json())
-    got = {r["id"] for r in resp.get_json()["records"]}
-    assert got == {r["id"] for r in records if evaluate(flt, r, SHADOW_KINDS)}, flt
+    _assert_matches_reference(shadow_data, "shadow", flt, SHADOW_KINDS)
 
 
 KNOWN = {*KINDS, "id", "created_at", "updated_at", "is_active"}
