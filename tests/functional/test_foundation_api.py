@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import time
 
 import jwt
@@ -158,3 +159,23 @@ def test_openapi_document_and_docs_page(client):
     assert doc["components"]["securitySchemes"]["bearerAuth"]["scheme"] == "bearer"
     assert "/api/v1/me" in doc["paths"]
     assert client.get("/api/v1/docs").status_code == 200
+
+
+def test_every_operation_documents_its_access_rules(app, client):
+    """Who may call an operation is documented where it is enforced (app.extensions.Blueprint)."""
+    doc = client.get("/api/v1/openapi.json").get_json()
+    seen = 0
+    for path, operations in doc["paths"].items():
+        for method, operation in operations.items():
+            if method == "parameters":
+                continue
+            seen += 1
+            assert operation["security"] == [{"bearerAuth": []}], (method, path)
+            assert "401" in operation["responses"], (method, path)
+            rule = next(r for r in app.url_map.iter_rules()
+                        if re.sub(r"<(?:[^:<>]+:)?([^<>]+)>", r"{\1}", r.rule) == path and method.upper() in r.methods)
+            view = app.view_functions[rule.endpoint]
+            handler = getattr(getattr(view, "view_class", None), method, view)
+            declared = getattr(handler, "_required_scopes", None) or getattr(handler, "_required_roles", None)
+            assert ("403" in operation["responses"]) == bool(declared), (method, path)
+    assert seen > 50
