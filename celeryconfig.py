@@ -1,4 +1,5 @@
-"""Celery settings (reliability rules from docs/security.md). Broker/backend come from REDIS_URL."""
+"""Celery settings: the reliability rules (late acks, fail fast when Redis is down; docs/operations.md,
+"Celery and Redis"). Broker/backend come from REDIS_URL."""
 
 task_serializer = "json"
 result_serializer = "json"

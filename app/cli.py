@@ -44,7 +44,7 @@ def products_list() -> None:
     """List provisioned products."""
     from sqlalchemy import select
 
-    from app.ops.models import Product
+    from app.platform_models import Product
 
     with db.engine.connect() as conn:
         for row in conn.execute(select(Product.slug, Product.schema_name)):

@@ -17,8 +17,6 @@ from sqlalchemy.orm import Session
 
 log = logging.getLogger(__name__)
 
-QUEUES = ("default", "analytics", "embeddings", "email", "bulk", "seed")
-
 
 def init_celery(celery: Celery, app: Flask) -> None:
     """Configure the Celery app from celeryconfig + REDIS_URL and run tasks in an app context."""

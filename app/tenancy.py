@@ -17,7 +17,7 @@ from sqlalchemy import Select, select
 
 from app.db import db
 from app.errors import Forbidden, NotFound, Unauthorized
-from app.ops.models import Product
+from app.platform_models import Product
 
 T = TypeVar("T")
 

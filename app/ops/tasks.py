@@ -18,7 +18,7 @@ def ping(value: str = "pong") -> str:
 def record_failed_task(sender=None, task_id=None, exception=None, args=None, kwargs=None, **_):
     """A task that failed for good (retries exhausted or not retryable) lands in platform.failed_tasks."""
     from app.db import db
-    from app.ops.models import FailedTask
+    from app.platform_models import FailedTask
 
     try:
         with db.product_session(db.default_product) as session:

@@ -22,6 +22,9 @@ from app.images.models import ImageUsage
 from app.registry import find_service, override_service, registry_of
 from app.storage.local import LocalBlobStore
 from tests.images_fakes import (
+    RESOLUTION_CASES,
+    TEXT_CASES,
+    TRANSFER_CASES,
     FakeAzureImages,
     FakeImagen,
     LoopbackNet,
@@ -33,7 +36,7 @@ from tests.images_fakes import (
     png_bytes,
     service_account_file,
 )
-from tests.unit.images.test_fetcher import RESOLUTION_CASES, TEXT_CASES, TRANSFER_CASES
+from tests.support import assert_error
 
 URL = "/api/v1/agents/images"
 SCOPE = "write:image-gen"
@@ -121,11 +124,7 @@ def ok(resp):
 
 
 def error(resp, status, code):
-    assert resp.status_code == status, resp.get_data(as_text=True)
-    body = resp.get_json()
-    assert body["error"]["code"] == code and body["error"]["message"]
-    assert body["metadata"] == {"success": False, "timestamp": body["metadata"]["timestamp"]}
-    return body["error"]
+    return assert_error(resp, status, code)["error"]
 
 
 def blob_path(url: str) -> str:

@@ -1,4 +1,5 @@
-"""Tables of the `platform` schema: organizations, users, products, artifacts, failed tasks."""
+"""Tables of the `platform` schema (shared by every product): products, organizations, users, artifacts,
+failed tasks. The tenancy layer (app.tenancy) reads `products`."""
 
 from __future__ import annotations
 
