@@ -82,8 +82,32 @@ def _bearer_token() -> str:
     return parts[1]
 
 
+# Verified tokens, so a client's repeated requests pay the HMAC and claim checks once: key = the token
+# and the settings it was verified under, value = its claims. Only signature-verified tokens enter;
+# a hit is re-checked against `exp` (the only check whose answer changes with time — iat/nbf held
+# when it was verified and stay true); bounded (cleared when full). Per process, no invalidation
+# needed: nothing revokes a token before its exp.
+_VERIFIED: dict[tuple, dict[str, Any]] = {}
+VERIFIED_CACHE_SIZE = 4096
+
+
 def decode_token(token: str) -> dict[str, Any]:
     config = current_app.config
+    key = (token, config["JWT_SECRET"], config["JWT_AUDIENCE"], config["JWT_ISSUER"], config["JWT_LEEWAY_SECONDS"])
+    claims = _VERIFIED.get(key)
+    if claims is not None:
+        if time.time() <= claims["exp"] + config["JWT_LEEWAY_SECONDS"]:
+            return claims
+        _VERIFIED.pop(key, None)  # expired since: decode again, which answers "Token expired."
+    claims = _verify(token, config)
+    if isinstance(claims.get("exp"), (int, float)):
+        if len(_VERIFIED) >= VERIFIED_CACHE_SIZE:
+            _VERIFIED.clear()
+        _VERIFIED[key] = claims
+    return claims
+
+
+def _verify(token: str, config) -> dict[str, Any]:
     try:
         return jwt.decode(
             token, config["JWT_SECRET"], algorithms=[ALGORITHM],

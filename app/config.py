@@ -23,6 +23,8 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "DATABASE_URL": ("", str, "PostgreSQL+pgvector URL; empty = embedded PostgreSQL under VAR_DIR/pg"),
     "DB_POOL_SIZE": (10, int, "SQLAlchemy pool size per process"),
     "DB_POOL_TIMEOUT": (5, int, "Seconds to wait for a pooled connection before answering 503"),
+    "DB_PING_IDLE_SECONDS": (10.0, float, "Ping a pooled connection at checkout when it sat idle longer than "
+                                          "this (seconds); busy connections are not pinged"),
     "DB_STATEMENT_TIMEOUT_MS": (30000, int, "PostgreSQL statement_timeout for request transactions (ms)"),
     # Celery / Redis
     "REDIS_URL": ("", str, "Redis URL for Celery broker/results; empty = tasks run eagerly in-process"),

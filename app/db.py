@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import re
+import time
 from collections.abc import Iterator
 
 from flask import Flask, current_app, g, has_app_context
 from sqlalchemy import MetaData, Table, create_engine, event, text
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import DeclarativeBase, Session
 
 PLATFORM_SCHEMA = "platform"
@@ -128,6 +130,18 @@ class Database:
             g._db_session = session
         return session
 
+    def autocommit_read(self) -> Session:
+        """The request session, its connection in autocommit when this is its first use: a read of
+        one statement then costs one round trip (no BEGIN before it, no ROLLBACK after it).
+
+        Same visibility as inside a transaction at READ COMMITTED (each statement takes its own
+        snapshot either way). Only for reads that write nothing and use no SET LOCAL / xact locks;
+        when the session already has a transaction it is used as it is."""
+        session = self.session
+        if not session.in_transaction():
+            session.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
+        return session
+
     @contextlib.contextmanager
     def product_session(self, product: str) -> Iterator[Session]:
         """A standalone session for `product` (tasks, CLI); commits on success."""
@@ -164,15 +178,34 @@ class Database:
 
 
 def make_engine(url: str, config: dict) -> Engine:
+    """The process's engine. Disconnects: a connection is pinged at checkout only when it sat idle
+    in the pool longer than DB_PING_IDLE_SECONDS (a dead one is replaced before the request sees
+    it); a busy connection is not pinged (one round trip saved per request). A connection that
+    dies in use fails that request with an OperationalError (503 via app.errors) and SQLAlchemy
+    invalidates the whole pool, so the next checkouts connect afresh."""
     engine = create_engine(
         url,
         pool_size=config.get("DB_POOL_SIZE", 10),
         max_overflow=config.get("DB_POOL_SIZE", 10),
         pool_timeout=config.get("DB_POOL_TIMEOUT", 5),
-        pool_pre_ping=True,
         connect_args={"connect_timeout": 5},
     )
     timeout_ms = int(config.get("DB_STATEMENT_TIMEOUT_MS", 30000))
+    idle_ping = float(config.get("DB_PING_IDLE_SECONDS", 10))
+
+    @event.listens_for(engine, "checkin")
+    def _idle_since(_dbapi_conn, record):
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _ping_if_idle(dbapi_conn, record, _proxy):
+        since = record.info.get("idle_since")
+        if since is None or time.monotonic() - since <= idle_ping:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_conn)
+        except Exception as exc:  # the pool retries the checkout with a new connection
+            raise DisconnectionError(f"stale pooled connection: {exc}") from exc
 
     @event.listens_for(engine, "connect")
     def _set_timeouts(dbapi_conn, _record):  # every pooled connection gets the request budget

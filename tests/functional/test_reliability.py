@@ -117,3 +117,62 @@ def test_a_value_postgresql_cannot_convert_is_400_not_500(client, auth):
     resp = client.get("/api/v1/_test/cast", headers=auth("read"))
     assert resp.status_code == 400
     assert resp.get_json()["error"]["code"] == "INVALID_INPUT"
+
+
+def _backend_pid(app) -> int:
+    from sqlalchemy import text
+
+    with app.app_context():
+        return db.session.scalar(text("SELECT pg_backend_pid()"))
+
+
+def _terminate(pid: int) -> None:
+    from sqlalchemy import text
+
+    with db.engine.connect() as conn:  # the main test app's engine, not the pool under test
+        conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+
+
+def test_a_pooled_connection_that_died_while_idle_is_replaced_before_use(make_app, app):
+    """Idle longer than DB_PING_IDLE_SECONDS: pinged at checkout, a dead one replaced unseen."""
+    idle = make_app(DB_POOL_SIZE=1, DB_PING_IDLE_SECONDS=0)
+    pid = _backend_pid(idle)
+    with app.app_context():
+        _terminate(pid)
+    time.sleep(0.05)
+    assert _backend_pid(idle) != pid
+
+
+def test_a_connection_that_died_while_busy_costs_one_503_then_the_pool_reconnects(make_app, app, auth):
+    """Busy connections are not pinged: the request that meets the dead one answers 503 and the
+    pool is invalidated, so the next request works."""
+    busy = make_app(DB_POOL_SIZE=1, DB_PING_IDLE_SECONDS=3600)
+    pid = _backend_pid(busy)
+    with app.app_context():
+        _terminate(pid)
+    time.sleep(0.05)
+    client = busy.test_client()
+    first = client.get("/api/v1/entities/nothing/records/r1", headers=auth("read"))
+    assert first.status_code == 503
+    assert first.get_json()["error"]["code"] == "SERVICE_UNAVAILABLE"
+    second = client.get("/api/v1/entities/nothing/records/r1", headers=auth("read"))
+    assert second.status_code == 404
+    assert _backend_pid(busy) != pid
+
+
+def test_an_autocommit_read_leaves_the_pooled_connection_transactional(make_app):
+    """db.autocommit_read puts the request's connection in autocommit only for that request; the
+    pool gives the next request a connection in a transaction again (writes stay atomic)."""
+    from sqlalchemy import text
+
+    single = make_app(DB_POOL_SIZE=1)
+    with single.app_context():
+        session = db.autocommit_read()
+        assert session.connection().connection.dbapi_connection.autocommit is True
+        session.execute(text("SELECT 1"))
+    with single.app_context():
+        session = db.session
+        session.execute(text("SELECT 1"))
+        assert session.connection().connection.dbapi_connection.autocommit is False
+        assert db.autocommit_read() is session  # already in a transaction: used as it is
+        assert session.connection().connection.dbapi_connection.autocommit is False

@@ -67,3 +67,40 @@ def test_claims_become_a_tenant(app):
 def test_bad_claims_are_refused(app, claims, error):
     with app.app_context(), pytest.raises(error):
         tenant_from_claims(claims)
+
+
+def test_a_verified_token_is_checked_once_until_it_expires(app, monkeypatch):
+    """The verified-token cache: a second decode of the same token skips verification; once the
+    token is past exp (+ leeway) it is verified again, and that verification refuses it."""
+    import app.auth as auth
+    from tests.support import token
+
+    calls = []
+    verify = auth._verify
+    monkeypatch.setattr(auth, "_verify", lambda tok, config: calls.append(tok) or verify(tok, config))
+    tok = token(org="org-cache", scopes=("read",))
+    with app.app_context():
+        first = auth.decode_token(tok)
+        assert auth.decode_token(tok) == first and len(calls) == 1
+        later = first["exp"] + app.config["JWT_LEEWAY_SECONDS"] + 1
+        monkeypatch.setattr(auth.time, "time", lambda: later)
+
+        def expired(tok, config):  # what PyJWT answers at that time
+            calls.append(tok)
+            raise Unauthorized("Token expired.")
+        monkeypatch.setattr(auth, "_verify", expired)
+        with pytest.raises(Unauthorized):
+            auth.decode_token(tok)
+        assert len(calls) == 2
+        with pytest.raises(Unauthorized):  # refused again, not served from the cache
+            auth.decode_token(tok)
+        assert len(calls) == 3
+
+
+def test_a_token_verified_under_another_secret_is_not_trusted(make_app):
+    """The cache key holds the verification settings: another app's secret verifies afresh."""
+    from tests.support import token
+
+    tok = token(org="org-cache", scopes=("read",))
+    other = make_app(JWT_SECRET="another-secret-" + "y" * 40)
+    assert other.test_client().get("/api/v1/me", headers={"Authorization": f"Bearer {tok}"}).status_code == 401
