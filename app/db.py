@@ -16,12 +16,14 @@ import contextlib
 import re
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from flask import Flask, current_app, g, has_app_context
 from sqlalchemy import MetaData, Table, create_engine, event, text
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.orm import DeclarativeBase, Session
+from sqlalchemy.sql import Executable
 
 PLATFORM_SCHEMA = "platform"
 PRODUCT_PLACEHOLDER = "product"
@@ -57,12 +59,14 @@ def schema_for(product: str) -> str:
 
 
 class _DatabaseState:
-    """What one app's `db.init_app` created: its engine and the per-product engine views."""
+    """What one app's `db.init_app` created: its engine, the per-product engine views and the SQL
+    of hot constant statements rendered per product (`Database.read_first`)."""
 
     def __init__(self, engine: Engine, default_product: str) -> None:
         self.engine = engine
         self.default_product = default_product
         self.product_engines: dict[str, Engine] = {}
+        self.rendered: dict[tuple[Executable, str], tuple[str, dict[str, Any]]] = {}
 
 
 class Database:
@@ -130,17 +134,31 @@ class Database:
             g._db_session = session
         return session
 
-    def autocommit_read(self) -> Session:
-        """The request session, its connection in autocommit when this is its first use: a read of
-        one statement then costs one round trip (no BEGIN before it, no ROLLBACK after it).
+    def read_first(self, stmt: Executable, params: dict[str, Any]) -> dict[str, Any] | None:
+        """The first row (column name → value) of a hot one-statement read: `stmt` is a module-level
+        constant with bind parameters. One round trip and as little Python as the driver allows.
 
-        Same visibility as inside a transaction at READ COMMITTED (each statement takes its own
-        snapshot either way). Only for reads that write nothing and use no SET LOCAL / xact locks;
-        when the session already has a transaction it is used as it is."""
-        session = self.session
-        if not session.in_transaction():
-            session.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
-        return session
+        The statement's SQL is rendered once per product (schema names in place). When the request
+        session has no transaction yet, the statement runs on a pooled connection in autocommit,
+        returned at once: no Session, no BEGIN/ROLLBACK, the driver's cursor directly (same
+        visibility as any READ COMMITTED statement); inside a transaction, on the session's
+        connection. A driver error is raised as SQLAlchemy's (OperationalError → 503 in app.errors);
+        a disconnect invalidates the connection and, like SQLAlchemy does, the pool's other
+        connections of the same age (`pool.invalidate` of the engine)."""
+        state = self._state()
+        product = self.context_product()
+        rendered = state.rendered.get((stmt, product))
+        if rendered is None:
+            compiled = stmt.compile(dialect=state.engine.dialect, render_schema_translate=True,
+                                    schema_translate_map={PRODUCT_PLACEHOLDER: schema_for(product)})
+            rendered = state.rendered[(stmt, product)] = (str(compiled), compiled.params)
+        sql, defaults = rendered
+        params = {**defaults, **params}  # the statement's own bound values, then the caller's
+        session = g.get("_db_session") if has_app_context() else None
+        if session is not None and session.in_transaction():
+            row = session.connection().exec_driver_sql(sql, params).first()
+            return dict(row._mapping) if row is not None else None
+        return _read_first_raw(state.engine, sql, params)
 
     @contextlib.contextmanager
     def product_session(self, product: str) -> Iterator[Session]:
@@ -175,6 +193,33 @@ class Database:
         """Drop pooled connections (after a worker fork)."""
         if self._last is not None:
             self._last.engine.dispose(close=False)
+
+
+def _read_first_raw(engine: Engine, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
+    """`sql` on a pooled connection in autocommit through the driver's cursor (Database.read_first)."""
+    from psycopg.rows import dict_row
+
+    dialect = engine.dialect
+    fairy = engine.raw_connection()
+    try:
+        conn = fairy.dbapi_connection
+        conn.autocommit = True
+        try:
+            with conn.cursor(row_factory=dict_row) as cur:
+                cur.execute(sql, params)
+                return cur.fetchone()
+        except dialect.loaded_dbapi.Error as exc:
+            disconnect = dialect.is_disconnect(exc, conn, None)
+            if disconnect:
+                fairy.invalidate(exc)
+                engine.pool._invalidate(fairy, exc)  # the others of its age are as dead (as SQLAlchemy does)
+            raise DBAPIError.instance(sql, params, exc, dialect.loaded_dbapi.Error,
+                                      connection_invalidated=disconnect, dialect=dialect) from exc
+        finally:
+            if not conn.closed:
+                conn.autocommit = False
+    finally:
+        fairy.close()
 
 
 def make_engine(url: str, config: dict) -> Engine:

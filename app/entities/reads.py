@@ -16,8 +16,7 @@ from app.tenancy import current_org
 T = EntityRecord.__table__
 D = EntityDefinition.__table__
 _COLUMNS = [T.c[name] for name in RECORD_COLUMNS]
-# Built once: a request only binds its values (no statement construction per request; the compiled
-# form is found in the engine's cache under the same key every time).
+# Built once: a request only binds its values (db.read_first renders its SQL once per product).
 _GET_RECORD = (select(*_COLUMNS).join(D, D.c.id == T.c.entity_id)
                .where(T.c.id == bindparam("record_id"), T.c.org_id == bindparam("org"), T.c.is_active.is_(True),
                       D.c.org_id == bindparam("org"), D.c.name == bindparam("entity_name"),
@@ -28,11 +27,10 @@ def get_record(entity_name: str, record_id: str) -> dict[str, Any]:
     """The org's active record `record_id` of its active definition `entity_name`, as the wire dict.
 
     One statement (record joined with its definition) instead of loading the definition first; only
-    a miss asks again, to say whether the entity or the record is what does not exist. The session's
-    connection is in autocommit (db.autocommit_read): one round trip, no BEGIN/ROLLBACK around it."""
+    a miss asks again, to say whether the entity or the record is what does not exist. One round
+    trip, no BEGIN/ROLLBACK around it, SQL rendered once per product (db.read_first)."""
     org = current_org()
-    row = db.autocommit_read().execute(
-        _GET_RECORD, {"record_id": record_id, "org": org, "entity_name": entity_name}).first()
+    row = db.read_first(_GET_RECORD, {"record_id": record_id, "org": org, "entity_name": entity_name})
     if row is None:
         find_definition(entity_name)  # 404 "Entity … not found" when the entity is what is missing
         raise NotFound("Record not found.")

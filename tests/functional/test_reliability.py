@@ -160,19 +160,29 @@ def test_a_connection_that_died_while_busy_costs_one_503_then_the_pool_reconnect
     assert _backend_pid(busy) != pid
 
 
-def test_an_autocommit_read_leaves_the_pooled_connection_transactional(make_app):
-    """db.autocommit_read puts the request's connection in autocommit only for that request; the
-    pool gives the next request a connection in a transaction again (writes stay atomic)."""
-    from sqlalchemy import text
+def test_read_first_runs_in_autocommit_and_leaves_the_pooled_connection_transactional(make_app):
+    """db.read_first outside a transaction: one autocommit statement on a pooled connection, which
+    the next request gets back in transaction mode (its writes stay atomic); inside the session's
+    transaction it runs in that transaction."""
+    from sqlalchemy import func, select, text
 
     single = make_app(DB_POOL_SIZE=1)
+    pid_stmt = select(func.pg_backend_pid().label("pid"), func.now().label("started"),
+                      func.statement_timestamp().label("stamp"))
     with single.app_context():
-        session = db.autocommit_read()
-        assert session.connection().connection.dbapi_connection.autocommit is True
-        session.execute(text("SELECT 1"))
+        row = db.read_first(pid_stmt, {})
+        assert row["started"] == row["stamp"]  # its own transaction, begun by this statement
+        assert g_session_absent()
     with single.app_context():
         session = db.session
-        session.execute(text("SELECT 1"))
+        assert session.scalar(text("SELECT pg_backend_pid()")) == row["pid"]  # the same pooled connection
         assert session.connection().connection.dbapi_connection.autocommit is False
-        assert db.autocommit_read() is session  # already in a transaction: used as it is
-        assert session.connection().connection.dbapi_connection.autocommit is False
+        session.execute(text("SET LOCAL application_name = 'read-first-probe'"))
+        setting = select(func.current_setting("application_name").label("name"))
+        assert db.read_first(setting, {})["name"] == "read-first-probe"
+
+
+def g_session_absent() -> bool:
+    from flask import g
+
+    return g.get("_db_session") is None

@@ -27,8 +27,11 @@ RECORD_COLUMNS = ("id", "entity_id", "name", "fields", "tags", "metadata", "crea
 
 
 def record_to_wire(row: Any) -> dict[str, Any]:
-    """An EntityRecord (ORM object or a Core row with RECORD_COLUMNS)."""
-    get = (lambda k: getattr(row, k)) if isinstance(row, EntityRecord) else row._mapping.__getitem__
+    """An EntityRecord (ORM object, Core row or mapping with RECORD_COLUMNS)."""
+    if isinstance(row, EntityRecord):
+        get = lambda k: getattr(row, k)  # noqa: E731
+    else:
+        get = row.__getitem__ if isinstance(row, dict) else row._mapping.__getitem__
     metadata = row.metadata_ if isinstance(row, EntityRecord) else get("metadata")
     return {"id": get("id"), "entityId": get("entity_id"), "name": get("name"), "fields": get("fields"),
             "tags": get("tags") or [], "metadata": metadata, "createdAt": iso(get("created_at")),
