@@ -14,7 +14,9 @@ from app.entities.schemas import (
     BulkDeleteSchema,
     BulkRecordsSchema,
     BulkResultSchema,
+    BulkUpdateSchema,
     CountRequestSchema,
+    DefinitionCreateSchema,
     DefinitionDeleteArgsSchema,
     DefinitionEnvelopeSchema,
     DefinitionInputSchema,
@@ -32,6 +34,7 @@ from app.entities.schemas import (
     RelationshipListArgsSchema,
     RelationshipListSchema,
     RelationshipSchema,
+    ViewCreateSchema,
     ViewInputSchema,
     ViewListSchema,
 )
@@ -83,7 +86,7 @@ class Definitions(MethodView):
         found = definitions.list_definitions(args.get("module"), args.get("status"))
         return {"definitions": [definitions.definition_to_wire(d) for d in found]}
 
-    @blp.arguments(DefinitionInputSchema)
+    @blp.arguments(DefinitionCreateSchema)
     @blp.response(201, IdSchema)
     @require_scopes(WRITE)
     def post(self, data):
@@ -139,7 +142,7 @@ class Views(MethodView):
         definition = definitions.find_definition(entityName)
         return {"views": [views.view_to_wire(v, definition) for v in views.list_views(definition)]}
 
-    @blp.arguments(ViewInputSchema)
+    @blp.arguments(ViewCreateSchema)
     @blp.response(201, IdSchema)
     @require_scopes(WRITE)
     def post(self, data, entityName):
@@ -261,7 +264,7 @@ def _bulk_route(operation: str, body_schema, key: str, summary: str) -> None:
 
 _bulk_route("create", BulkRecordsSchema, "records",
             "Create many records, all or nothing (`Prefer: respond-async` → 202 {jobId}).")
-_bulk_route("update", BulkRecordsSchema, "records", "Update many records by id (fields merge), all or nothing.")
+_bulk_route("update", BulkUpdateSchema, "records", "Update many records by id (fields merge), all or nothing.")
 _bulk_route("delete", BulkDeleteSchema, "recordIds", "Soft-delete many records by id, all or nothing.")
 
 
