@@ -129,9 +129,10 @@ def _install_hooks(app: Flask) -> None:
 
 
 def _register_cli(app: Flask) -> None:
-    from app.cli import db_cli, embeddings_cli, products_cli, token_cli
+    from app.cli import db_cli, embeddings_cli, entities_cli, products_cli, token_cli
 
     app.cli.add_command(db_cli)
+    app.cli.add_command(entities_cli)
     app.cli.add_command(embeddings_cli)
     app.cli.add_command(products_cli)
     app.cli.add_command(token_cli)

@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 from app.db import db
 from app.entities.fieldtypes import search_document
 from app.entities.filters import SEARCH_CONFIG
+from app.entities.indexes import schedule_sync as schedule_index_sync
 from app.entities.models import BulkJob, EntityDefinition, EntityRecord
 from app.entities.services.common import unstorable_errors
 from app.entities.services.context import compiled_schema
@@ -118,6 +119,7 @@ def bulk_create(ctx: BulkContext, definition: EntityDefinition, items: list[Any]
         raise _reject(errors, len(items))
     _copy_insert(ctx, definition, rows)
     records_written(ctx.session, ctx.product, definition, [row[0] for row in rows])
+    schedule_index_sync(ctx.session, ctx.product, definition.id)  # a definition that grew past the threshold
     return {"message": f"Created {len(rows)} records.", "count": len(rows)}
 
 

@@ -184,7 +184,10 @@ class FieldResolver:
         if ref.kind == KIND_DATE:  # ISO dates compare chronologically as bytes
             return case((jt.op("~")(_DATE_RE), jt.collate("C")), else_=None)
         if ref.kind == KIND_DATETIME:
-            return case((jt.op("~")(_DATETIME_RE), cast(jt, TIMESTAMP(timezone=True))), else_=None)
+            # text::timestamptz is only STABLE; on strings with an explicit offset it is immutable, and
+            # the IMMUTABLE wrapper (migration x0001) lets the per-definition index hold this expression
+            return case((jt.op("~")(_DATETIME_RE), func.public.entity_iso_timestamptz(
+                jt, type_=TIMESTAMP(timezone=True))), else_=None)
         if ref.kind == KIND_TEXT:
             return case((kind_of == "string", jt.collate("C")), else_=None)
         return jv
@@ -484,9 +487,25 @@ def compile_filters(raw: Any, ctx: FilterContext, similarity: SimilarityClause |
 
 
 class _Compiler:
+    """Conditions outside any negation are emitted bare (`typed >= 5`, `text ILIKE …`): there a NULL
+    drops the row exactly as false does, and the bare form is what a per-definition expression index
+    (app.entities.indexes) matches. Under a negation they are wrapped in COALESCE(…, false) so that
+    NOT stays two-valued."""
+
     def __init__(self, resolver: FieldResolver):
         self.r = resolver
         self.t = resolver.t
+        self.negated = 0
+
+    def negate(self, build: Callable[[], ColumnElement]) -> ColumnElement:
+        self.negated += 1
+        try:
+            return not_(build())
+        finally:
+            self.negated -= 1
+
+    def true_only(self, expr: ColumnElement) -> ColumnElement:
+        return expr if not self.negated else _true_only(expr)
 
     def node(self, node: Node) -> ColumnElement:
         if isinstance(node, Logical):
@@ -495,7 +514,7 @@ class _Compiler:
                 return true()
             return and_(*parts) if node.op == "and" else or_(*parts)
         if isinstance(node, Negation):
-            return not_(self.node(node.child))
+            return self.negate(lambda: self.node(node.child))
         if isinstance(node, TextSearch):
             return self.text_search(node)
         return self.condition(node)
@@ -514,29 +533,27 @@ class _Compiler:
         if op == "$eq":
             return self.eq(ref, value)
         if op == "$ne":
-            return not_(self.eq(ref, value))
+            return self.negate(lambda: self.eq(ref, value))
         if op == "$in":
             return self.any_of(ref, value)
         if op == "$nin":
-            return not_(self.any_of(ref, value))
+            return self.negate(lambda: self.any_of(ref, value))
         if op in RANGE_OPS:
-            return _true_only(getattr(self.r.typed(ref), RANGE_OPS[op])(value))
+            return self.true_only(getattr(self.r.typed(ref), RANGE_OPS[op])(value))
         if op == "$between":
             typed = self.r.typed(ref)
             lo, hi = value
-            return _true_only(and_(typed >= lo, typed <= hi))
+            return self.true_only(and_(typed >= lo, typed <= hi))
         if op == "$contains" and ref.kind == KIND_ARRAY:
             return self.member(ref, value)
         if op in ("$contains", "$startsWith", "$endsWith"):
             pattern = _like_escape(value)
             pattern = {"$contains": f"%{pattern}%", "$startsWith": f"{pattern}%", "$endsWith": f"%{pattern}"}[op]
-            return _true_only(self.r.text(ref).ilike(pattern, escape="\\"))
+            return self.true_only(self.r.text(ref).ilike(pattern, escape="\\"))
         if op == "$exists":
-            exists = self.exists(ref)
-            return exists if value else not_(exists)
+            return self.exists(ref) if value else self.negate(lambda: self.exists(ref))
         if op == "$empty":
-            empty = self.empty(ref)
-            return empty if value else not_(empty)
+            return self.empty(ref) if value else self.negate(lambda: self.empty(ref))
         raise AssertionError(op)  # pragma: no cover
 
     def eq(self, ref: FieldRef, value: Any) -> ColumnElement:
@@ -550,11 +567,11 @@ class _Compiler:
         if ref.kind == KIND_ARRAY:
             if isinstance(value, str):
                 return self.member(ref, value)
-            return _true_only(self.r.jsonb(ref) == cast(list(value), JSONB))
+            return self.true_only(self.r.jsonb(ref) == cast(list(value), JSONB))
         if isinstance(value, _Json):
-            return _true_only(self.r.jsonb(ref) == cast(value.value, JSONB))
+            return self.true_only(self.r.jsonb(ref) == cast(value.value, JSONB))
         if ref.kind == KIND_DATETIME or (ref.spec is not None and ref.spec.field_type == "currency"):
-            return _true_only(self.r.typed(ref) == value)
+            return self.true_only(self.r.typed(ref) == value)
         # text, number, bool, date: JSONB containment, which the GIN (jsonb_path_ops) index answers
         return self.t.c.fields.contains({ref.name: _json_scalar(value)})
 

@@ -6,7 +6,7 @@ from flask import jsonify, request
 from flask.views import MethodView
 
 from app.auth import require_role, require_scopes
-from app.entities import bulk, query, tasks
+from app.entities import bulk, query, reads, tasks
 from app.entities.aggregation_routes import blp as aggregation_blp
 from app.entities.schemas import (
     AdminUpsertResultSchema,
@@ -187,8 +187,13 @@ class RecordQuery(MethodView):
     @blp.response(200, PaginatedResultSchema)
     @require_scopes(READ)
     def post(self, data, entityName):
-        """Query records: filters, $search, sorting, paging, include/exclude, includeLookups."""
-        return query.query_records(definitions.find_definition(entityName), data["query"])
+        """Query records: filters, $search, sorting, paging, include/exclude, includeLookups.
+
+        `Prefer: count=planned` (the planner's estimate, no counting scan) or `count=estimated` (exact up
+        to ENTITY_COUNT_ESTIMATE_ABOVE matches, the estimate beyond) make `totalCount` approximate;
+        `Preference-Applied: count=…` then says how it was counted. Without it, `totalCount` is exact."""
+        result = query.query_records(definitions.find_definition(entityName), data["query"], _count_preference())
+        return result, 200, _count_applied(result.pop("countMode"))
 
 
 @blp.route("/<string:entityName>/records/count")
@@ -198,8 +203,13 @@ class RecordCount(MethodView):
                                 "content": {"application/json": {"schema": {"type": "integer"}}}}})
     @require_scopes(READ)
     def post(self, data, entityName):
-        """Count the records matching `filters` (the response is a bare number)."""
-        return jsonify(query.count_records(definitions.find_definition(entityName), data.get("filters")))
+        """Count the records matching `filters` (the response is a bare number; `Prefer: count=planned|
+        estimated` as for the query)."""
+        total, how = query.count_records(definitions.find_definition(entityName), data.get("filters"),
+                                         _count_preference())
+        response = jsonify(total)
+        response.headers.extend(_count_applied(how))
+        return response
 
 
 @blp.route("/<string:entityName>/records/<string:recordId>")
@@ -208,7 +218,7 @@ class Record(MethodView):
     @require_scopes(READ)
     def get(self, entityName, recordId):
         """Get a record (soft-deleted and other orgs' records are 404)."""
-        return records.record_to_wire(records.find_record(definitions.find_definition(entityName), recordId))
+        return reads.get_record(entityName, recordId)
 
     @blp.arguments(RecordInputSchema)
     @blp.response(200, SuccessSchema)
@@ -229,9 +239,34 @@ class Record(MethodView):
 
 # --- bulk -----------------------------------------------------------------------------------------
 
+def _preferences() -> list[str]:
+    """The tokens of the Prefer header (RFC 7240), lower-cased, parameters dropped."""
+    prefer = ",".join(request.headers.getlist("Prefer"))
+    return [token.strip().split(";")[0].strip().lower() for token in prefer.split(",") if token.strip()]
+
+
+def _count_preference() -> str:
+    """`count=exact|planned|estimated` from Prefer (PostgREST's names); anything else is ignored."""
+    return _asked_count() or "exact"
+
+
+def _asked_count() -> str | None:
+    for token in _preferences():
+        name, _, value = token.partition("=")
+        value = value.strip().strip('"')
+        if name.strip() == "count" and value in query.COUNT_MODES:
+            return value
+    return None
+
+
+def _count_applied(how: str) -> dict[str, str]:
+    """`Preference-Applied: count=<exact|planned|estimated>` when the caller stated a count preference:
+    `exact` whenever the number is exact (also for `estimated` below the threshold)."""
+    return {"Preference-Applied": f"count={how}"} if _asked_count() else {}
+
+
 def _wants_async() -> bool:
-    prefer = request.headers.get("Prefer", "")
-    return any(token.strip().split(";")[0].strip().lower() == "respond-async" for token in prefer.split(","))
+    return "respond-async" in _preferences()
 
 
 def _bulk(entityName: str, operation: str, items: list):

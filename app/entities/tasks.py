@@ -37,6 +37,14 @@ def run_bulk_job(self, job_id: str, product: str) -> str:
         raise
 
 
+@celery_app.task(name="bulk.entity_indexes", acks_late=True, reject_on_worker_lost=True)
+def sync_definition_indexes(product: str, definition_id: str) -> dict:
+    """Create/drop a definition's per-field indexes (app.entities.indexes); idempotent."""
+    from app.entities.indexes import sync_definition
+
+    return sync_definition(product, definition_id)
+
+
 def start_bulk_job(definition: EntityDefinition, operation: str, items: list) -> BulkJob:
     """Store the request as a pending job and send it to the `bulk` queue once committed."""
     job = bulk.create_job(definition, operation, items)

@@ -128,7 +128,7 @@ def update_definition(name: str, data: dict, *, provenance: bool = False, commit
     """Apply a partial definition; bumps `version`; a stale numeric `version` is 409."""
     definition = find_definition(name, include_inactive=True, lock=True)
     check_version(data.get("version"), definition.version, "definition")
-    previous_embeddings = definition.embeddings_config
+    previous_embeddings, previous_schema = definition.embeddings_config, definition.schema
     _apply_definition(definition, data, provenance=provenance)
     definition.version += 1
     definition.updated_at = utcnow()
@@ -137,6 +137,11 @@ def update_definition(name: str, data: dict, *, provenance: bool = False, commit
     changed = hooks.current().definition_changed
     if changed is not None:
         changed(db.session, current_tenant().product, definition, previous_embeddings)
+    if definition.schema != previous_schema or "isActive" in data:
+        from app.entities.indexes import schedule_sync
+
+        # per-field indexes follow the schema (built off the request path)
+        schedule_sync(db.session, current_tenant().product, definition.id)
     # Records are not re-validated against a changed schema: they are checked when next written.
     if commit:
         db.session.commit()
@@ -165,6 +170,9 @@ def delete_definition(name: str, *, delete_records: bool = False, hard_delete: b
         definition.is_active = False
         definition.version += 1
         definition.updated_at = utcnow()
+    from app.entities.indexes import schedule_sync
+
+    schedule_sync(db.session, current_tenant().product, definition.id)  # drops the per-field indexes
     db.session.commit()
 
 
