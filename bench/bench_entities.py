@@ -92,8 +92,9 @@ READING = """### Reading the plans
 - (d) `$search` is a bitmap scan of the definition's tsvector GIN, then `ts_rank_cd` + top-N sort.
 - count: the three equality conditions are answered by the definition's `fields` GIN; the heap visit
   of the ~1 300 matches is the cost (the typed table: an index-only scan, 0.1 ms).
-- The app's overhead per request is the token check, the definition lookup, the pool's pre-ping and
-  JSON/marshmallow work: a few ms on a quiet machine, much more when the 2 cores are saturated (the
+- The app's overhead per request is the definition lookup, BEGIN/ROLLBACK around the request's
+  statements, and request parsing, filter compilation and JSON/marshmallow work (the token check is
+  cached per token, the pool no longer pre-pings busy connections): a few ms on a quiet machine, much more when the 2 cores are saturated (the
   load average is printed below)."""
 
 
