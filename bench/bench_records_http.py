@@ -7,6 +7,7 @@
     bench-tools` installs it); it is a C event loop that uses a fraction of one core, so it takes far less
     CPU from the server than a Python load generator would. Server and load generator share the
     machine's 2 cores.
+    The CPU time the workers spent per request is reported beside req/s (load-independent).
 (2) Peak RSS of the serving processes (gunicorn workers, sampled every 5 ms from /proc) during one
     5 000-record bulk create and during one 500-record page.
 """
@@ -96,6 +97,16 @@ def wrk(url: str, connections: int, token: str, seconds: int) -> dict:
             "p99": float(p99.group(1)) * scale[p99.group(2)], "errors": int(non2xx.group(1)) if non2xx else 0}
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (from /proc/PID/stat)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def peak_rss_during(master: int, fn) -> tuple[float, float]:
     """(baseline MB, peak MB) of the largest worker while `fn` runs."""
     pids = worker_pids(master)
@@ -143,8 +154,11 @@ def main() -> str:
         for connections in (8, 32):
             for label, target in (("GET …/records/{id}", record_url), ("GET /api/v1/me", f"{base}/api/v1/me")):
                 wrk(target, connections, token, WARMUP)
+                workers = worker_pids(proc.pid)
+                cpu_before = sum(cpu_seconds(p) for p in workers)
                 r = wrk(target, connections, token, DURATION)
-                rows.append([label, connections, r["rate"], r["p50"], r["p99"], r["errors"]])
+                cpu_ms = 1000 * (sum(cpu_seconds(p) for p in workers) - cpu_before) / (r["rate"] * DURATION)
+                rows.append([label, connections, r["rate"], r["p50"], r["p99"], r["errors"], cpu_ms])
                 print(rows[-1], flush=True)
         records = bulk_rows(5000, seed=900)
         bulk_base, bulk_peak = peak_rss_during(proc.pid, lambda: http(
@@ -156,7 +170,8 @@ def main() -> str:
         with psycopg.connect(psycopg_url(url)) as conn:
             conn.execute(f"DELETE FROM {SCHEMA}.entity_records WHERE org_id = %s", (BULK_ORG,))
             conn.commit()
-    body = table(["request", "connections", "req/s", "p50 ms", "p99 ms", "non-2xx"], rows)
+    body = table(["request", "connections", "req/s", "p50 ms", "p99 ms", "non-2xx",
+                  "worker CPU ms per request"], rows)
     body += "\n\n" + table(["serving process (largest gunicorn worker)", "RSS before MB", "peak RSS MB"], [
         ["during one 5 000-record bulk create", bulk_base, bulk_peak],
         ["during one 500-record page", page_base, page_peak],
@@ -166,7 +181,9 @@ def main() -> str:
              "gunicorn -c docker/gunicorn.conf.py (gthread, WEB_CONCURRENCY=2 workers × 128 "
              f"threads) on 127.0.0.1, wrk 4.1 (Debian) `-t2 -cN -d{DURATION}s` after a {WARMUP} s warm-up, "
              "same run, same machine (2 cores shared by server, PostgreSQL and wrk). The record is one of "
-             "the 100 000-record org's; GET /api/v1/me checks the token and answers without the database.")
+             "the 100 000-record org's; GET /api/v1/me checks the token and answers without the database. "
+             "Worker CPU per request (user + system time of the gunicorn workers from /proc over the run, "
+             "divided by the requests served) depends far less on the machine's load than req/s does.")
     return write_result("records_http", "Entity records over HTTP (gunicorn + wrk)", body, notes)
 
 
