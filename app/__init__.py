@@ -24,7 +24,8 @@ API_INFO = {
     "OPENAPI_SWAGGER_UI_URL": "https://cdn.jsdelivr.net/npm/swagger-ui-dist@5/",
     "API_SPEC_OPTIONS": {
         "components": {"securitySchemes": {
-            "bearerAuth": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}}},
+            "bearerAuth": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"},
+            "internalToken": {"type": "apiKey", "in": "header", "name": "X-Internal-Token"}}},
         "security": [{"bearerAuth": []}],
         "info": {"description": "Multi-tenant AI platform API. Every call carries a Bearer JWT "
                                 "(HS256) whose claims select the organization and product."},
@@ -66,10 +67,12 @@ def create_app(overrides: dict[str, Any] | None = None) -> Flask:
 def _register_blueprints(api, app: Flask) -> None:
     from app.ops import tasks as _ops_tasks  # noqa: F401  (ops tasks + failed-task recorder)
     from app.ops.routes import blp as ops_blp
+    from app.ops.internal import blp as internal_blp
     from app.ops.routes import health_bp
 
     app.register_blueprint(health_bp)
     api.register_blueprint(ops_blp)
+    api.register_blueprint(internal_blp)
     for module in _domain_route_modules():
         for blp in getattr(module, "blueprints", [getattr(module, "blp", None)]):
             if blp is not None:
@@ -91,12 +94,13 @@ def _domain_route_modules():
 
 
 def _register_cli(app: Flask) -> None:
-    from app.cli import db_cli, embeddings_cli, products_cli, token_cli
+    from app.cli import db_cli, embeddings_cli, products_cli, seed_cli, token_cli
 
     app.cli.add_command(db_cli)
     app.cli.add_command(embeddings_cli)
     app.cli.add_command(products_cli)
     app.cli.add_command(token_cli)
+    app.cli.add_command(seed_cli)
 
 
 def _assign_request_id() -> None:

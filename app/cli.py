@@ -103,3 +103,42 @@ def embeddings_backfill(product, org, entity) -> None:
         backfill.apply_async(args=(product, org_id, entity_id))
         click.echo(f"queued backfill: product={product} org={org_id} entity={name} ({entity_id})")
     click.echo(f"{len(targets)} definition(s) queued")
+
+
+seed_cli = click.Group("seed", help="Organization seeding.")
+
+
+@seed_cli.command("org")
+@click.option("--title", required=True, help="organization title")
+@click.option("--domain", "main_domain", required=True, help="main domain (the org id is derived from it)")
+@click.option("--product", default=None, help="product (default: the default product)")
+@click.option("--admin-email", required=True)
+@click.option("--first-name", required=True)
+@click.option("--last-name", required=True)
+@click.option("--queue/--inline", default=False, show_default=True,
+              help="send seed.org to the `seed` queue instead of running it here")
+@with_appcontext
+def seed_org_command(title, main_domain, product, admin_email, first_name, last_name, queue) -> None:
+    """Create an organization, its admin user and the 15 platform artifacts (idempotent)."""
+    import json
+
+    from app.errors import ApiError
+    from app.ops.seeding import seed_org
+    from app.ops.tasks import seed_org_task
+
+    body = {"org": {"title": title, "mainDomain": main_domain,
+                    "product": product or current_app.config["DEFAULT_PRODUCT"]},
+            "admin": {"email": admin_email, "firstName": first_name, "lastName": last_name}}
+    if queue:
+        result = seed_org_task.apply_async(kwargs=body)
+        click.echo(f"queued seed.org task {result.id}")
+        return
+    try:
+        report = seed_org(body)
+    except ApiError as exc:
+        raise click.ClickException(f"{exc.message} {json.dumps(exc.details or {})}") from None
+    for line in report["artifacts"]:
+        click.echo(f"{line['status']:<9} {line['id']:<24} v{line['artifactVersion']}  {line['objectId']}")
+    click.echo(f"org {report['orgId']} ({report['product']}), admin {report['admin']['email']} "
+               f"({report['admin']['id']}): {report['summary']['created']} created, "
+               f"{report['summary']['existing']} existing")

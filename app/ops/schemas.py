@@ -21,3 +21,43 @@ class HealthCheckSchema(Schema):
 class HealthSchema(Schema):
     status = fields.String(required=True, metadata={"description": "ok or degraded"})
     checks = fields.Dict(keys=fields.String(), values=fields.Nested(HealthCheckSchema))
+
+
+class SeedAdminReportSchema(Schema):
+    id = fields.String(required=True)
+    email = fields.String(required=True)
+    firstName = fields.String()
+    lastName = fields.String()
+    role = fields.String()
+    created = fields.Boolean(metadata={"description": "false when the user already existed"})
+
+
+class SeedArtifactLineSchema(Schema):
+    id = fields.String(required=True, metadata={"description": "registry id, e.g. agent.assistant"})
+    kind = fields.String(required=True, metadata={"description": "database, storage, entity, skill, agent"})
+    name = fields.String(required=True)
+    objectId = fields.String(allow_none=True, metadata={"description": "the org's object (agent id, …)"})
+    artifactVersion = fields.Integer(required=True)
+    forkedFromVersion = fields.Integer()
+    status = fields.String(required=True, metadata={"description": "created, existing or conflict"})
+    detail = fields.String()
+
+
+class SeedSummarySchema(Schema):
+    total = fields.Integer()
+    created = fields.Integer()
+    existing = fields.Integer()
+    conflict = fields.Integer()
+
+
+class SeedReportSchema(Schema):
+    orgId = fields.String(required=True)
+    title = fields.String()
+    mainDomain = fields.String()
+    product = fields.String(required=True)
+    schema = fields.String(metadata={"description": "the product's database schema"})
+    orgCreated = fields.Boolean()
+    created = fields.Boolean(required=True, metadata={"description": "false: the call created nothing"})
+    admin = fields.Nested(SeedAdminReportSchema, required=True)
+    artifacts = fields.List(fields.Nested(SeedArtifactLineSchema), required=True)
+    summary = fields.Nested(SeedSummarySchema)

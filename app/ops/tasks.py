@@ -40,3 +40,19 @@ def _jsonable(value):
         return value
     except TypeError:
         return json.loads(json.dumps(value, default=str))
+
+
+@celery_app.task(name="seed.org", ignore_result=False)
+def seed_org_task(org: dict | None = None, admin: dict | None = None) -> dict:
+    """Seed one organization (the same service as POST /internal/seed); idempotent, so a redelivered
+    task reports everything as existing. Operators: `celery -A workers call seed.org --kwargs '{...}'`."""
+    from app.errors import ApiError
+    from app.ops.seeding import seed_org
+
+    try:
+        report = seed_org({"org": org, "admin": admin})
+    except ApiError as exc:  # a bad body is not retryable: report it as the result
+        log.warning("seed.org rejected: %s %s", exc.message, exc.details)
+        return {"error": {"code": exc.code, "message": exc.message, "details": exc.details}}
+    log.info("seed.org %s/%s: %s", report["orgId"], report["product"], report["summary"])
+    return report

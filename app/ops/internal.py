@@ -1,0 +1,66 @@
+"""POST /internal/seed: cluster-internal organization seeding.
+
+`/internal/*` is outside the /api/v1 authentication hook, so this blueprint authenticates itself
+before anything else runs: header `X-Internal-Token` equal to INTERNAL_API_TOKEN (constant-time;
+with no token configured that path is closed), or a Bearer token with role admin/super_admin.
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from flask import current_app, g, request
+from flask.views import MethodView
+
+from app.errors import Forbidden, Unauthorized
+from app.extensions import Blueprint
+from app.ops.schemas import SeedReportSchema
+from app.ops.seeding import SeedRequestSchema
+
+blp = Blueprint("internal", __name__, url_prefix="/internal",
+                description="Cluster-internal operations (X-Internal-Token or an admin token)")
+ADMIN_ROLES = ("admin", "super_admin")
+
+
+def authenticate_internal() -> None:
+    """before_request of /internal/*: internal token, or an admin/super_admin bearer token."""
+    if request.method == "OPTIONS":
+        return
+    sent = request.headers.get("X-Internal-Token")
+    if sent is not None:
+        expected = current_app.config.get("INTERNAL_API_TOKEN") or ""
+        if not expected:
+            raise Unauthorized("Internal token authentication is disabled (INTERNAL_API_TOKEN is not set).")
+        if not hmac.compare_digest(sent.encode(), expected.encode()):
+            raise Unauthorized("Invalid internal token.")
+        g.internal_caller = "internal-token"
+        return
+    if not request.headers.get("Authorization"):
+        raise Unauthorized("X-Internal-Token or an admin bearer token is required.")
+    from app.auth import _bearer_token, decode_token, tenant_from_claims
+
+    tenant = tenant_from_claims(decode_token(_bearer_token()))
+    if tenant.role not in ADMIN_ROLES:
+        raise Forbidden("Requires role admin or super_admin.")
+    g.internal_caller = f"user:{tenant.user_id}"
+
+
+blp.before_request(authenticate_internal)
+
+
+@blp.route("/seed")
+class Seed(MethodView):
+    @blp.arguments(SeedRequestSchema)
+    @blp.response(200, SeedReportSchema, description="Nothing new was created (already seeded)")
+    @blp.alt_response(201, schema=SeedReportSchema, description="Something was created")
+    @blp.doc(security=[{"internalToken": []}, {"bearerAuth": []}])
+    def post(self, data):
+        """Seed an organization: org, admin user and the 15 platform artifacts (idempotent).
+
+        The body is checked field by field (400 names `org.mainDomain`, `admin.email`, …). The org id
+        is the lower-cased `mainDomain`. A second call creates nothing and answers 200 with every
+        artifact `existing`; another `product` provisions that product for the same org (201)."""
+        from app.ops.seeding import seed_org
+
+        report = seed_org(data)
+        return report, 201 if report["created"] else 200
