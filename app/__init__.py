@@ -66,13 +66,15 @@ def create_app(overrides: dict[str, Any] | None = None) -> Flask:
 
 def _register_blueprints(api, app: Flask) -> None:
     from app.ops import tasks as _ops_tasks  # noqa: F401  (ops tasks + failed-task recorder)
-    from app.ops.routes import blp as ops_blp
+    from app.ops.admin import blp as admin_artifacts_blp
     from app.ops.internal import blp as internal_blp
+    from app.ops.routes import blp as ops_blp
     from app.ops.routes import health_bp
 
     app.register_blueprint(health_bp)
     api.register_blueprint(ops_blp)
     api.register_blueprint(internal_blp)
+    api.register_blueprint(admin_artifacts_blp)
     for module in _domain_route_modules():
         for blp in getattr(module, "blueprints", [getattr(module, "blp", None)]):
             if blp is not None:
@@ -94,13 +96,14 @@ def _domain_route_modules():
 
 
 def _register_cli(app: Flask) -> None:
-    from app.cli import db_cli, embeddings_cli, products_cli, seed_cli, token_cli
+    from app.cli import artifacts_cli, db_cli, embeddings_cli, products_cli, seed_cli, token_cli
 
     app.cli.add_command(db_cli)
     app.cli.add_command(embeddings_cli)
     app.cli.add_command(products_cli)
     app.cli.add_command(token_cli)
     app.cli.add_command(seed_cli)
+    app.cli.add_command(artifacts_cli)
 
 
 def _assign_request_id() -> None:

@@ -23,12 +23,15 @@ from sqlalchemy.dialects.postgresql import insert
 from app.db import db, product_slug, schema_for
 from app.errors import ApiError, ValidationFailed
 from app.ops.artifacts import BUILTIN, artifact_id
-from app.ops.models import Artifact, OrgArtifact, Organization, User, new_id, utcnow
+from app.ops.models import Artifact, Organization, OrgArtifact, User, new_id, utcnow
 from app.tenancy import Tenant, products
 
 log = logging.getLogger(__name__)
 _DOMAIN = re.compile(r"^(?=.{1,253}$)(?!-)[a-z0-9-]{1,63}(?<!-)(\.(?!-)[a-z0-9-]{1,63}(?<!-))+$")
 SEED_LOCK = 0x5345_4544  # pg advisory lock class for seeding one org
+# The identity the platform acts as when it writes an org's artifact copies (createdBy/updatedBy).
+# A copy whose updatedBy is anyone else was edited by the org (see app.ops.rollout).
+SYSTEM_USER = "platform"
 
 
 # --------------------------------------------------------------------------- request shape
@@ -129,10 +132,11 @@ def current_artifacts(session) -> list[Artifact]:
 
 
 @contextlib.contextmanager
-def tenant_context(org_id: str, user_id: str, email: str | None, product: str) -> Iterator[None]:
-    """A fresh app context whose tenant is the org's admin: the domain services then act for it."""
+def tenant_context(org_id: str, product: str) -> Iterator[None]:
+    """A fresh app context whose tenant is the platform acting in the org (role admin): the domain
+    services then write the org's copies, stamped createdBy/updatedBy `platform`."""
     with current_app.app_context():
-        g.tenant = Tenant(org_id=org_id, user_id=user_id, email=email, role="admin", scopes=("*",),
+        g.tenant = Tenant(org_id=org_id, user_id=SYSTEM_USER, email=None, role="admin", scopes=("*",),
                           product=product)
         yield
 
@@ -197,12 +201,13 @@ def seed_org(payload: Any) -> dict[str, Any]:
 
         results = []
         for artifact in artifacts:
-            results.append(provision_one(artifact, org_id, product, user.id, email))
+            results.append(provision_one(artifact, org_id, product))
 
     created = sum(1 for r in results if r["status"] == "created")
     return {
         "orgId": org_id, "title": org.title, "mainDomain": org.main_domain, "product": product,
-        "schema": schema_for(product), "orgCreated": org_created, "created": bool(created or org_created or user_created),
+        "schema": schema_for(product), "orgCreated": org_created,
+        "created": bool(created or org_created or user_created),
         "admin": {"id": user.id, "email": user.email, "firstName": user.first_name, "lastName": user.last_name,
                   "role": user.role, "created": user_created},
         "artifacts": results,
@@ -212,9 +217,9 @@ def seed_org(payload: Any) -> dict[str, Any]:
     }
 
 
-def provision_one(artifact: Artifact, org_id: str, product: str, user_id: str, email: str | None) -> dict:
+def provision_one(artifact: Artifact, org_id: str, product: str) -> dict:
     """Provision one artifact into the org unless it already is; returns its line of the report."""
-    with tenant_context(org_id, user_id, email, product):
+    with tenant_context(org_id, product):
         row = db.session.get(OrgArtifact, (org_id, product, artifact.id))
         if row is not None:
             return _line(artifact, row.object_id, row.artifact_version, "existing", row.forked_from_version)
