@@ -213,8 +213,8 @@ def test_rollout_resumes_from_its_cursor(seed_app, seed_client, registry):
     with seed_app.app_context():
         _, rollout = publish({"kind": "skill", "name": "summarize", "artifactVersion": art["artifactVersion"] + 1,
                               "definition": new}, rollout=False)
-        from app.ops.rollout import start_rollout
         from app.ops.models import Artifact
+        from app.ops.rollout import start_rollout
 
         rollout = start_rollout(db.session, db.session.get(Artifact, "skill.summarize"))
         db.session.info.pop("_pending_tasks", None)  # the test drives the rollout by hand
