@@ -1,6 +1,6 @@
 """Wire shapes of the email routes (spec: SendEmailRequest, SendEmailResponse)."""
 
-from marshmallow import RAISE, Schema, ValidationError, fields, validate, validates
+from marshmallow import RAISE, Schema, ValidationError, fields, validate, validates, validates_schema
 
 MAX_RECIPIENTS = 50
 MAX_BODY_CHARS = 1_000_000
@@ -26,3 +26,165 @@ class SendEmailRequestSchema(Schema):
 class SendEmailResponseSchema(Schema):
     success = fields.Boolean(required=True)
     message = fields.String(metadata={"description": "Provider detail or the reason it failed"})
+
+
+# --------------------------------------------------------------------------- bulk send
+
+
+class BulkMessageSchema(Schema):
+    class Meta:
+        unknown = RAISE
+
+    to = fields.Email(required=True, metadata={"description": "one recipient address"})
+    subject = fields.String(required=True, validate=validate.Length(min=1, max=998))
+    body = fields.String(required=True, validate=validate.Length(min=1, max=MAX_BODY_CHARS))
+
+    @validates("subject")
+    def _single_line(self, value: str, **_kwargs) -> None:
+        if "\r" in value or "\n" in value:
+            raise ValidationError("Subject must be a single line.")
+
+
+MAX_BULK = 10_000
+
+
+class BulkSendRequestSchema(Schema):
+    """Either `messages` (each its own recipient, subject, body) or one `subject` + `body` to `recipients`."""
+
+    class Meta:
+        unknown = RAISE
+
+    messages = fields.List(fields.Nested(BulkMessageSchema), validate=validate.Length(min=1, max=MAX_BULK),
+                           metadata={"description": f"1–{MAX_BULK} messages, each to one address"})
+    recipients = fields.List(fields.Email(), validate=validate.Length(min=1, max=MAX_BULK),
+                             metadata={"description": f"1–{MAX_BULK} addresses (duplicates sent once)"})
+    subject = fields.String(validate=validate.Length(min=1, max=998))
+    body = fields.String(validate=validate.Length(min=1, max=MAX_BODY_CHARS))
+
+    @validates("subject")
+    def _single_line(self, value: str, **_kwargs) -> None:
+        if "\r" in value or "\n" in value:
+            raise ValidationError("Subject must be a single line.")
+
+    @validates_schema
+    def _one_form(self, data, **_kwargs) -> None:
+        if "messages" in data:
+            extra = [k for k in ("recipients", "subject", "body") if k in data]
+            if extra:
+                raise ValidationError({k: ["Not allowed together with messages."] for k in extra})
+            return
+        missing = [k for k in ("recipients", "subject", "body") if k not in data]
+        if missing:
+            raise ValidationError({k: ["Required unless messages is given."] for k in missing})
+
+
+class EmailJobSchema(Schema):
+    id = fields.String(required=True)
+    kind = fields.String(required=True, metadata={"description": "bulk or newsletter"})
+    status = fields.String(required=True, metadata={"description": "queued, sending, done"})
+    total = fields.Integer(required=True)
+    counts = fields.Dict(keys=fields.String(), values=fields.Integer(),
+                         metadata={"description": "pending, sending, sent, failed"})
+    subject = fields.String(allow_none=True)
+    createdBy = fields.String(allow_none=True)
+    createdAt = fields.String()
+    startedAt = fields.String(allow_none=True)
+    finishedAt = fields.String(allow_none=True)
+
+
+class EmailJobAcceptedSchema(Schema):
+    jobId = fields.String(required=True)
+    status = fields.String(required=True)
+    total = fields.Integer(required=True, metadata={"description": "messages queued (after de-duplication)"})
+    statusUrl = fields.String(required=True)
+
+
+class JobEnvelopeSchema(Schema):
+    job = fields.Nested(EmailJobSchema, required=True)
+
+
+class DeliverySchema(Schema):
+    seq = fields.Integer(required=True)
+    to = fields.String(required=True)
+    status = fields.String(required=True, metadata={"description": "pending, sending, sent, failed"})
+    attempts = fields.Integer()
+    smtpCode = fields.Integer(allow_none=True)
+    error = fields.String(allow_none=True)
+    sentAt = fields.String(allow_none=True)
+
+
+class DeliveryListSchema(Schema):
+    recipients = fields.List(fields.Nested(DeliverySchema), required=True)
+    nextCursor = fields.Integer(allow_none=True, metadata={"description": "pass as `after` for the next page"})
+
+
+class DeliveryQuerySchema(Schema):
+    status = fields.String(validate=validate.OneOf(("pending", "sending", "sent", "failed")))
+    after = fields.Integer(validate=validate.Range(min=-1))
+    limit = fields.Integer(load_default=100, validate=validate.Range(min=1, max=1000))
+
+
+# --------------------------------------------------------------------------- newsletter
+
+
+class SubscribeSchema(Schema):
+    class Meta:
+        unknown = RAISE
+
+    email = fields.Email(required=True, validate=validate.Length(max=320))
+    name = fields.String(allow_none=True, validate=validate.Length(max=200))
+    source = fields.String(allow_none=True, validate=validate.Length(max=100),
+                           metadata={"description": "where the subscription came from (free text)"})
+
+
+class SubscriberSchema(Schema):
+    id = fields.String(required=True)
+    email = fields.String(required=True)
+    name = fields.String(allow_none=True)
+    status = fields.String(required=True, metadata={"description": "active or unsubscribed"})
+    source = fields.String(allow_none=True)
+    createdAt = fields.String()
+    updatedAt = fields.String()
+    unsubscribedAt = fields.String(allow_none=True)
+
+
+class SubscriberEnvelopeSchema(Schema):
+    subscriber = fields.Nested(SubscriberSchema, required=True)
+
+
+class SubscriberListSchema(Schema):
+    subscribers = fields.List(fields.Nested(SubscriberSchema), required=True)
+    nextCursor = fields.String(allow_none=True, metadata={"description": "pass as `after` for the next page"})
+
+
+class SubscriberQuerySchema(Schema):
+    status = fields.String(validate=validate.OneOf(("active", "unsubscribed")))
+    after = fields.String(validate=validate.Length(max=320))
+    limit = fields.Integer(load_default=100, validate=validate.Range(min=1, max=1000))
+
+
+class IssueRequestSchema(Schema):
+    class Meta:
+        unknown = RAISE
+
+    subject = fields.String(required=True, validate=validate.Length(min=1, max=998))
+    body = fields.String(required=True, validate=validate.Length(min=1, max=MAX_BODY_CHARS))
+
+    @validates("subject")
+    def _single_line(self, value: str, **_kwargs) -> None:
+        if "\r" in value or "\n" in value:
+            raise ValidationError("Subject must be a single line.")
+
+
+class IssueListSchema(Schema):
+    issues = fields.List(fields.Nested(EmailJobSchema), required=True)
+
+
+class TokenQuerySchema(Schema):
+    token = fields.String(required=True, validate=validate.Length(min=1, max=2000))
+
+
+class UnsubscribedSchema(Schema):
+    success = fields.Boolean(required=True)
+    email = fields.String(required=True)
+    status = fields.String(required=True)

@@ -188,11 +188,11 @@ def seed_org(payload: Any) -> dict[str, Any]:
         session = db.session
         org_created = session.execute(insert(Organization).values(
             id=org_id, title=org_in["title"], main_domain=org_id, product=product, created_at=utcnow())
-            .on_conflict_do_nothing()).rowcount == 1
+            .on_conflict_do_nothing().returning(Organization.id)).first() is not None
         user_created = session.execute(insert(User).values(
             id=new_id(), org_id=org_id, email=email, first_name=admin_in["firstName"],
             last_name=admin_in["lastName"], role="admin", created_at=utcnow())
-            .on_conflict_do_nothing(index_elements=["org_id", "email"])).rowcount == 1
+            .on_conflict_do_nothing(index_elements=["org_id", "email"]).returning(User.id)).first() is not None
         user = session.scalars(select(User).where(User.org_id == org_id, func.lower(User.email) == email)).one()
         org = session.get(Organization, org_id)
         sync_builtin_artifacts(session)
