@@ -156,3 +156,15 @@ class Unsubscribe(MethodView):
             return Response(f"<!doctype html><meta charset=utf-8><p>{html.escape(sub.email)} is unsubscribed.</p>",
                             mimetype="text/html")
         return {"success": True, "email": sub.email, "status": sub.status}
+
+
+def _refuse_nul_in_path():
+    """An id with a NUL character cannot exist (PostgreSQL text cannot hold one): not found."""
+    from app.errors import NotFound
+
+    if any("\x00" in str(value) for value in (request.view_args or {}).values()):
+        raise NotFound("The requested resource was not found.")
+
+
+for _blp in (blp, newsletter_blp):
+    _blp.before_request(_refuse_nul_in_path)

@@ -2,6 +2,8 @@
 
 from marshmallow import RAISE, Schema, ValidationError, fields, validate, validates, validates_schema
 
+from app.agents.fields import NulFree  # no NUL characters anywhere in the input (PostgreSQL cannot store them)
+
 MAX_RECIPIENTS = 50
 MAX_BODY_CHARS = 1_000_000
 
@@ -31,7 +33,7 @@ class SendEmailResponseSchema(Schema):
 # --------------------------------------------------------------------------- bulk send
 
 
-class BulkMessageSchema(Schema):
+class BulkMessageSchema(NulFree):
     class Meta:
         unknown = RAISE
 
@@ -48,7 +50,7 @@ class BulkMessageSchema(Schema):
 MAX_BULK = 10_000
 
 
-class BulkSendRequestSchema(Schema):
+class BulkSendRequestSchema(NulFree):
     """Either `messages` (each its own recipient, subject, body) or one `subject` + `body` to `recipients`."""
 
     class Meta:
@@ -118,7 +120,7 @@ class DeliveryListSchema(Schema):
     nextCursor = fields.Integer(allow_none=True, metadata={"description": "pass as `after` for the next page"})
 
 
-class DeliveryQuerySchema(Schema):
+class DeliveryQuerySchema(NulFree):
     status = fields.String(validate=validate.OneOf(("pending", "sending", "sent", "failed")))
     after = fields.Integer(validate=validate.Range(min=-1))
     limit = fields.Integer(load_default=100, validate=validate.Range(min=1, max=1000))
@@ -127,7 +129,7 @@ class DeliveryQuerySchema(Schema):
 # --------------------------------------------------------------------------- newsletter
 
 
-class SubscribeSchema(Schema):
+class SubscribeSchema(NulFree):
     class Meta:
         unknown = RAISE
 
@@ -157,13 +159,13 @@ class SubscriberListSchema(Schema):
     nextCursor = fields.String(allow_none=True, metadata={"description": "pass as `after` for the next page"})
 
 
-class SubscriberQuerySchema(Schema):
+class SubscriberQuerySchema(NulFree):
     status = fields.String(validate=validate.OneOf(("active", "unsubscribed")))
     after = fields.String(validate=validate.Length(max=320))
     limit = fields.Integer(load_default=100, validate=validate.Range(min=1, max=1000))
 
 
-class IssueRequestSchema(Schema):
+class IssueRequestSchema(NulFree):
     class Meta:
         unknown = RAISE
 
@@ -180,7 +182,7 @@ class IssueListSchema(Schema):
     issues = fields.List(fields.Nested(EmailJobSchema), required=True)
 
 
-class TokenQuerySchema(Schema):
+class TokenQuerySchema(NulFree):
     token = fields.String(required=True, validate=validate.Length(min=1, max=2000))
 
 

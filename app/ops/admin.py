@@ -13,6 +13,7 @@ from flask import request
 from flask.views import MethodView
 from marshmallow import Schema, fields, validate
 
+from app.agents.fields import NulFree
 from app.auth import require_role
 from app.extensions import Blueprint
 from app.ops import rollout as registry
@@ -84,7 +85,7 @@ class RolloutDetailSchema(Schema):
     nextCursor = fields.String(allow_none=True, metadata={"description": "pass as `after` for the next page"})
 
 
-class OutcomeQuerySchema(Schema):
+class OutcomeQuerySchema(NulFree):
     outcome = fields.String(validate=validate.OneOf(registry.OUTCOMES))
     after = fields.String(validate=validate.Length(max=200), metadata={"description": "orgId/product"})
     limit = fields.Integer(load_default=100, validate=validate.Range(min=1, max=1000))
@@ -141,3 +142,15 @@ class RolloutResume(MethodView):
     def post(self, rolloutId):
         """Continue a rollout that stopped (failed, or its worker was lost) from its cursor."""
         return registry.rollout_to_wire(registry.resume(rolloutId))
+
+
+def _refuse_nul_in_path():
+    """An id with a NUL character cannot exist (PostgreSQL text cannot hold one): not found."""
+    from app.errors import NotFound
+
+    if any("\x00" in str(value) for value in (request.view_args or {}).values()):
+        raise NotFound("The requested resource was not found.")
+
+
+for _blp in (blp,):
+    _blp.before_request(_refuse_nul_in_path)

@@ -53,6 +53,16 @@ DEFAULT_BATCH = 100
 # --------------------------------------------------------------------------- registry & publish
 
 
+def current_artifacts_of(artifact_key: str) -> Artifact:
+    """The registry row `kind.name` (synced with the release's built-ins first)."""
+    sync_builtin_artifacts(db.session)
+    db.session.commit()
+    artifact = db.session.get(Artifact, artifact_key)
+    if artifact is None:
+        raise NotFound(f"Artifact {artifact_key} not found.")
+    return artifact
+
+
 def artifact_to_wire(a: Artifact) -> dict[str, Any]:
     return {"id": a.id, "kind": a.kind, "name": a.name, "artifactVersion": a.artifact_version,
             "definition": a.payload, "updatedAt": a.updated_at.isoformat() if a.updated_at else None}
@@ -117,10 +127,13 @@ def publish(doc: Any, *, created_by: str | None = None, rollout: bool = True) ->
 
     `doc` is `{kind, name, artifactVersion, definition}`; artifactVersion must be above the current
     one (409 otherwise)."""
+    from app.agents.fields import contains_nul
     from app.errors import Conflict
 
     if not isinstance(doc, dict):
         raise _invalid({"body": ["must be an object {kind, name, artifactVersion, definition}"]})
+    if contains_nul(doc):
+        raise _invalid({"body": ["text must not contain NUL (\\u0000) characters"]})
     problems: dict[str, list[str]] = {}
     kind, name, version, definition = (doc.get("kind"), doc.get("name"), doc.get("artifactVersion"),
                                        doc.get("definition"))

@@ -16,10 +16,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from flask import current_app, g
-from marshmallow import RAISE, Schema, ValidationError, fields, validate, validates
+from marshmallow import RAISE, ValidationError, fields, validate, validates
 from sqlalchemy import func, select, text
 from sqlalchemy.dialects.postgresql import insert
 
+from app.agents.fields import NulFree
 from app.db import db, product_slug, schema_for
 from app.errors import ApiError, ValidationFailed
 from app.ops.artifacts import BUILTIN, artifact_id
@@ -37,7 +38,7 @@ SYSTEM_USER = "platform"
 # --------------------------------------------------------------------------- request shape
 
 
-class _Strict(Schema):
+class _Strict(NulFree):
     class Meta:
         unknown = RAISE
 
