@@ -7,13 +7,13 @@ without re-serialising 1 000 nested agents per request.
 
 from __future__ import annotations
 
-from flask import Response, request
+from flask import Response
 from flask.views import MethodView
 
 from app.agents import schemas as s
+from app.agents.fields import refuse_nul_in_path
 from app.agents.services import agents, skills, subagents, tools, widgets
 from app.auth import require_scopes
-from app.errors import NotFound
 from app.extensions import Blueprint, SuccessSchema
 
 # Path variables keep the spec's names (agentId, toolDefId, …) so the OpenAPI paths match it.
@@ -30,14 +30,8 @@ widgets_blp = Blueprint("widgets", __name__, url_prefix="/api/v1", description="
 blueprints = [agents_blp, skills_blp, tools_blp, subagents_blp, widgets_blp]
 
 
-def _refuse_nul_in_path():
-    # an id with a NUL character cannot exist (PostgreSQL text cannot hold one): not found
-    if any("\x00" in str(value) for value in (request.view_args or {}).values()):
-        raise NotFound("The requested resource was not found.")
-
-
 for _blp in blueprints:
-    _blp.before_request(_refuse_nul_in_path)
+    _blp.before_request(refuse_nul_in_path)
 
 
 def _json(body: str, status: int = 200) -> Response:

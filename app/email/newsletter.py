@@ -127,8 +127,8 @@ def unsubscribe_url(product: str, org_id: str, subscriber_id: str) -> str:
     return f"{base}{UNSUBSCRIBE_PATH}?token={quote(unsubscribe_token(product, org_id, subscriber_id))}"
 
 
-def unsubscribe_by_token(token: str) -> NewsletterSubscriber:
-    """One-click unsubscribe (no login): the token names product, org and subscriber."""
+def subscriber_by_token(token: str, *, unsubscribe: bool = False) -> NewsletterSubscriber:
+    """The subscriber a signed link names (no login); with `unsubscribe`, unsubscribed (idempotent)."""
     from app.tenancy import products
 
     product, org_id, subscriber_id = read_token(token)
@@ -138,20 +138,8 @@ def unsubscribe_by_token(token: str) -> NewsletterSubscriber:
             NewsletterSubscriber.org_id == org_id, NewsletterSubscriber.id == subscriber_id)).first()
         if sub is None:
             raise NotFound("Subscriber not found.")
-        _mark_unsubscribed(sub)
-    return sub
-
-
-def subscriber_by_token(token: str) -> NewsletterSubscriber:
-    product, org_id, subscriber_id = read_token(token)
-    from app.tenancy import products
-
-    products.require(product)
-    with db.product_session(product) as session:
-        sub = session.scalars(select(NewsletterSubscriber).where(
-            NewsletterSubscriber.org_id == org_id, NewsletterSubscriber.id == subscriber_id)).first()
-    if sub is None:
-        raise NotFound("Subscriber not found.")
+        if unsubscribe:
+            _mark_unsubscribed(sub)
     return sub
 
 

@@ -7,6 +7,7 @@ import html
 from flask import Response, current_app, request
 from flask.views import MethodView
 
+from app.agents.fields import refuse_nul_in_path
 from app.auth import require_scopes
 from app.email import bulk, newsletter
 from app.email import schemas as s
@@ -151,20 +152,12 @@ class Unsubscribe(MethodView):
     @newsletter_blp.doc(security=[])
     def post(self, args):
         """Unsubscribe (RFC 8058 one-click: `List-Unsubscribe=One-Click` form body); idempotent."""
-        sub = newsletter.unsubscribe_by_token(args["token"])
+        sub = newsletter.subscriber_by_token(args["token"], unsubscribe=True)
         if request.accept_mimetypes.best == "text/html":
             return Response(f"<!doctype html><meta charset=utf-8><p>{html.escape(sub.email)} is unsubscribed.</p>",
                             mimetype="text/html")
         return {"success": True, "email": sub.email, "status": sub.status}
 
 
-def _refuse_nul_in_path():
-    """An id with a NUL character cannot exist (PostgreSQL text cannot hold one): not found."""
-    from app.errors import NotFound
-
-    if any("\x00" in str(value) for value in (request.view_args or {}).values()):
-        raise NotFound("The requested resource was not found.")
-
-
 for _blp in (blp, newsletter_blp):
-    _blp.before_request(_refuse_nul_in_path)
+    _blp.before_request(refuse_nul_in_path)

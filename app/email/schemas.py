@@ -1,11 +1,21 @@
 """Wire shapes of the email routes (spec: SendEmailRequest, SendEmailResponse)."""
 
-from marshmallow import RAISE, Schema, ValidationError, fields, validate, validates, validates_schema
+from marshmallow import RAISE, Schema, ValidationError, fields, validate, validates_schema
 
 from app.agents.fields import NulFree  # no NUL characters anywhere in the input (PostgreSQL cannot store them)
 
 MAX_RECIPIENTS = 50
 MAX_BODY_CHARS = 1_000_000
+
+
+def _single_line(value: str) -> None:
+    if "\r" in value or "\n" in value:  # header injection
+        raise ValidationError("Subject must be a single line.")
+
+
+def subject_field(**kwargs) -> fields.String:
+    """An email subject: 1–998 characters on one line (a CR/LF would inject headers)."""
+    return fields.String(validate=[validate.Length(min=1, max=998), _single_line], **kwargs)
 
 
 class SendEmailRequestSchema(Schema):
@@ -15,14 +25,9 @@ class SendEmailRequestSchema(Schema):
     to = fields.List(fields.Email(), required=True,
                      validate=validate.Length(min=1, max=MAX_RECIPIENTS),
                      metadata={"description": f"1–{MAX_RECIPIENTS} recipient addresses"})
-    subject = fields.String(required=True, validate=validate.Length(min=1, max=998))
+    subject = subject_field(required=True)
     body = fields.String(required=True, validate=validate.Length(min=1, max=MAX_BODY_CHARS),
                          metadata={"description": "Already-rendered HTML or plain text"})
-
-    @validates("subject")
-    def _single_line(self, value: str, **_kwargs) -> None:
-        if "\r" in value or "\n" in value:  # header injection
-            raise ValidationError("Subject must be a single line.")
 
 
 class SendEmailResponseSchema(Schema):
@@ -38,13 +43,8 @@ class BulkMessageSchema(NulFree):
         unknown = RAISE
 
     to = fields.Email(required=True, metadata={"description": "one recipient address"})
-    subject = fields.String(required=True, validate=validate.Length(min=1, max=998))
+    subject = subject_field(required=True)
     body = fields.String(required=True, validate=validate.Length(min=1, max=MAX_BODY_CHARS))
-
-    @validates("subject")
-    def _single_line(self, value: str, **_kwargs) -> None:
-        if "\r" in value or "\n" in value:
-            raise ValidationError("Subject must be a single line.")
 
 
 MAX_BULK = 10_000
@@ -60,13 +60,8 @@ class BulkSendRequestSchema(NulFree):
                            metadata={"description": f"1–{MAX_BULK} messages, each to one address"})
     recipients = fields.List(fields.Email(), validate=validate.Length(min=1, max=MAX_BULK),
                              metadata={"description": f"1–{MAX_BULK} addresses (duplicates sent once)"})
-    subject = fields.String(validate=validate.Length(min=1, max=998))
+    subject = subject_field()
     body = fields.String(validate=validate.Length(min=1, max=MAX_BODY_CHARS))
-
-    @validates("subject")
-    def _single_line(self, value: str, **_kwargs) -> None:
-        if "\r" in value or "\n" in value:
-            raise ValidationError("Subject must be a single line.")
 
     @validates_schema
     def _one_form(self, data, **_kwargs) -> None:
@@ -169,13 +164,8 @@ class IssueRequestSchema(NulFree):
     class Meta:
         unknown = RAISE
 
-    subject = fields.String(required=True, validate=validate.Length(min=1, max=998))
+    subject = subject_field(required=True)
     body = fields.String(required=True, validate=validate.Length(min=1, max=MAX_BODY_CHARS))
-
-    @validates("subject")
-    def _single_line(self, value: str, **_kwargs) -> None:
-        if "\r" in value or "\n" in value:
-            raise ValidationError("Subject must be a single line.")
 
 
 class IssueListSchema(Schema):

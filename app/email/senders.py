@@ -88,13 +88,7 @@ class SmtpEmailSender(EmailSender):
 
     def send(self, message: EmailMessage) -> SendResult:
         try:
-            with smtplib.SMTP(self.host, self.port, timeout=self.timeout) as smtp:
-                smtp.ehlo()
-                if self.starttls:
-                    smtp.starttls(context=ssl.create_default_context())
-                    smtp.ehlo()
-                if self.username:
-                    smtp.login(self.username, self.password)
+            with self.connect() as smtp:
                 refused = smtp.send_message(message)
         except smtplib.SMTPRecipientsRefused as exc:
             return SendResult(False, f"All recipients were refused: {', '.join(sorted(exc.recipients))}.",

@@ -13,7 +13,7 @@ from flask import request
 from flask.views import MethodView
 from marshmallow import Schema, fields, validate
 
-from app.agents.fields import NulFree
+from app.agents.fields import NulFree, refuse_nul_in_path
 from app.auth import require_role
 from app.extensions import Blueprint
 from app.ops import rollout as registry
@@ -144,13 +144,4 @@ class RolloutResume(MethodView):
         return registry.rollout_to_wire(registry.resume(rolloutId))
 
 
-def _refuse_nul_in_path():
-    """An id with a NUL character cannot exist (PostgreSQL text cannot hold one): not found."""
-    from app.errors import NotFound
-
-    if any("\x00" in str(value) for value in (request.view_args or {}).values()):
-        raise NotFound("The requested resource was not found.")
-
-
-for _blp in (blp,):
-    _blp.before_request(_refuse_nul_in_path)
+blp.before_request(refuse_nul_in_path)

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import hmac
 
-from flask import current_app, g, request
+from flask import current_app, g, jsonify, request
 from flask.views import MethodView
 
+from app.agents.fields import refuse_nul_in_path
 from app.errors import Forbidden, Unauthorized
 from app.extensions import Blueprint
-from app.ops.schemas import SeedReportSchema
+from app.ops.schemas import SeedQueuedSchema, SeedReportSchema, SeedStatusQuerySchema, SeedStatusSchema
 from app.ops.seeding import SeedRequestSchema
 
 blp = Blueprint("internal", __name__, url_prefix="/internal",
@@ -46,6 +47,7 @@ def authenticate_internal() -> None:
 
 
 blp.before_request(authenticate_internal)
+blp.before_request(refuse_nul_in_path)
 
 
 @blp.route("/seed")
@@ -53,14 +55,44 @@ class Seed(MethodView):
     @blp.arguments(SeedRequestSchema)
     @blp.response(200, SeedReportSchema, description="Nothing new was created (already seeded)")
     @blp.alt_response(201, schema=SeedReportSchema, description="Something was created")
+    @blp.alt_response(202, schema=SeedQueuedSchema, description="With `Prefer: respond-async`: seed.org queued")
     @blp.doc(security=[{"internalToken": []}, {"bearerAuth": []}])
     def post(self, data):
         """Seed an organization: org, admin user and the 15 platform artifacts (idempotent).
 
         The body is checked field by field (400 names `org.mainDomain`, `admin.email`, …). The org id
         is the lower-cased `mainDomain`. A second call creates nothing and answers 200 with every
-        artifact `existing`; another `product` provisions that product for the same org (201)."""
-        from app.ops.seeding import seed_org
+        artifact `existing`; another `product` provisions that product for the same org (201).
+        With `Prefer: respond-async` the `seed.org` task is queued instead (202, follow `statusUrl`)."""
+        from app.ops.seeding import org_id_for, seed_org
+        from app.ops.tasks import seed_org_task
 
+        if wants_async():
+            result = seed_org_task.apply_async(kwargs=data)
+            org_id, product = org_id_for(data["org"]["mainDomain"]), data["org"]["product"]
+            url = f"/internal/seed/{org_id}?product={product}"
+            response = jsonify({"taskId": result.id, "orgId": org_id, "product": product, "status": "queued",
+                                "statusUrl": url})
+            response.status_code = 202
+            response.headers.update({"Location": url, "Preference-Applied": "respond-async"})
+            return response
         report = seed_org(data)
         return report, 201 if report["created"] else 200
+
+
+@blp.route("/seed/<string:orgId>")
+class SeedStatus(MethodView):
+    @blp.arguments(SeedStatusQuerySchema, location="query")
+    @blp.response(200, SeedStatusSchema)
+    @blp.doc(security=[{"internalToken": []}, {"bearerAuth": []}])
+    def get(self, args, orgId):
+        """What the org holds in `product` (default product when omitted): every registry artifact,
+        `existing` (with the org's version and forkedFromVersion) or `missing`."""
+        from app.ops.seeding import seed_status
+
+        return seed_status(orgId.lower(), args.get("product") or current_app.config["DEFAULT_PRODUCT"])
+
+
+def wants_async() -> bool:
+    prefer = request.headers.get("Prefer", "")
+    return any(t.strip().split(";")[0].strip().lower() == "respond-async" for t in prefer.split(","))

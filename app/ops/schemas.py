@@ -1,6 +1,8 @@
 """Wire shapes of the operations routes."""
 
-from marshmallow import Schema, fields
+from marshmallow import Schema, fields, validate
+
+from app.agents.fields import NulFree
 
 
 class IdentitySchema(Schema):
@@ -39,7 +41,7 @@ class SeedArtifactLineSchema(Schema):
     objectId = fields.String(allow_none=True, metadata={"description": "the org's object (agent id, …)"})
     artifactVersion = fields.Integer(required=True)
     forkedFromVersion = fields.Integer()
-    status = fields.String(required=True, metadata={"description": "created, existing or conflict"})
+    status = fields.String(required=True, metadata={"description": "created, existing, conflict (seeding) or missing (status)"})
     detail = fields.String()
 
 
@@ -61,3 +63,24 @@ class SeedReportSchema(Schema):
     admin = fields.Nested(SeedAdminReportSchema, required=True)
     artifacts = fields.List(fields.Nested(SeedArtifactLineSchema), required=True)
     summary = fields.Nested(SeedSummarySchema)
+
+
+class SeedQueuedSchema(Schema):
+    taskId = fields.String(required=True)
+    orgId = fields.String(required=True)
+    product = fields.String(required=True)
+    status = fields.String(required=True)
+    statusUrl = fields.String(required=True)
+
+
+class SeedStatusQuerySchema(NulFree):
+    product = fields.String(validate=validate.Regexp(r"^[a-z][a-z0-9_]{0,39}$"))
+
+
+class SeedStatusSchema(Schema):
+    orgId = fields.String(required=True)
+    title = fields.String()
+    mainDomain = fields.String()
+    product = fields.String(required=True)
+    artifacts = fields.List(fields.Nested(SeedArtifactLineSchema), required=True)
+    summary = fields.Dict(keys=fields.String(), values=fields.Integer())

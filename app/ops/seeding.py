@@ -218,6 +218,28 @@ def seed_org(payload: Any) -> dict[str, Any]:
     }
 
 
+def seed_status(org_id: str, product: str) -> dict[str, Any]:
+    """What an org holds in a product: every registry artifact, `existing` or `missing` (not yet
+    provisioned), with the org's version and fork marker."""
+    from app.errors import NotFound
+
+    session = db.session
+    org = session.get(Organization, org_id)
+    if org is None:
+        raise NotFound(f"Organization '{org_id}' not found.")
+    rows = {r.artifact_id: r for r in session.scalars(select(OrgArtifact).where(
+        OrgArtifact.org_id == org_id, OrgArtifact.product == product))}
+    lines = []
+    for artifact in current_artifacts(session):
+        row = rows.get(artifact.id)
+        lines.append(_line(artifact, row.object_id, row.artifact_version, "existing", row.forked_from_version)
+                     if row else _line(artifact, None, artifact.artifact_version, "missing"))
+    return {"orgId": org_id, "title": org.title, "mainDomain": org.main_domain, "product": product,
+            "artifacts": lines, "summary": {"total": len(lines),
+                                            "existing": sum(1 for x in lines if x["status"] == "existing"),
+                                            "missing": sum(1 for x in lines if x["status"] == "missing")}}
+
+
 def provision_one(artifact: Artifact, org_id: str, product: str) -> dict:
     """Provision one artifact into the org unless it already is; returns its line of the report."""
     with tenant_context(org_id, product):

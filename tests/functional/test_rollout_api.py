@@ -9,23 +9,10 @@ import uuid
 
 import pytest
 
-from tests.functional.test_seed_api import HDR, INTERNAL, body, domain
+from tests.functional.test_seed_api import HDR, body, domain
 from tests.support import bearer, token
 
 ADMIN_ARTIFACTS = "/api/v1/admin/artifacts"
-
-
-@pytest.fixture(scope="module")
-def seed_app(database_url):
-    from app import create_app
-    from tests.conftest import app_config
-
-    return create_app(app_config(database_url, INTERNAL_API_TOKEN=INTERNAL))
-
-
-@pytest.fixture()
-def seed_client(seed_app):
-    return seed_app.test_client()
 
 
 @pytest.fixture()

@@ -11,10 +11,10 @@ import uuid
 import pytest
 
 from tests.conftest import ROOT
+from tests.functional.conftest import INTERNAL
 from tests.support import bearer, token
 
 SEED = "/internal/seed"
-INTERNAL = "internal-token-" + "y" * 32
 
 
 def body(domain: str, product: str = "default", email: str = "admin@example.com") -> dict:
@@ -24,19 +24,6 @@ def body(domain: str, product: str = "default", email: str = "admin@example.com"
 
 def domain() -> str:
     return f"acme-{uuid.uuid4().hex[:10]}.example.com"
-
-
-@pytest.fixture(scope="module")
-def seed_app(database_url):
-    from app import create_app
-    from tests.conftest import app_config
-
-    return create_app(app_config(database_url, INTERNAL_API_TOKEN=INTERNAL))
-
-
-@pytest.fixture()
-def seed_client(seed_app):
-    return seed_app.test_client()
 
 
 HDR = {"X-Internal-Token": INTERNAL}
@@ -203,3 +190,30 @@ def test_celery_cli_call_with_a_real_worker(celery_worker, database_url, redis_u
                 OrgArtifact.org_id == d)) == 15 and db.session.get(Organization, d) is not None
 
     wait_for(provisioned, timeout=90)
+
+
+def test_respond_async_queues_seed_org_and_status_shows_the_result(seed_client):
+    """`Prefer: respond-async` → 202 with the queued seed.org task; GET /internal/seed/{orgId} shows
+    what the org holds (inline here: without a broker the task runs at once)."""
+    from app.extensions import celery_app
+
+    d = domain()
+    status_url = f"/internal/seed/{d}?product=default"
+    assert seed_client.get(status_url, headers=HDR).status_code == 404
+    eager = celery_app.conf.task_always_eager
+    celery_app.conf.task_always_eager = True
+    try:
+        resp = seed_client.post(SEED, json=body(d), headers={**HDR, "Prefer": "respond-async"})
+    finally:
+        celery_app.conf.task_always_eager = eager
+    assert resp.status_code == 202, resp.get_json()
+    queued = resp.get_json()
+    assert queued["orgId"] == d and queued["statusUrl"] == status_url and queued["taskId"]
+    status = seed_client.get(status_url, headers=HDR)
+    assert status.status_code == 200
+    assert status.get_json()["summary"] == {"total": 15, "existing": 15, "missing": 0}
+    other = seed_client.get(f"/internal/seed/{d}?product=other", headers=HDR).get_json()
+    assert other["summary"]["missing"] == 15
+    assert seed_client.get(status_url).status_code == 401
+    assert seed_client.get(f"/internal/seed/{d}?product=Bad!", headers=HDR).status_code == 400
+    assert seed_client.get("/internal/seed/a%00b", headers=HDR).status_code == 404
