@@ -41,7 +41,8 @@ class SeedArtifactLineSchema(Schema):
     objectId = fields.String(allow_none=True, metadata={"description": "the org's object (agent id, …)"})
     artifactVersion = fields.Integer(required=True)
     forkedFromVersion = fields.Integer()
-    status = fields.String(required=True, metadata={"description": "created, existing, conflict (seeding) or missing (status)"})
+    status = fields.String(required=True, metadata={
+        "description": "created, existing, conflict (seeding) or missing (status)"})
     detail = fields.String()
 
 
