@@ -275,3 +275,40 @@ def test_rollout_on_a_real_worker(celery_worker, seed_app, registry):
     assert done.counts["updated"] >= 3
     got = client.get("/api/v1/agents/by-name?name=researcher", headers=org_admin(orgs[0])).get_json()["agent"]
     assert got["title"] == new["title"]
+
+
+def test_one_org_failing_does_not_stop_the_rollout(seed_app, seed_client, registry, monkeypatch):
+    from app.db import db
+    from app.ops import rollout as registry_mod
+    from app.ops.models import Artifact, Rollout, RolloutOutcome
+
+    bad, good = domain(), domain()
+    seed(seed_client, bad)
+    seed(seed_client, good)
+    real = registry_mod.REPLACERS["skill"]
+
+    def flaky(artifact, row):
+        if row.org_id == bad:
+            raise RuntimeError("disk on fire")
+        return real(artifact, row)
+
+    monkeypatch.setitem(registry_mod.REPLACERS, "skill", flaky)
+    art = current(seed_client, "skill.email-drafting")
+    with seed_app.app_context():
+        registry_mod.publish({"kind": "skill", "name": "email-drafting",
+                              "artifactVersion": art["artifactVersion"] + 1,
+                              "definition": dict(art["definition"], title="Drafting 2")}, rollout=False)
+        rollout = registry_mod.start_rollout(db.session, db.session.get(Artifact, "skill.email-drafting"))
+        db.session.info.pop("_pending_tasks", None)
+        db.session.commit()
+        rid = rollout.id
+        assert registry_mod.run_rollout(rid) == "done"
+    with seed_app.app_context():
+        outcomes = {o.org_id: o for o in db.session.query(RolloutOutcome).filter_by(rollout_id=rid)}
+        assert outcomes[bad].outcome == "failed" and "disk on fire" in outcomes[bad].detail
+        assert outcomes[good].outcome == "updated"
+        assert db.session.get(Rollout, rid).counts["failed"] >= 1
+    # the failed org still has its old copy, unchanged and not marked forked
+    report = seed(seed_client, bad)
+    line = next(a for a in report["artifacts"] if a["id"] == "skill.email-drafting")
+    assert line["artifactVersion"] == art["artifactVersion"] and "forkedFromVersion" not in line
