@@ -24,7 +24,7 @@ import logging
 from typing import Any
 
 from marshmallow import ValidationError
-from sqlalchemy import Integer, func, select, tuple_, update
+from sqlalchemy import Integer, func, select, text, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 
 from app.db import db
@@ -33,12 +33,12 @@ from app.ops.artifacts import KINDS, artifact_id
 from app.ops.models import Artifact, OrgArtifact, Rollout, RolloutOutcome, utcnow
 from app.ops.seeding import (
     PROVISIONERS,
+    SEED_LOCK,
     SYSTEM_USER,
     agent_input,
     ensure_product,
     entity_input,
     flatten_errors,
-    org_lock,
     skill_input,
     storage_prefix,
     sync_builtin_artifacts,
@@ -221,9 +221,8 @@ def run_rollout(rollout_id: str, *, batch_size: int = DEFAULT_BATCH, max_batches
             _finish(session, rollout, "done")
             return "done"
         for org_id, product in pairs:
-            apply_to_org(rollout.id, artifact.id, org_id, product)
-        session.expire_all()
-        rollout = session.get(Rollout, rollout_id)
+            apply_to_org(rollout.id, artifact, org_id, product)
+        session.expire(rollout)  # progress was written by the per-org transactions; `artifact` stays as read
         batches += 1
     return "running"
 
@@ -238,12 +237,16 @@ def _finish(session, rollout: Rollout, status: str, error: str | None = None) ->
     session.commit()
 
 
-def apply_to_org(rollout_id: str, artifact_key: str, org_id: str, product: str) -> str:
-    """Bring one org's copy to the rollout's version (one transaction); returns the outcome."""
-    with org_lock(org_id, product), tenant_context(org_id, product):
+def apply_to_org(rollout_id: str, artifact: Artifact, org_id: str, product: str) -> str:
+    """Bring one org's copy to the rollout's version (one transaction); returns the outcome.
+
+    The org's seeding lock is taken for this transaction (`pg_advisory_xact_lock`, the key space of
+    `org_lock`), so seeding and a rollout never work on the same org at once."""
+    with tenant_context(org_id, product):
         session = db.session
-        artifact = session.get(Artifact, artifact_key)
-        row = session.get(OrgArtifact, (org_id, product, artifact_key), with_for_update=True)
+        session.execute(text("SELECT pg_advisory_xact_lock(:c, hashtext(:k))"),
+                        {"c": SEED_LOCK, "k": f"{org_id}/{product}"})
+        row = session.get(OrgArtifact, (org_id, product, artifact.id), with_for_update=True)
         try:
             outcome, detail = _decide_and_apply(artifact, row, org_id, product, rollout_id)
         except ApiError as exc:
