@@ -99,8 +99,8 @@ def _prepare_rollout_orgs(app) -> None:
 
     from app.agents.models import Agent
     from app.db import db
-    from app.ops.models import Artifact, OrgArtifact
     from app.ops.seeding import provision_one, sync_builtin_artifacts
+    from app.platform_models import Artifact, OrgArtifact
 
     with app.app_context():
         sync_builtin_artifacts(db.session)
@@ -119,8 +119,8 @@ def _prepare_rollout_orgs(app) -> None:
 
 def bench_rollout(app, client) -> list[list]:
     from app.db import db
-    from app.ops.models import Rollout
     from app.ops.rollout import current_artifacts_of, publish
+    from app.platform_models import Rollout
 
     _prepare_rollout_orgs(app)
     with app.app_context():

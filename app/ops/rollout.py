@@ -30,7 +30,6 @@ from sqlalchemy.dialects.postgresql import insert
 from app.db import db
 from app.errors import ApiError, NotFound, ValidationFailed
 from app.ops.artifacts import KINDS, artifact_id
-from app.ops.models import Artifact, OrgArtifact, Rollout, RolloutOutcome, utcnow
 from app.ops.seeding import (
     PROVISIONERS,
     SEED_LOCK,
@@ -44,6 +43,8 @@ from app.ops.seeding import (
     sync_builtin_artifacts,
     tenant_context,
 )
+from app.platform_models import Artifact, OrgArtifact, Rollout, RolloutOutcome
+from app.wire import utcnow
 
 log = logging.getLogger(__name__)
 OUTCOMES = ("updated", "forked", "added", "current", "missing", "failed")
@@ -347,17 +348,18 @@ def _replace_storage(artifact: Artifact, row: OrgArtifact) -> None:
 
 
 def _replace_entity(artifact: Artifact, row: OrgArtifact) -> None:
-    from app.entities import services
     from app.entities.models import EntityDefinition
+    from app.entities.services import definitions
+    from app.entities.services import views as view_service
 
     data, views = entity_input(artifact.payload)
     data.update(artifactVersion=artifact.artifact_version, forkedFromVersion=None, source="platform")
     current = db.session.get(EntityDefinition, row.object_id)
-    definition = services.update_definition(current.name, data, provenance=True, commit=True)
-    have = {v.name for v in services.list_views(definition)}
+    definition = definitions.update_definition(current.name, data, provenance=True, commit=True)
+    have = {v.name for v in view_service.list_views(definition)}
     for view in views:
         if view["name"] not in have:
-            services.create_view(definition, dict(view))
+            view_service.create_view(definition, dict(view))
 
 
 def _replace_skill(artifact: Artifact, row: OrgArtifact) -> None:

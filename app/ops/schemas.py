@@ -14,17 +14,6 @@ class IdentitySchema(Schema):
     product = fields.String(required=True)
 
 
-class HealthCheckSchema(Schema):
-    status = fields.String(required=True)
-    error = fields.String()
-    latencyMs = fields.Float()
-
-
-class HealthSchema(Schema):
-    status = fields.String(required=True, metadata={"description": "ok or degraded"})
-    checks = fields.Dict(keys=fields.String(), values=fields.Nested(HealthCheckSchema))
-
-
 class SeedAdminReportSchema(Schema):
     id = fields.String(required=True)
     email = fields.String(required=True)

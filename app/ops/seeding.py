@@ -24,8 +24,9 @@ from app.agents.fields import NulFree
 from app.db import db, product_slug, schema_for
 from app.errors import ApiError, ValidationFailed
 from app.ops.artifacts import BUILTIN, artifact_id
-from app.ops.models import Artifact, Organization, OrgArtifact, User, new_id, utcnow
-from app.tenancy import Tenant, products
+from app.platform_models import Artifact, Organization, OrgArtifact, User
+from app.tenancy import Tenant
+from app.wire import new_id, utcnow
 
 log = logging.getLogger(__name__)
 _DOMAIN = re.compile(r"^(?=.{1,253}$)(?!-)[a-z0-9-]{1,63}(?<!-)(\.(?!-)[a-z0-9-]{1,63}(?<!-))+$")
@@ -171,7 +172,6 @@ def ensure_product(product: str) -> None:
             lock_conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": ADVISORY_LOCK})
             lock_conn.commit()
     current_app.extensions.setdefault("_seed_migrated", set()).add(product)
-    products.invalidate()
 
 
 def seed_org(payload: Any) -> dict[str, Any]:
@@ -306,16 +306,17 @@ def entity_input(definition: dict) -> tuple[dict, list[dict]]:
 
 
 def _provision_entity(artifact: Artifact, org_id: str, product: str) -> str:
-    from app.entities import services
+    from app.entities.services import definitions
+    from app.entities.services import views as view_service
 
     data, views = entity_input(artifact.payload)
     data.update(artifactVersion=artifact.artifact_version, forkedFromVersion=None, source="platform")
-    definition = services.create_definition(data, provenance=True, commit=False)
+    definition = definitions.create_definition(data, provenance=True, commit=False)
     record(artifact, org_id, product, definition.id)
     if not views:
         db.session.commit()
     for view in views:
-        services.create_view(definition, dict(view))  # the first commit carries the definition + row
+        view_service.create_view(definition, dict(view))  # the first commit carries the definition + row
     return definition.id
 
 

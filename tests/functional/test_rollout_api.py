@@ -32,7 +32,7 @@ def registry(seed_app):
     from sqlalchemy import delete, insert, select
 
     from app.db import db
-    from app.ops.models import Artifact
+    from app.platform_models import Artifact
 
     with seed_app.app_context():
         cols = Artifact.__table__.columns
@@ -200,8 +200,8 @@ def test_rollout_resumes_from_its_cursor(seed_app, seed_client, registry):
     with seed_app.app_context():
         _, rollout = publish({"kind": "skill", "name": "summarize", "artifactVersion": art["artifactVersion"] + 1,
                               "definition": new}, rollout=False)
-        from app.ops.models import Artifact
         from app.ops.rollout import start_rollout
+        from app.platform_models import Artifact
 
         rollout = start_rollout(db.session, db.session.get(Artifact, "skill.summarize"))
         db.session.info.pop("_pending_tasks", None)  # the test drives the rollout by hand
@@ -209,7 +209,7 @@ def test_rollout_resumes_from_its_cursor(seed_app, seed_client, registry):
         rid, total = rollout.id, rollout.total
         assert run_rollout(rid, batch_size=2, max_batches=1) == "running"
     with seed_app.app_context():
-        from app.ops.models import Rollout
+        from app.platform_models import Rollout
 
         stopped = db.session.get(Rollout, rid)
         assert sum(stopped.counts.values()) == 2 and stopped.cursor_org
@@ -218,7 +218,7 @@ def test_rollout_resumes_from_its_cursor(seed_app, seed_client, registry):
     with seed_app.app_context():
         from sqlalchemy import func, select
 
-        from app.ops.models import RolloutOutcome
+        from app.platform_models import RolloutOutcome
 
         done = db.session.get(Rollout, rid)
         outcomes = db.session.scalar(select(func.count()).select_from(RolloutOutcome).where(
@@ -251,8 +251,8 @@ def test_cli_publish_and_status(seed_app, seed_client, registry, tmp_path, eager
 def test_rollout_on_a_real_worker(celery_worker, seed_app, registry):
     """With Redis, publishing queues seed.rollout; the worker walks the orgs in batches."""
     from app.db import db
-    from app.ops.models import Rollout
     from app.ops.rollout import publish
+    from app.platform_models import Rollout
     from tests.conftest import wait_for
 
     client = seed_app.test_client()
@@ -280,7 +280,7 @@ def test_rollout_on_a_real_worker(celery_worker, seed_app, registry):
 def test_one_org_failing_does_not_stop_the_rollout(seed_app, seed_client, registry, monkeypatch):
     from app.db import db
     from app.ops import rollout as registry_mod
-    from app.ops.models import Artifact, Rollout, RolloutOutcome
+    from app.platform_models import Artifact, Rollout, RolloutOutcome
 
     bad, good = domain(), domain()
     seed(seed_client, bad)

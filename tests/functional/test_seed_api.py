@@ -169,7 +169,7 @@ def test_flask_seed_org_cli(seed_app):
 
 def test_celery_cli_call_with_a_real_worker(celery_worker, database_url, redis_url, seed_app):
     """`celery -A workers call seed.org --kwargs '{...}'` is picked up by a worker on the seed queue."""
-    from app.ops.models import Organization, OrgArtifact
+    from app.platform_models import Organization, OrgArtifact
     from tests.conftest import CELERY_KEY_PREFIX, TEST_SECRET, TEST_VAR_DIR, wait_for
 
     d = domain()
