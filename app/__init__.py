@@ -67,10 +67,11 @@ def create_app(overrides: dict[str, Any] | None = None) -> Flask:
     register_error_handlers(app)
     # 5. cross-domain hooks, per app (nothing is installed by importing a module)
     _install_hooks(app)
-    # 6. request pipeline: request id, authentication, CORS
+    # 6. request pipeline: request id, authentication, authorization, the NUL-in-path rule, CORS
     app.before_request(_assign_request_id)
     app.before_request(authenticate_request)
     app.before_request(authorize_request)
+    app.before_request(_refuse_nul_in_path)
     app.after_request(_finish_response)
     _register_cli(app)
     return app
@@ -148,6 +149,17 @@ def _register_cli(app: Flask) -> None:
 def _assign_request_id() -> None:
     incoming = request.headers.get("X-Request-ID", "")
     g.request_id = incoming if _SANE_REQUEST_ID.match(incoming) else uuid.uuid4().hex
+
+
+def _refuse_nul_in_path() -> None:
+    """The one rule for a NUL character in the URL path (DESIGN §5), for every route: 400
+    INVALID_INPUT. PostgreSQL text cannot hold NUL, so such a path can name nothing; answering before
+    any route runs means no domain needs a check of its own. Runs after authentication and
+    authorization, so an anonymous caller still gets 401 on /api/v1."""
+    if "\x00" in request.path:
+        from app.errors import InvalidInput
+
+        raise InvalidInput("The URL path must not contain the NUL character (%00).")
 
 
 def _finish_response(response):

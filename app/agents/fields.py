@@ -85,17 +85,6 @@ def contains_nul(value: Any) -> bool:
     return False
 
 
-def refuse_nul_in_path() -> None:
-    """Blueprint before_request: an id with a NUL character cannot exist (PostgreSQL text cannot
-    hold one), so the request is a 404 before any query runs."""
-    from flask import request
-
-    from app.errors import NotFound
-
-    if any("\x00" in str(value) for value in (request.view_args or {}).values()):
-        raise NotFound("The requested resource was not found.")
-
-
 class NulFree(Schema):
     """Base of every request schema: no NUL characters anywhere in the input."""
 

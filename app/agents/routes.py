@@ -10,7 +10,6 @@ from __future__ import annotations
 from flask.views import MethodView
 
 from app.agents import schemas as s
-from app.agents.fields import refuse_nul_in_path
 from app.agents.services import agents, skills, subagents, tools, widgets
 from app.agents.services.common import dumps
 from app.auth import require_scopes
@@ -29,10 +28,6 @@ subagents_blp = Blueprint("subagents", __name__, url_prefix="/api/v1/subagents",
                           description="Agent registry: sub-agents")
 widgets_blp = Blueprint("widgets", __name__, url_prefix="/api/v1", description="Agent registry: widgets")
 blueprints = [agents_blp, skills_blp, tools_blp, subagents_blp, widgets_blp]
-
-
-for _blp in blueprints:
-    _blp.before_request(refuse_nul_in_path)
 
 
 _json = json_text  # agent documents are JSON text in the database: the measured fast path (app.wire)

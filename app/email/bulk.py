@@ -15,10 +15,9 @@ import contextlib
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from flask import current_app
@@ -29,20 +28,14 @@ from app.email.models import EmailDelivery, EmailJob
 from app.email.senders import Delivery
 from app.email.services import build_message, get_sender
 from app.errors import NotFound
+from app.tasks import retry_countdown
 from app.tenancy import Tenant, current_tenant, tenant_select
+from app.wire import iso, new_id, utcnow
 
 log = logging.getLogger(__name__)
 CLAIM_CHUNK = 200
 LOST = "The worker was lost while sending; not resent, to never deliver twice."
 JOB_LOCK = 0x454D_4A42
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-def iso(value: datetime | None) -> str | None:
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z") if value else None
 
 
 # --------------------------------------------------------------------------- creating jobs
@@ -68,7 +61,7 @@ def create_job(*, kind: str, deliveries: list[dict[str, Any]], subject: str | No
 
     tenant = current_tenant()
     session = db.session
-    job = EmailJob(id=str(uuid.uuid4()), org_id=tenant.org_id, kind=kind, status="queued", subject=subject,
+    job = EmailJob(id=new_id(), org_id=tenant.org_id, kind=kind, status="queued", subject=subject,
                    body=body, total=len(deliveries), created_by=tenant.user_id, created_at=utcnow())
     session.add(job)
     session.flush()
@@ -148,17 +141,17 @@ def _job_lock(job_id: str) -> Iterator[bool]:
             conn.commit()
 
 
-def run_job(job_id: str, *, sleep=time.sleep) -> str:
-    """Send every pending delivery of the job; returns the job's status."""
+def run_job(product: str, job_id: str, *, sleep=time.sleep) -> str:
+    """Send every pending delivery of `product`'s job; returns the job's status."""
     with _job_lock(job_id) as mine:
         if not mine:
             log.info("email job %s is being sent by another worker", job_id)
             return "busy"
-        return _run_locked(job_id, sleep)
+        with db.product_session(product) as session:
+            return _run_locked(session, product, job_id, sleep)
 
 
-def _run_locked(job_id: str, sleep) -> str:
-    session = db.session
+def _run_locked(session, product: str, job_id: str, sleep) -> str:
     job = session.get(EmailJob, job_id)
     if job is None:
         log.warning("email job %s does not exist (deleted?)", job_id)
@@ -174,7 +167,7 @@ def _run_locked(job_id: str, sleep) -> str:
     concurrency = max(1, int(config["EMAIL_BULK_CONCURRENCY"]))
     max_attempts = max(1, int(config["EMAIL_BULK_MAX_ATTEMPTS"]))
     backoff = float(config["EMAIL_BULK_RETRY_SECONDS"])
-    tenant = Tenant(org_id=job.org_id, user_id=job.created_by or "", email=None, role=None)
+    tenant = Tenant(org_id=job.org_id, user_id=job.created_by or "", email=None, role=None, product=product)
     sender, sender_address = get_sender(), config["EMAIL_FROM"]
     local = threading.local()
     transports = []
@@ -255,7 +248,10 @@ def _record(session, job_id: str, rows, results: list[Delivery], max_attempts: i
             if row.attempts >= max_attempts:
                 status = "failed"
             else:
-                status, next_at = "pending", now + timedelta(seconds=backoff * 2 ** (row.attempts - 1))
+                # the one retry policy (app.tasks.retry_countdown: doubling, jitter, cap), in units of
+                # EMAIL_BULK_RETRY_SECONDS
+                delay = backoff * retry_countdown(row.attempts - 1)
+                status, next_at = "pending", now + timedelta(seconds=delay)
         params.append({"b_seq": row.seq, "b_status": status, "b_code": result.code,
                        "b_error": None if status == "sent" else result.message[:2000],
                        "b_next": next_at, "b_sent": now if status == "sent" else None})

@@ -12,7 +12,6 @@ import base64
 import hashlib
 import hmac
 import json
-import uuid
 from typing import Any
 from urllib.parse import quote
 
@@ -21,10 +20,11 @@ from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
 
 from app.db import db
-from app.email.bulk import create_job, iso, utcnow
+from app.email.bulk import create_job
 from app.email.models import EmailJob, NewsletterSubscriber
 from app.errors import NotFound, Unauthorized
 from app.tenancy import current_tenant, tenant_select
+from app.wire import iso, new_id, utcnow
 
 UNSUBSCRIBE_PATH = "/api/v1/newsletter/unsubscribe"
 
@@ -41,7 +41,7 @@ def subscribe(email: str, name: str | None, source: str | None) -> tuple[Newslet
     now = utcnow()
     session = db.session
     stmt = insert(NewsletterSubscriber).values(
-        id=str(uuid.uuid4()), org_id=tenant.org_id, email=email, name=name, status="active", source=source,
+        id=new_id(), org_id=tenant.org_id, email=email, name=name, status="active", source=source,
         created_at=now, updated_at=now)
     changed = session.execute(stmt.on_conflict_do_update(
         constraint="uq_newsletter_subscribers_org_id_email",

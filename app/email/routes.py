@@ -7,11 +7,8 @@ import html
 from flask import Response, current_app, request
 from flask.views import MethodView
 
-from app.agents.fields import refuse_nul_in_path
-from app.auth import require_scopes
 from app.email import bulk, newsletter
 from app.email import schemas as s
-from app.email import tasks as _email_tasks  # noqa: F401  (registers email.bulk_send)
 from app.email.schemas import SendEmailRequestSchema, SendEmailResponseSchema
 from app.email.services import send_email
 from app.errors import ValidationFailed
@@ -30,7 +27,7 @@ READ = ("read:notifications", "write:notifications")
 class SendEmail(MethodView):
     @blp.arguments(SendEmailRequestSchema)
     @blp.response(200, SendEmailResponseSchema)
-    @require_scopes(WRITE)
+    @blp.requires(WRITE)
     def post(self, payload):
         """Send one pre-rendered email. Check `success`: delivery failures answer 200 with success false."""
         result = send_email(payload["to"], payload["subject"], payload["body"], current_tenant())
@@ -46,7 +43,7 @@ def _accepted(job) -> tuple[dict, int, dict]:
 class BulkSend(MethodView):
     @blp.arguments(s.BulkSendRequestSchema)
     @blp.response(202, s.EmailJobAcceptedSchema)
-    @require_scopes(WRITE)
+    @blp.requires(WRITE)
     def post(self, payload):
         """Queue many messages (`messages`) or one message to many `recipients` (≤ 10 000): 202 with a
         job id. Workers send one message per recipient; follow the job at `statusUrl`."""
@@ -61,7 +58,7 @@ class BulkSend(MethodView):
 @blp.route("/bulk-send/<string:jobId>")
 class BulkJob(MethodView):
     @blp.response(200, s.JobEnvelopeSchema)
-    @require_scopes(*READ)
+    @blp.requires(*READ)
     def get(self, jobId):
         """A bulk job (or newsletter issue): status and counts per delivery state."""
         return {"job": bulk.job_to_wire(bulk.get_job(jobId))}
@@ -71,7 +68,7 @@ class BulkJob(MethodView):
 class BulkJobRecipients(MethodView):
     @blp.arguments(s.DeliveryQuerySchema, location="query")
     @blp.response(200, s.DeliveryListSchema)
-    @require_scopes(*READ)
+    @blp.requires(*READ)
     def get(self, args, jobId):
         """Per-recipient outcome (status, attempts, SMTP code, error), by `seq`; filter by `status`."""
         job = bulk.get_job(jobId)
@@ -87,7 +84,7 @@ class BulkJobRecipients(MethodView):
 class Subscribers(MethodView):
     @newsletter_blp.arguments(s.SubscriberQuerySchema, location="query")
     @newsletter_blp.response(200, s.SubscriberListSchema)
-    @require_scopes(*READ)
+    @newsletter_blp.requires(*READ)
     def get(self, args):
         """Subscribers of the org by email (filter `status`; page with `after` = last email)."""
         subs = newsletter.list_subscribers(args.get("status"), args.get("after"), args["limit"])
@@ -97,7 +94,7 @@ class Subscribers(MethodView):
     @newsletter_blp.arguments(s.SubscribeSchema)
     @newsletter_blp.response(201, s.SubscriberEnvelopeSchema)
     @newsletter_blp.alt_response(200, schema=s.SubscriberEnvelopeSchema, description="Already subscribed")
-    @require_scopes(WRITE)
+    @newsletter_blp.requires(WRITE)
     def post(self, data):
         """Subscribe an address (201), or re-activate an unsubscribed one; an active one answers 200."""
         sub, changed = newsletter.subscribe(data["email"], data.get("name"), data.get("source"))
@@ -107,7 +104,7 @@ class Subscribers(MethodView):
 @newsletter_blp.route("/subscribers/<string:subscriber>")
 class Subscriber(MethodView):
     @newsletter_blp.response(200, s.SubscriberEnvelopeSchema)
-    @require_scopes(WRITE)
+    @newsletter_blp.requires(WRITE)
     def delete(self, subscriber):
         """Unsubscribe by id or email address (the row is kept as `unsubscribed`)."""
         return {"subscriber": newsletter.subscriber_to_wire(newsletter.unsubscribe(subscriber))}
@@ -116,14 +113,14 @@ class Subscriber(MethodView):
 @newsletter_blp.route("/issues")
 class Issues(MethodView):
     @newsletter_blp.response(200, s.IssueListSchema)
-    @require_scopes(*READ)
+    @newsletter_blp.requires(*READ)
     def get(self):
         """The 50 most recent issues (bulk jobs of kind newsletter)."""
         return {"issues": [bulk.job_to_wire(j) for j in newsletter.list_issues()]}
 
     @newsletter_blp.arguments(s.IssueRequestSchema)
     @newsletter_blp.response(202, s.EmailJobAcceptedSchema)
-    @require_scopes(WRITE)
+    @newsletter_blp.requires(WRITE)
     def post(self, data):
         """Send an issue to every active subscriber through the bulk path; each message carries
         `List-Unsubscribe` (link + one-click POST)."""
@@ -157,7 +154,3 @@ class Unsubscribe(MethodView):
             return Response(f"<!doctype html><meta charset=utf-8><p>{html.escape(sub.email)} is unsubscribed.</p>",
                             mimetype="text/html")
         return {"success": True, "email": sub.email, "status": sub.status}
-
-
-for _blp in (blp, newsletter_blp):
-    _blp.before_request(refuse_nul_in_path)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from flask import g
-
 from app.extensions import celery_app
 
 
@@ -12,5 +10,4 @@ def bulk_send(product: str, job_id: str) -> str:
     """Send a bulk job's pending deliveries (idempotent: sent rows are never sent again)."""
     from app.email.bulk import run_job
 
-    g.product = product
-    return run_job(job_id)
+    return run_job(product, job_id)

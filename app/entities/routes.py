@@ -58,12 +58,11 @@ SELF_CHECKED = {"entities.BulkCreate", "entities.BulkUpdate", "entities.BulkDele
 
 
 def _refuse_unstorable() -> None:
-    """Path and query values, and JSON bodies, must be storable (no NUL, no NaN) — a 400, never a
-    database error."""
-    for source in (request.view_args or {}, request.args):
-        for key, value in source.items():
-            if "\x00" in key or "\x00" in str(value):
-                raise InvalidInput(f"Parameter '{key.replace(chr(0), '')}' must not contain the NUL character.")
+    """Query values and JSON bodies must be storable (no NUL, no NaN) — a 400, never a database
+    error. (A NUL in the path is the app-level rule, app._refuse_nul_in_path.)"""
+    for key, value in request.args.items():
+        if "\x00" in key or "\x00" in str(value):
+            raise InvalidInput(f"Parameter '{key.replace(chr(0), '')}' must not contain the NUL character.")
     if request.endpoint not in SELF_CHECKED and request.is_json:
         body = request.get_json(silent=True)
         if body is not None:

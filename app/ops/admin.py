@@ -13,8 +13,7 @@ from flask import request
 from flask.views import MethodView
 from marshmallow import Schema, fields, validate
 
-from app.agents.fields import NulFree, refuse_nul_in_path
-from app.auth import require_role
+from app.agents.fields import NulFree
 from app.extensions import Blueprint
 from app.ops import rollout as registry
 from app.tenancy import current_tenant
@@ -94,14 +93,14 @@ class OutcomeQuerySchema(NulFree):
 @blp.route("")
 class Artifacts(MethodView):
     @blp.response(200, ArtifactListSchema)
-    @require_role(*ADMIN)
+    @blp.requires(roles=ADMIN)
     def get(self):
         """The registry: every platform artifact with its current definition and artifactVersion."""
         return {"artifacts": [registry.artifact_to_wire(a) for a in registry.list_artifacts()]}
 
     @blp.doc(requestBody={"required": True, "content": {"application/json": {"schema": PublishSchema}}})
     @blp.response(202, PublishedSchema)
-    @require_role(*ADMIN)
+    @blp.requires(roles=ADMIN)
     def post(self):
         """Publish `{kind, name, artifactVersion, definition}` (version above the current one, else 409)
         and start rolling it out to every org (`seed.rollout`). `?rollout=false` only publishes."""
@@ -115,7 +114,7 @@ class Artifacts(MethodView):
 @blp.route("/rollouts")
 class Rollouts(MethodView):
     @blp.response(200, RolloutListSchema)
-    @require_role(*ADMIN)
+    @blp.requires(roles=ADMIN)
     def get(self):
         """The 50 most recent rollouts with their progress."""
         return {"rollouts": [registry.rollout_to_wire(r) for r in registry.list_rollouts()]}
@@ -125,7 +124,7 @@ class Rollouts(MethodView):
 class RolloutById(MethodView):
     @blp.arguments(OutcomeQuerySchema, location="query")
     @blp.response(200, RolloutDetailSchema)
-    @require_role(*ADMIN)
+    @blp.requires(roles=ADMIN)
     def get(self, args, rolloutId):
         """Progress and per-org outcomes (optionally one `outcome`, e.g. forked), paged by `after`."""
         rollout = registry.get_rollout(rolloutId)
@@ -138,10 +137,9 @@ class RolloutById(MethodView):
 @blp.route("/rollouts/<string:rolloutId>/resume")
 class RolloutResume(MethodView):
     @blp.response(202, RolloutSchema)
-    @require_role(*ADMIN)
+    @blp.requires(roles=ADMIN)
     def post(self, rolloutId):
         """Continue a rollout that stopped (failed, or its worker was lost) from its cursor."""
         return registry.rollout_to_wire(registry.resume(rolloutId))
 
 
-blp.before_request(refuse_nul_in_path)

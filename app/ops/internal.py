@@ -12,7 +12,6 @@ import hmac
 from flask import current_app, g, jsonify, request
 from flask.views import MethodView
 
-from app.agents.fields import refuse_nul_in_path
 from app.errors import Forbidden, Unauthorized
 from app.extensions import Blueprint
 from app.ops.schemas import SeedQueuedSchema, SeedReportSchema, SeedStatusQuerySchema, SeedStatusSchema
@@ -47,7 +46,13 @@ def authenticate_internal() -> None:
 
 
 blp.before_request(authenticate_internal)
-blp.before_request(refuse_nul_in_path)
+# What authenticate_internal enforces, documented on each operation (security schemes, 401, 403).
+INTERNAL_SECURITY = [{"internalToken": []}, {"bearerAuth": []}]
+
+
+def internal_access(view):
+    view = blp.alt_response(403, description="FORBIDDEN: a bearer token without role admin or super_admin")(view)
+    return blp.doc(security=INTERNAL_SECURITY)(view)
 
 
 @blp.route("/seed")
@@ -56,7 +61,7 @@ class Seed(MethodView):
     @blp.response(200, SeedReportSchema, description="Nothing new was created (already seeded)")
     @blp.alt_response(201, schema=SeedReportSchema, description="Something was created")
     @blp.alt_response(202, schema=SeedQueuedSchema, description="With `Prefer: respond-async`: seed.org queued")
-    @blp.doc(security=[{"internalToken": []}, {"bearerAuth": []}])
+    @internal_access
     def post(self, data):
         """Seed an organization: org, admin user and the 15 platform artifacts (idempotent).
 
@@ -84,7 +89,7 @@ class Seed(MethodView):
 class SeedStatus(MethodView):
     @blp.arguments(SeedStatusQuerySchema, location="query")
     @blp.response(200, SeedStatusSchema)
-    @blp.doc(security=[{"internalToken": []}, {"bearerAuth": []}])
+    @internal_access
     def get(self, args, orgId):
         """What the org holds in `product` (default product when omitted): every registry artifact,
         `existing` (with the org's version and forkedFromVersion) or `missing`."""

@@ -44,7 +44,7 @@ from app.ops.seeding import (
     tenant_context,
 )
 from app.platform_models import Artifact, OrgArtifact, Rollout, RolloutOutcome
-from app.wire import utcnow
+from app.wire import iso, utcnow
 
 log = logging.getLogger(__name__)
 OUTCOMES = ("updated", "forked", "added", "current", "missing", "failed")
@@ -66,7 +66,7 @@ def current_artifacts_of(artifact_key: str) -> Artifact:
 
 def artifact_to_wire(a: Artifact) -> dict[str, Any]:
     return {"id": a.id, "kind": a.kind, "name": a.name, "artifactVersion": a.artifact_version,
-            "definition": a.payload, "updatedAt": a.updated_at.isoformat() if a.updated_at else None}
+            "definition": a.payload, "updatedAt": iso(a.updated_at)}
 
 
 def list_artifacts() -> list[Artifact]:
@@ -390,12 +390,10 @@ def rollout_to_wire(r: Rollout) -> dict[str, Any]:
     return {"id": r.id, "artifactId": r.artifact_id, "kind": r.kind, "name": r.name,
             "artifactVersion": r.artifact_version, "status": r.status, "total": r.total, "processed": done,
             "counts": {k: (r.counts or {}).get(k, 0) for k in OUTCOMES}, "error": r.error,
-            "createdBy": r.created_by, "createdAt": _iso(r.created_at), "updatedAt": _iso(r.updated_at),
-            "finishedAt": _iso(r.finished_at)}
+            "createdBy": r.created_by, "createdAt": iso(r.created_at), "updatedAt": iso(r.updated_at),
+            "finishedAt": iso(r.finished_at)}
 
 
-def _iso(value) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value else None
 
 
 def list_rollouts(limit: int = 50) -> list[Rollout]:
@@ -421,7 +419,7 @@ def rollout_outcomes(rollout_id: str, outcome: str | None = None, after: str | N
 
 
 def outcome_to_wire(o: RolloutOutcome) -> dict[str, Any]:
-    return {"orgId": o.org_id, "product": o.product, "outcome": o.outcome, "detail": o.detail, "at": _iso(o.at)}
+    return {"orgId": o.org_id, "product": o.product, "outcome": o.outcome, "detail": o.detail, "at": iso(o.at)}
 
 
 def resume(rollout_id: str) -> Rollout:

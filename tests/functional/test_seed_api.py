@@ -216,4 +216,4 @@ def test_respond_async_queues_seed_org_and_status_shows_the_result(seed_client):
     assert other["summary"]["missing"] == 15
     assert seed_client.get(status_url).status_code == 401
     assert seed_client.get(f"/internal/seed/{d}?product=Bad!", headers=HDR).status_code == 400
-    assert seed_client.get("/internal/seed/a%00b", headers=HDR).status_code == 404
+    assert seed_client.get("/internal/seed/a%00b", headers=HDR).status_code == 400
