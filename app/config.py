@@ -99,7 +99,8 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "EMAIL_BULK_MAX_RECIPIENTS": (10_000, int, "Most messages / recipients one bulk-send request may carry"),
     "EMAIL_BULK_CONCURRENCY": (4, int, "SMTP connections one bulk job sends over in parallel"),
     "EMAIL_BULK_MAX_ATTEMPTS": (3, int, "Tries per recipient for transient SMTP failures (4xx, dropped connection)"),
-    "EMAIL_BULK_RETRY_SECONDS": (2.0, float, "First retry delay of a transient failure (doubles per attempt)"),
+    "EMAIL_BULK_RETRY_SECONDS": (2.0, float, "Unit of the retry delay of a transient failure "
+                                                 "(app.tasks.retry_countdown: doubles, jitter)"),
 }
 
 
