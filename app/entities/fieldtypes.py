@@ -21,6 +21,7 @@ from jsonschema import Draft202012Validator, FormatChecker
 from jsonschema.exceptions import SchemaError
 
 from app.errors import ValidationFailed
+from app.jsonschema_safe import schema_pattern_problems, validator_for
 
 PLATFORM_TYPES = ("string", "stringMultiline", "text", "int", "float", "bool", "date", "datetime", "email",
                   "phone", "url", "dropdown", "multiselect", "lookup", "multilookup", "currency", "file",
@@ -220,7 +221,10 @@ def _compile_cached(frozen: str) -> CompiledSchema:
     except SchemaError as exc:
         path = ".".join(str(p) for p in exc.absolute_path)
         raise _schema_error(f"schema.{path}" if path else "schema", exc.message) from None
-    validator = Draft202012Validator(out, format_checker=FORMATS)
+    problems = schema_pattern_problems(out)
+    if problems:
+        raise ValidationFailed("Invalid definition schema.", {"fields": {"schema": problems}})
+    validator = validator_for(out, format_checker_base=FORMATS)
     return CompiledSchema(out, FieldCatalog(catalog), validator, QuickCheck.build(out))
 
 
@@ -287,7 +291,7 @@ def _subvalidator(schema: Any):
 
     if "$ref" in json.dumps(schema) or "$dynamicRef" in json.dumps(schema):
         return None
-    return Draft202012Validator(schema, format_checker=FORMATS).is_valid
+    return validator_for(schema, format_checker_base=FORMATS).is_valid
 
 
 class QuickCheck:
