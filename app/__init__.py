@@ -35,6 +35,9 @@ API_INFO = {
 def create_app(overrides: dict[str, Any] | None = None) -> Flask:
     """Build the Flask app. `overrides` replace configuration values (tests)."""
     app = Flask(__name__)
+    from app.jsonbody import SafeJSONProvider
+
+    app.json = SafeJSONProvider(app)  # request.get_json() parses through app.jsonbody.loads
     app.config.update(API_INFO)
     app.config.update(load_config(overrides))
     _configure_logging(app)

@@ -18,6 +18,11 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "PUBLIC_BASE_URL": ("http://localhost:8000", str, "How clients reach this service (used in blob URLs)"),
     "LOG_LEVEL": ("INFO", str, "Python log level"),
     "MAX_CONTENT_LENGTH": (100 * 1024 * 1024, int, "Largest accepted request body in bytes (413 above)"),
+    "JSON_MAX_DEPTH": (64, int, "Deepest nesting of a JSON request body (400 above)"),
+    "MAX_STRING_CHARS": (32 * 1024 * 1024, int, "Longest string in a JSON request body, in characters "
+                                               "(413 above; inline base64 images need megabytes)"),
+    "MAX_RESPONSE_BYTES": (64 * 1024 * 1024, int, "Largest JSON response in bytes; a larger page is refused "
+                                                 "(413: ask for a smaller pageSize)"),
     "CORS_ORIGINS": ("", str, "Comma-separated origins allowed by CORS; empty = CORS off"),
     # Database
     "DATABASE_URL": ("", str, "PostgreSQL+pgvector URL; empty = embedded PostgreSQL under VAR_DIR/pg"),

@@ -7,6 +7,8 @@ from flask_smorest import Api as _Api
 from flask_smorest import Blueprint as _Blueprint
 from flask_smorest.arguments import ArgumentsMixin
 from marshmallow import Schema, fields
+from webargs import core
+from webargs.flaskparser import FlaskParser
 
 from app.db import db
 
@@ -39,8 +41,21 @@ class Api(_Api):
     ERROR_SCHEMA = ErrorEnvelopeSchema
 
 
-# Schema failures are 400 VALIDATION_ERROR here, not webargs' 422 (documented as such in OpenAPI).
-ArgumentsMixin.ARGUMENTS_PARSER.DEFAULT_VALIDATION_STATUS = 400
+class SafeParser(FlaskParser):
+    """webargs parser whose JSON comes from `app.jsonbody.loads` (depth, digits, NUL, surrogates) and
+    that answers 415 for a body of another type where JSON is expected (webargs ignores it)."""
+
+    DEFAULT_VALIDATION_STATUS = 400  # schema failures are 400 VALIDATION_ERROR, not webargs' 422
+
+    def _raw_load_json(self, req):
+        from app.jsonbody import loads, require_json_body
+
+        if not require_json_body(req):
+            return core.missing
+        return loads(req.get_data(cache=True))
+
+
+ArgumentsMixin.ARGUMENTS_PARSER = SafeParser()
 Blueprint = _Blueprint
 
 celery_app = Celery("platform_gateway")

@@ -78,3 +78,78 @@ def test_backtracking_pattern_in_agent_and_tool_config_schema_is_linear(client, 
         configSchema={"type": "object", "properties": {"re": {"type": "string", "format": "regex"}}},
         config={"re": r"(a)\1"}))
     assert_error(resp, 400, "VALIDATION_ERROR")
+
+
+# --- 2. hostile JSON is a 400 in the envelope ------------------------------------------------------
+
+def _raw(client, method, path, headers, text, content_type="application/json"):
+    return client.open(path, method=method, data=text.encode("utf-8", "surrogatepass"),
+                       headers={**headers, "Content-Type": content_type})
+
+
+def test_deep_long_and_unencodable_json_is_400_on_every_reader(client, auth):
+    headers = auth()
+    create_definition(client, headers, "notes", {"type": "object", "properties": {
+        "title": {"type": "string"}, "meta": {"type": "json"}}})
+    registry = Registry(client, headers)
+    agent = registry.create_agent()
+    targets = [("POST", f"{BASE}/notes/records"), ("POST", f"{BASE}/definitions"), ("POST", "/api/v1/agents"),
+               ("PUT", f"/api/v1/agents/{agent['id']}"), ("POST", f"{BASE}/notes/records/query"),
+               ("POST", f"{BASE}/notes/records/bulk/create"), ("POST", "/api/v1/email/send"),
+               ("POST", "/api/v1/agents/images")]
+    deep = "[" * 10_000 + "]" * 10_000
+    for method, path in targets:
+        for text in (deep, '{"a": ' + "1" * 5000 + "}", '{"a": "\\ud800"}', '{"\\udfff": 1}',
+                     '{"a": "x\\u0000y"}', b"\xff\xfe{}".decode("latin-1"), "{"):
+            resp = _raw(client, method, path, headers, text)
+            assert resp.status_code == 400, (method, path, text[:30], resp.get_data(as_text=True)[:300])
+            assert resp.get_json()["metadata"]["success"] is False
+    # the recursive helpers of agents see at most JSON_MAX_DEPTH levels
+    nested: dict = {}
+    for _ in range(600):
+        nested = {"k": nested}
+    for field in ("metadata", "configSchema"):
+        resp = registry.post("/agents", agent_body(**{field: nested}))
+        assert_error(resp, 400, "INVALID_INPUT")
+    # lone surrogates where each domain reads them: record fields, agent fields, definitions, $search
+    cases = [
+        (f"{BASE}/notes/records", '{"fields": {"title": "\\ud800"}}'),
+        ("/api/v1/agents", '{"name": "a-\\ud800", "title": "t", "type": "chat", "provider": "p", "model": "m"}'),
+        (f"{BASE}/definitions", '{"name": "s", "schema": {"type": "object", "properties": {"t": '
+                                '{"type": "string", "description": "\\udc00"}}}}'),
+        (f"{BASE}/notes/records/query", '{"query": {"filter": {"$search": "\\ud800"}}}'),
+        (f"{BASE}/notes/records/query", '{"query": {"filter": {"title": {"$search": "\\ud83d"}}}}'),
+        ("/api/v1/email/send", '{"to": ["a@example.com"], "subject": "\\ud800", "body": "b"}'),
+    ]
+    for path, text in cases:
+        resp = _raw(client, "POST", path, headers, text)
+        body = assert_error(resp, 400, "VALIDATION_ERROR")
+        assert "surrogate" in str(body["error"]["details"]), body
+    # a valid surrogate pair is a real character and is stored
+    resp = _raw(client, "POST", f"{BASE}/notes/records", headers, '{"fields": {"title": "smile \\ud83d\\ude00"}}')
+    assert resp.status_code == 201, resp.get_json()
+    assert resp.get_json()["fields"]["title"] == "smile \U0001F600"
+
+
+# --- 3. a body that is not JSON where JSON is expected is 415 ----------------------------------------
+
+def test_body_of_another_type_is_415(client, auth):
+    headers = auth()
+    create_definition(client, headers, "plain", {"type": "object", "properties": {"title": {"type": "string"}}})
+    agent = Registry(client, headers).create_agent()
+    body = '{"fields": {"title": "x"}}'
+    for method, path in (("POST", f"{BASE}/plain/records"), ("PUT", f"/api/v1/agents/{agent['id']}")):
+        for content_type in ("text/plain", "application/x-www-form-urlencoded", None):
+            extra = {"Content-Type": content_type} if content_type else {}
+            resp = client.open(path, method=method, data=body, headers={**headers, **extra})
+            assert resp.status_code == 415, (path, content_type, resp.get_data(as_text=True)[:200])
+            assert resp.get_json()["error"]["code"] == "INVALID_INPUT"
+    resp = client.post(f"{BASE}/plain/records", data={"fields": "x"}, headers=headers)  # multipart form
+    assert resp.status_code == 415
+    listing = client.post(f"{BASE}/plain/records/query", json={"query": {}}, headers=headers).get_json()
+    assert listing["records"] == []  # nothing was created from the ignored bodies
+    # application/*+json is JSON
+    resp = client.post(f"{BASE}/plain/records", data=body, headers={**headers,
+                                                                      "Content-Type": "application/merge+json"})
+    assert resp.status_code == 201, resp.get_json()
+
