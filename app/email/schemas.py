@@ -21,6 +21,8 @@ class SendEmailRequestSchema(Schema):
     def _single_line(self, value: str, **_kwargs) -> None:
         if "\r" in value or "\n" in value:  # header injection
             raise ValidationError("Subject must be a single line.")
+        if any(ch < " " and ch != "\t" or ch == "\x7f" for ch in value):  # NUL and other controls
+            raise ValidationError("Subject must not contain control characters (NUL, …).")
 
 
 class SendEmailResponseSchema(Schema):

@@ -153,3 +153,20 @@ def test_body_of_another_type_is_415(client, auth):
                                                                       "Content-Type": "application/merge+json"})
     assert resp.status_code == 201, resp.get_json()
 
+
+# --- 4. an email subject is one clean header line ----------------------------------------------------
+
+@pytest.mark.parametrize("subject", ["a\u0000b", "a\rBcc: x@evil.test", "a\nBcc: x@evil.test", "a\r\n\r\nbody",
+                                     "bell\u0007", "del\u007f"])
+def test_email_subject_with_nul_or_line_breaks_is_400(client, auth, subject):
+    resp = client.post("/api/v1/email/send", headers=auth("write:notifications"),
+                       json={"to": ["someone@example.com"], "subject": subject, "body": "hello"})
+    body = assert_error(resp, 400, "VALIDATION_ERROR")
+    assert "subject" in str(body["error"]["details"]), body
+
+
+def test_email_subject_with_a_tab_is_sent(client, auth):
+    resp = client.post("/api/v1/email/send", headers=auth("write:notifications"),
+                       json={"to": ["someone@example.com"], "subject": "a\tb", "body": "hello"})
+    assert resp.status_code == 200, resp.get_json()
+
