@@ -108,6 +108,7 @@ def _assign_request_id() -> None:
 
 
 def _finish_response(response):
+    response = _refuse_oversized(response)
     response.headers["X-Request-ID"] = g.get("request_id") or uuid.uuid4().hex
     origins = [o.strip() for o in (_current_config("CORS_ORIGINS") or "").split(",") if o.strip()]
     origin = request.headers.get("Origin")
@@ -117,6 +118,23 @@ def _finish_response(response):
         response.headers["Access-Control-Allow-Methods"] = "GET, POST, PUT, DELETE, OPTIONS"
         response.headers["Vary"] = "Origin"
     return response
+
+
+def _refuse_oversized(response):
+    """A JSON answer above MAX_RESPONSE_BYTES (e.g. a page of huge records) is replaced by a 413 that
+    says how to ask for less, instead of shipping hundreds of megabytes."""
+    limit = _current_config("MAX_RESPONSE_BYTES")
+    if (not limit or response.direct_passthrough or response.is_streamed or response.mimetype != "application/json"
+            or (response.content_length or 0) <= limit):
+        return response
+    from app.errors import error_response
+
+    log.warning("response of %s bytes to %s refused (MAX_RESPONSE_BYTES %s)", response.content_length,
+                request.path, limit)
+    return error_response(413, "PAYLOAD_TOO_LARGE",
+                          "The response would be larger than the service sends at once; ask for fewer "
+                          "records (pageSize) or fewer fields.",
+                          {"responseBytes": response.content_length, "maxResponseBytes": limit})
 
 
 def _current_config(name: str):

@@ -88,6 +88,8 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "ENTITY_FILTER_MAX_DEPTH": (8, int, "Deepest nesting of $and/$or/$not in a record filter"),
     "ENTITY_FILTER_MAX_CONDITIONS": (100, int, "Most conditions in one record filter"),
     "ENTITY_FILTER_MAX_LIST": (1000, int, "Most values in one $in/$nin list"),
+    "ENTITY_MAX_RECORD_BYTES": (1024 * 1024, int, "Largest record (name, fields, tags, metadata as JSON, bytes; "
+                                                  "400 above)"),
     "ENTITY_AGGREGATE_MAX_GROUPS": (1000, int, "Default and largest `limit` of a record aggregation (groups)"),
     # Email
     "EMAIL_BACKEND": ("console", str, "`console` (VAR_DIR/outbox + log) or `smtp`"),

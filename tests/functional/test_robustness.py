@@ -203,3 +203,42 @@ def test_oversized_authorization_header_gets_the_envelope_through_gunicorn(datab
         proc.terminate()
         proc.wait(30)
 
+
+# --- 6. documented caps per string, per record, per response ----------------------------------------
+
+def test_default_caps_refuse_a_huge_title(client, auth):
+    headers = auth()
+    create_definition(client, headers, "docs", {"type": "object", "properties": {"title": {"type": "string"}}})
+    resp = client.post(f"{BASE}/docs/records", json={"fields": {"title": "x" * (2 * 1024 * 1024)}}, headers=headers)
+    body = assert_error(resp, 400, "VALIDATION_ERROR")
+    assert "at most 1048576 bytes" in str(body["error"]["details"])
+
+
+def test_string_record_and_response_caps(make_app, auth):
+    app = make_app(MAX_STRING_CHARS=1000, ENTITY_MAX_RECORD_BYTES=5000, MAX_RESPONSE_BYTES=20_000)
+    client, headers = app.test_client(), auth()
+    create_definition(client, headers, "docs", {"type": "object", "properties": {
+        "a": {"type": "string"}, "b": {"type": "string"}, "c": {"type": "string"}, "d": {"type": "string"},
+        "e": {"type": "string"}, "f": {"type": "string"}}})
+    resp = client.post(f"{BASE}/docs/records", json={"fields": {"a": "x" * 1001}}, headers=headers)
+    body = assert_error(resp, 413, "PAYLOAD_TOO_LARGE")
+    assert body["error"]["details"]["field"] == "fields.a"
+    big = {key: "y" * 990 for key in "abcdef"}  # each string fits, the record does not
+    resp = client.post(f"{BASE}/docs/records", json={"fields": big}, headers=headers)
+    assert_error(resp, 400, "VALIDATION_ERROR")
+    resp = client.post(f"{BASE}/docs/records/bulk/create", headers=headers,
+                       json={"records": [{"fields": {"a": "ok"}}, {"fields": big}]})
+    assert assert_error(resp, 400, "VALIDATION_ERROR")["error"]["details"]["indexes"] == [1]
+    fitting = {key: "z" * 900 for key in "abcd"}
+    for _ in range(8):
+        resp = client.post(f"{BASE}/docs/records", json={"fields": fitting}, headers=headers)
+        assert resp.status_code == 201, resp.get_json()
+    rid = resp.get_json()["id"]
+    resp = client.put(f"{BASE}/docs/records/{rid}", json={"fields": {"e": "w" * 900, "f": "w" * 900}},
+                      headers=headers)  # the merged record is what counts
+    assert_error(resp, 400, "VALIDATION_ERROR")
+    resp = client.post(f"{BASE}/docs/records/query", json={"query": {"pageSize": 8}}, headers=headers)
+    body = assert_error(resp, 413, "PAYLOAD_TOO_LARGE")
+    assert body["error"]["details"]["maxResponseBytes"] == 20_000
+    resp = client.post(f"{BASE}/docs/records/query", json={"query": {"pageSize": 2}}, headers=headers)
+    assert resp.status_code == 200 and len(resp.get_json()["records"]) == 2
