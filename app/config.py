@@ -33,6 +33,12 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "REDIS_URL": ("", str, "Redis URL for Celery broker/results; empty = tasks run eagerly in-process"),
     "CELERY_KEY_PREFIX": ("", str, "Prefix of every Celery key in Redis (isolates deployments/test runs "
                                    "sharing one Redis database)"),
+    "OUTBOX_DISPATCH_INTERVAL_SECONDS": (5.0, float, "How often each worker re-sends outbox tasks the broker did not "
+                                                     "take (Redis outage) and re-queues orphaned jobs"),
+    "OUTBOX_DISPATCH_AFTER_SECONDS": (10.0, float, "Age of an outbox row before a worker re-sends it (the request "
+                                                   "normally sends it right after its commit)"),
+    "JOB_LEASE_SECONDS": (60.0, float, "A running job not held by a live worker for this long is re-queued "
+                                       "(worker killed mid-job)"),
     # Auth and tenancy
     "JWT_SECRET": ("", str, "HS256 secret, at least 32 bytes; empty = generated into VAR_DIR/jwt-secret (dev)"),
     "JWT_ISSUER": ("platform-gateway", str, "Required `iss` claim"),

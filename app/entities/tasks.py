@@ -8,6 +8,7 @@ from sqlalchemy.exc import OperationalError
 
 from app.entities import bulk
 from app.extensions import celery_app
+from app.tasks import register_lease_reaper
 
 log = logging.getLogger(__name__)
 
@@ -31,3 +32,6 @@ def run_bulk_job(self, job_id: str, product: str) -> str:
         log.exception("bulk job %s failed", job_id)
         bulk.fail_job(job_id, product, "The bulk job failed unexpectedly.")
         raise
+
+
+register_lease_reaper(bulk.requeue_orphaned_jobs)

@@ -1,0 +1,161 @@
+"""No accepted job is lost or stuck (issue 12): the transactional outbox across a Redis outage, and
+the lease on running jobs when a worker is killed with kill -9.
+
+Each test runs its own Redis (a private `redis-server` on a free port) or its own key prefix, and its
+own worker process, so stopping Redis or killing a worker never touches the shared test services."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+
+import pytest
+import redis as redis_lib
+
+from tests.conftest import TEST_VAR_DIR, start_worker, stop_worker, wait_for
+from tests.fake_embeddings_server import FakeEmbeddingsServer
+from tests.functional.entities_support import BASE, create_definition
+
+SCHEMA = {"type": "object", "properties": {"body": {"type": "text"}, "n": {"type": "int"}}}
+ASYNC = {"Prefer": "respond-async"}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class PrivateRedis:
+    """A redis-server of this test only (append-only file, as a production Redis keeps its queues)."""
+
+    def __init__(self) -> None:
+        if not shutil.which("redis-server"):
+            pytest.skip("redis-server is not installed")
+        self.port, self.dir = _free_port(), tempfile.mkdtemp(prefix="redis-", dir=TEST_VAR_DIR)
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir, "--save", "",
+             "--appendonly", "yes", "--appendfsync", "always"], stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+        client = redis_lib.Redis.from_url(self.url, socket_connect_timeout=0.5)
+        wait_for(lambda: _pings(client), timeout=20, interval=0.1)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)  # redis writes its AOF and exits
+            self.proc.wait(20)
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _pings(client) -> bool:
+    try:
+        return bool(client.ping())
+    except redis_lib.RedisError:
+        return False
+
+
+@pytest.fixture()
+def private_redis():
+    server = PrivateRedis()
+    server.start()
+    yield server
+    server.close()
+
+
+def _job_status(client, headers, job_id) -> str:
+    resp = client.get(f"/api/v1/jobs/{job_id}", headers=headers)
+    assert resp.status_code == 200, resp.get_json()
+    return resp.get_json()["status"]
+
+
+def _bulk_async(client, headers, entity, start: int, count: int = 3) -> str:
+    resp = client.post(f"{BASE}/{entity}/records/bulk/create", headers={**headers, **ASYNC}, json={
+        "records": [{"name": f"r{start + i}", "fields": {"body": f"bulk record {start + i}", "n": start + i}}
+                    for i in range(count)]})
+    assert resp.status_code == 202, resp.get_json()
+    return resp.get_json()["jobId"]
+
+
+def _outbox_count(app, job_ids=None) -> int:
+    """Outbox rows (all, or those of bulk jobs with these ids)."""
+    from sqlalchemy import func, select
+
+    from app.db import db
+    from app.ops.models import OutboxMessage
+
+    with app.app_context(), db.engine.connect() as conn:
+        query = select(func.count()).select_from(OutboxMessage)
+        if job_ids is not None:
+            query = query.where(OutboxMessage.task_name == "bulk.entity_records",
+                                OutboxMessage.args.op("->>")(0).in_(job_ids))
+        return conn.scalar(query)
+
+
+def _embedded_ids(app, org_id) -> set[str]:
+    from sqlalchemy import select
+
+    from app.db import db
+    from app.embeddings.models import EntityEmbedding
+
+    with app.app_context(), db.product_session("default") as session:
+        return set(session.scalars(select(EntityEmbedding.record_id).where(EntityEmbedding.org_id == org_id)))
+
+
+def _records(client, headers, entity) -> list[dict]:
+    resp = client.post(f"{BASE}/{entity}/records/query", json={"query": {"pageSize": 500}}, headers=headers)
+    assert resp.status_code == 200, resp.get_json()
+    return resp.get_json()["records"]
+
+
+def test_jobs_accepted_while_redis_is_down_all_run_when_it_returns(make_app, database_url, private_redis, auth,
+                                                                     org_id):
+    prefix = f"test-outbox-{uuid.uuid4().hex[:8]}:"
+    with FakeEmbeddingsServer(api_key="sk-test") as fake:
+        settings = {"EMBEDDINGS_BACKEND": "openai", "EMBEDDINGS_ENDPOINT": fake.base_url,
+                    "EMBEDDINGS_API_KEY": fake.api_key, "EMBEDDINGS_MODEL": "text-embedding-3-small"}
+        app = make_app(REDIS_URL=private_redis.url, CELERY_KEY_PREFIX=prefix, **settings)
+        client, headers = app.test_client(), auth()
+        worker = start_worker(database_url, private_redis.url, prefix=prefix, queues="bulk,embeddings,default",
+                              log_name="worker-outbox.log",
+                              extra_env={**settings, "OUTBOX_DISPATCH_INTERVAL_SECONDS": "1",
+                                         "OUTBOX_DISPATCH_AFTER_SECONDS": "1"})
+        try:
+            create_definition(client, headers, "notes", SCHEMA, embeddingsConfig={"enabled": True, "fields": ["body"]})
+            # while Redis is up, jobs run as they always did and leave nothing in the outbox
+            before = [_bulk_async(client, headers, "notes", 0)]
+            wait_for(lambda: all(_job_status(client, headers, j) == "succeeded" for j in before), timeout=60)
+
+            private_redis.stop()
+            during = []
+            for round_ in range(4):  # every request still answers: 202 for jobs, 201 for records
+                during.append(_bulk_async(client, headers, "notes", 100 * (round_ + 1)))
+                resp = client.post(f"{BASE}/notes/records", headers=headers,
+                                   json={"name": f"single{round_}", "fields": {"body": f"single {round_}", "n": 1}})
+                assert resp.status_code == 201, resp.get_json()
+            assert all(_job_status(client, headers, j) == "pending" for j in during)
+            assert _outbox_count(app, during) == len(during)  # the jobs wait in the outbox ...
+            assert _outbox_count(app) >= 2 * len(during)      # ... with the embedding tasks of the records
+
+            private_redis.start()
+            wait_for(lambda: all(_job_status(client, headers, j) == "succeeded" for j in before + during),
+                     timeout=90)
+            records = _records(client, headers, "notes")
+            assert len(records) == 3 * (1 + len(during)) + len(during)
+            wanted = {r["id"] for r in records}
+            wait_for(lambda: _embedded_ids(app, org_id) >= wanted, timeout=90)
+            assert _outbox_count(app, during) == 0
+        finally:
+            stop_worker(worker)
