@@ -159,3 +159,54 @@ def test_jobs_accepted_while_redis_is_down_all_run_when_it_returns(make_app, dat
             assert _outbox_count(app, during) == 0
         finally:
             stop_worker(worker)
+
+
+def test_job_of_a_killed_worker_is_rerun_exactly_once(make_app, database_url, redis_url, auth):
+    """kill -9 of the worker's whole process group mid-job: the job's lease (the row lock its worker
+    holds) ends with the worker's connection, and the next worker's reaper re-runs the job once."""
+    from sqlalchemy import create_engine, text
+
+    prefix = f"test-lease-{uuid.uuid4().hex[:8]}:"
+    app = make_app(CELERY_KEY_PREFIX=prefix)
+    client, headers = app.test_client(), auth()
+    lease = {"OUTBOX_DISPATCH_INTERVAL_SECONDS": "1", "OUTBOX_DISPATCH_AFTER_SECONDS": "1", "JOB_LEASE_SECONDS": "2"}
+    create_definition(client, headers, "counters", SCHEMA)
+    record = client.post(f"{BASE}/counters/records", headers=headers, json={"fields": {"body": "x", "n": 1}}).get_json()
+    assert record["version"] == 1
+
+    engine = create_engine(database_url)
+    blocker = engine.connect()
+    worker = None
+    try:
+        # hold the record, so the job stops mid-run (job row locked, its UPDATE waiting)
+        blocker.execute(text("SELECT id FROM product_default.entity_records WHERE id = :id FOR UPDATE"),
+                        {"id": record["id"]})
+        me = blocker.execute(text("SELECT pg_backend_pid()")).scalar()
+        resp = client.post(f"{BASE}/counters/records/bulk/update", headers={**headers, **ASYNC},
+                           json={"records": [{"id": record["id"], "fields": {"n": 2}}]})
+        assert resp.status_code == 202, resp.get_json()
+        job_id = resp.get_json()["jobId"]
+        worker = start_worker(database_url, redis_url, prefix=prefix, queues="bulk", concurrency=1,
+                              log_name="worker-lease-1.log", extra_env=lease)
+        with engine.connect() as watcher:
+            wait_for(lambda: watcher.execute(text(
+                "SELECT count(*) FROM pg_stat_activity WHERE :me = ANY(pg_blocking_pids(pid))"), {"me": me}).scalar(),
+                timeout=60)
+        assert _job_status(client, headers, job_id) == "running"
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait(10)
+        blocker.rollback()  # the dead worker's transaction ends; it never commits
+        assert _job_status(client, headers, job_id) == "running"  # orphaned: nobody will finish it ...
+
+        worker = start_worker(database_url, redis_url, prefix=prefix, queues="bulk", concurrency=1,
+                              log_name="worker-lease-2.log", extra_env=lease)
+        wait_for(lambda: _job_status(client, headers, job_id) == "succeeded", timeout=90)  # ... until a reaper runs
+        got = client.get(f"{BASE}/counters/records/{record['id']}", headers=headers).get_json()
+        assert got["fields"]["n"] == 2 and got["version"] == 2  # written exactly once
+        job = client.get(f"/api/v1/jobs/{job_id}", headers=headers).get_json()
+        assert job["result"]["count"] == 1, job
+    finally:
+        blocker.close()
+        if worker is not None:
+            stop_worker(worker)
+        engine.dispose()
