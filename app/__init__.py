@@ -51,8 +51,11 @@ def create_app(overrides: dict[str, Any] | None = None) -> Flask:
     app.config["JWT_SECRET"] = load_secret(app)
     # 2. database (embedded PostgreSQL when DATABASE_URL is unset)
     db.init_app(app)
-    # 3. Celery (eager without REDIS_URL)
+    # 3. Celery (eager without REDIS_URL), per-organization rate limits
     init_celery(celery_app, app)
+    from app import ratelimit
+
+    ratelimit.init_app(app)
     # 4. API + OpenAPI, then our envelope handlers over flask-smorest's
     api = Api(app)  # one Api per app: its OpenAPI document belongs to this app
     _register_blueprints(api, app)

@@ -39,6 +39,14 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
                                                    "normally sends it right after its commit)"),
     "JOB_LEASE_SECONDS": (60.0, float, "A running job not held by a live worker for this long is re-queued "
                                        "(worker killed mid-job)"),
+    # Rate limits per organization ("<requests>/<seconds>"; empty or 0 = unlimited)
+    "RATE_LIMIT_IMAGES": ("60/60", str, "Image generations per organization and window"),
+    "RATE_LIMIT_BULK": ("120/60", str, "Bulk create/update/delete calls (sync or async jobs) per organization"),
+    "RATE_LIMIT_AGGREGATE": ("600/60", str, "Record aggregations per organization"),
+    "RATE_LIMIT_SIMILAR": ("600/60", str, "Record queries/counts using `$similar` per organization"),
+    "RATE_LIMIT_EMAIL": ("120/60", str, "Email sends per organization"),
+    "RATE_LIMIT_REDIS_RETRY_SECONDS": (5.0, float, "After a Redis error, count in-process for this long before "
+                                                   "trying Redis again"),
     # Auth and tenancy
     "JWT_SECRET": ("", str, "HS256 secret, at least 32 bytes; empty = generated into VAR_DIR/jwt-secret (dev)"),
     "JWT_ISSUER": ("platform-gateway", str, "Required `iss` claim"),

@@ -61,7 +61,7 @@ def loads(data: bytes | bytearray | str) -> Any:
     except json.JSONDecodeError as exc:
         raise InvalidInput("Request body is not valid JSON.",
                            {"line": exc.lineno, "column": exc.colno, "reason": exc.msg}) from None
-    except ValueError as exc:  # an integer literal over sys.get_int_max_str_digits() (4 300) digits
+    except ValueError:  # an integer literal over sys.get_int_max_str_digits() (4 300) digits
         raise InvalidInput("Request body has a number that is too long (integer literals may have at "
                            "most 4300 digits).") from None
     check_value(value, max_depth=max_depth, scan_strings=bool(_SUSPICIOUS_ESCAPE.search(text)),

@@ -8,6 +8,7 @@ from app.auth import require_scopes
 from app.entities import aggregation, services
 from app.entities.aggregation_schemas import AggregateRequestSchema, AggregateResponseSchema
 from app.extensions import Blueprint
+from app.ratelimit import rate_limited
 
 blp = Blueprint("entity_aggregation", __name__, url_prefix="/api/v1/entities",
                 description="Entity store: record aggregation")
@@ -18,6 +19,7 @@ class RecordAggregate(MethodView):
     @blp.arguments(AggregateRequestSchema)
     @blp.response(200, AggregateResponseSchema)
     @require_scopes("read:entities")
+    @rate_limited("aggregate")
     def post(self, data, entityName):
         """Aggregate records: groupBy (date buckets), count/sum/avg/min/max/distinct_count/percentile, having."""
         return aggregation.aggregate_records(services.find_definition(entityName), data)

@@ -39,6 +39,7 @@ from app.entities.schemas import (
 )
 from app.errors import InvalidInput
 from app.extensions import Blueprint, SuccessSchema
+from app.ratelimit import rate_limited
 
 READ, WRITE = "read:entities", "write:entities"
 SUCCESS = {"success": True}
@@ -254,6 +255,7 @@ def _bulk_route(operation: str, body_schema, key: str, summary: str) -> None:
         @blp.response(200, BulkResultSchema)
         @blp.alt_response(202, schema=JobAcceptedSchema, description="With `Prefer: respond-async`")
         @require_scopes(WRITE)
+        @rate_limited("bulk")
         def post(self, data, entityName):
             return _bulk(entityName, operation, data[key])
 

@@ -12,7 +12,6 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 import uuid
 
 import pytest
