@@ -106,6 +106,18 @@ def validator_class(schema: Any, default=Draft202012Validator):
     return validators.validator_for(schema, default=default) if isinstance(schema, dict) else default
 
 
+def check_schema(schema: Any, default=Draft202012Validator) -> None:
+    """Check `schema` against its draft's metaschema (SchemaError), judging `format: regex` (the
+    `pattern` keyword's own format) with RE2, then every pattern: UnsupportedPattern → SchemaError."""
+    from jsonschema.exceptions import SchemaError
+
+    cls = validator_class(schema, default)
+    cls.check_schema(schema, format_checker=format_checker(cls.FORMAT_CHECKER))
+    problems = schema_pattern_problems(schema)
+    if problems:
+        raise SchemaError("; ".join(problems))
+
+
 def validator_for(schema: Any, *, format_checker_base: FormatChecker | None = None, default=Draft202012Validator):
     """A validator instance for a caller-supplied schema; regexes on RE2. `format_checker_base`
     None = the draft's own format checker."""

@@ -43,6 +43,16 @@ def test_backtracking_pattern_in_definition_is_linear(client, auth):
     assert_error(resp, 400, "VALIDATION_ERROR")
 
 
+def test_unicode_property_patterns_work_as_in_ecma_262(client, auth):
+    headers = auth()
+    create_definition(client, headers, "letters", {"type": "object", "properties": {
+        "word": {"type": "string", "pattern": r"^\p{L}+$"}}})
+    ok = client.post(f"{BASE}/letters/records", json={"fields": {"word": "Straße"}}, headers=headers)
+    assert ok.status_code == 201, ok.get_json()
+    bad = client.post(f"{BASE}/letters/records", json={"fields": {"word": "R2D2"}}, headers=headers)
+    assert_error(bad, 400, "VALIDATION_ERROR")
+
+
 @pytest.mark.parametrize("pattern", [r"^(a)\1$", r"^(?=a)a$", r"(?<!x)y", "[unclosed"])
 def test_patterns_re2_cannot_run_are_refused_when_saved(client, auth, pattern):
     headers = auth()
