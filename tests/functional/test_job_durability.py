@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import uuid
@@ -20,15 +19,10 @@ import redis as redis_lib
 from tests.conftest import TEST_VAR_DIR, start_worker, stop_worker, wait_for
 from tests.fake_embeddings_server import FakeEmbeddingsServer
 from tests.functional.entities_support import BASE, create_definition
+from tests.functional.test_reliability import _free_port
 
 SCHEMA = {"type": "object", "properties": {"body": {"type": "text"}, "n": {"type": "int"}}}
 ASYNC = {"Prefer": "respond-async"}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class PrivateRedis:

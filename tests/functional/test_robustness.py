@@ -186,21 +186,11 @@ def test_email_subject_with_a_tab_is_sent(client, auth):
 def test_oversized_authorization_header_gets_the_envelope_through_gunicorn(database_url):
     import http.client
     import json
-    import os
-    import subprocess
-    import sys
 
-    from tests.conftest import ROOT, TEST_SECRET, TEST_VAR_DIR
-    from tests.functional.test_reliability import _free_port, _wait_healthy
+    from tests.functional.test_reliability import start_gunicorn
 
-    port = _free_port()
-    env = dict(os.environ, PORT=str(port), DATABASE_URL=database_url, JWT_SECRET=TEST_SECRET,
-               VAR_DIR=TEST_VAR_DIR, REDIS_URL="", WEB_CONCURRENCY="1", GUNICORN_THREADS="4")
-    proc = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "gunicorn"), "-c",
-                             "docker/gunicorn.conf.py", "tests.slow_app:app"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc, port = start_gunicorn(database_url, GUNICORN_THREADS="4")
     try:
-        _wait_healthy(port, proc)
         for size in (9_000, 40_000):
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
             conn.request("GET", "/api/v1/agents", headers={"Authorization": "Bearer " + "a" * size})
