@@ -26,8 +26,9 @@ from flask.json.provider import DefaultJSONProvider
 from app.errors import ApiError, InvalidInput, PayloadTooLarge, ValidationFailed
 
 DEFAULT_MAX_DEPTH = 64
-# Only a \u escape can produce a lone surrogate (raw surrogates are invalid UTF-8), so the
-# per-string scan runs only when the text has one.
+# Only a \u escape can produce a lone surrogate (raw surrogates are invalid UTF-8), so the check runs
+# only when the text has a surrogate escape; pairs (emoji) are joined by the decoder, and re-encoding
+# (C speed) tells whether a lone one is left before the slower walk that names where.
 _SUSPICIOUS_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 _BAD_CHARS = re.compile("[\ud800-\udfff]")
 
@@ -64,42 +65,56 @@ def loads(data: bytes | bytearray | str) -> Any:
     except ValueError:  # an integer literal over sys.get_int_max_str_digits() (4 300) digits
         raise InvalidInput("Request body has a number that is too long (integer literals may have at "
                            "most 4300 digits).") from None
-    check_value(value, max_depth=max_depth, scan_strings=bool(_SUSPICIOUS_ESCAPE.search(text)),
-                max_string=_setting("MAX_STRING_CHARS", 0))
+    max_string = _setting("MAX_STRING_CHARS", 0)
+    if text.count("[") + text.count("{") > max_depth:  # fewer brackets than levels: cannot be too deep
+        check_depth(value, max_depth)
+    scan = bool(_SUSPICIOUS_ESCAPE.search(text)) and _has_lone_surrogate(value)
+    long_possible = bool(max_string) and len(text) > max_string
+    if scan or long_possible:
+        check_strings(value, scan_strings=scan, max_string=max_string if long_possible else 0)
     return value
 
 
-def check_value(value: Any, *, max_depth: int = DEFAULT_MAX_DEPTH, scan_strings: bool = True,
-                max_string: int = 0, what: str = "Request body") -> None:
-    """Depth, NUL/lone-surrogate and string-length checks of a parsed document (iterative)."""
-    problems: dict[str, list[str]] = {}
-    stack: list[tuple[Any, int, str]] = [(value, 0, "")]
+def _has_lone_surrogate(value: Any) -> bool:
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def check_depth(value: Any, max_depth: int = DEFAULT_MAX_DEPTH, what: str = "Request body") -> None:
+    """InvalidInput when containers nest deeper than `max_depth` (iterative: no recursion)."""
+    if value.__class__ is not dict and value.__class__ is not list:
+        return
+    stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
-        node, depth, path = stack.pop()
+        node, depth = stack.pop()
+        if depth >= max_depth:
+            raise InvalidInput(f"{what} is nested too deeply (at most {max_depth} levels).")
+        for child in (node.values() if node.__class__ is dict else node):
+            if child.__class__ is dict or child.__class__ is list:
+                stack.append((child, depth + 1))
+
+
+def check_strings(value: Any, *, scan_strings: bool = True, max_string: int = 0,
+                  what: str = "Request body") -> None:
+    """Lone surrogates in strings and keys (400 naming the paths) and strings over `max_string`
+    characters (413), in a document already known to be shallow enough."""
+    problems: dict[str, list[str]] = {}
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack and len(problems) < 20:
+        node, path = stack.pop()
         if isinstance(node, dict):
-            if depth >= max_depth:
-                raise InvalidInput(f"{what} is nested too deeply (at most {max_depth} levels).")
             for key, item in node.items():
-                here = f"{path}.{key}" if path else str(key)
                 if scan_strings and _BAD_CHARS.search(key):
                     problems.setdefault(_printable(path) or "(root)", []).append(
                         "a key contains a lone surrogate (\\ud800-\\udfff)")
-                if isinstance(item, dict | list):
-                    stack.append((item, depth + 1, here))
-                elif isinstance(item, str):
-                    _check_string(item, here, scan_strings, max_string, problems)
+                stack.append((item, f"{path}.{key}" if path else str(key)))
         elif isinstance(node, list):
-            if depth >= max_depth:
-                raise InvalidInput(f"{what} is nested too deeply (at most {max_depth} levels).")
-            for index, item in enumerate(node):
-                if isinstance(item, dict | list):
-                    stack.append((item, depth + 1, f"{path}[{index}]"))
-                elif isinstance(item, str):
-                    _check_string(item, f"{path}[{index}]", scan_strings, max_string, problems)
+            stack.extend((item, f"{path}[{index}]") for index, item in enumerate(node))
         elif isinstance(node, str):
             _check_string(node, path, scan_strings, max_string, problems)
-        if len(problems) >= 20:
-            break
     if problems:
         raise ValidationFailed(f"{what} contains characters that cannot be stored.", {"fields": problems})
 

@@ -242,3 +242,13 @@ def test_string_record_and_response_caps(make_app, auth):
     assert body["error"]["details"]["maxResponseBytes"] == 20_000
     resp = client.post(f"{BASE}/docs/records/query", json={"query": {"pageSize": 2}}, headers=headers)
     assert resp.status_code == 200 and len(resp.get_json()["records"]) == 2
+
+
+def test_lone_surrogate_after_an_escaped_backslash_is_found(client, auth):
+    headers = auth()
+    create_definition(client, headers, "notes", {"type": "object", "properties": {"title": {"type": "string"}}})
+    # `\\ud83d` is a backslash and the letters "ud83d"; the `\ude00` after it is a lone low surrogate
+    resp = _raw(client, "POST", f"{BASE}/notes/records", headers, '{"fields": {"title": "\\\\ud83d\\ude00"}}')
+    assert_error(resp, 400, "VALIDATION_ERROR")
+    resp = _raw(client, "POST", f"{BASE}/notes/records", headers, '{"fields": {"title": "\\\\ud800"}}')
+    assert resp.status_code == 201 and resp.get_json()["fields"]["title"] == "\\ud800"  # just text
