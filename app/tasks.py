@@ -86,7 +86,8 @@ def enqueue_after_commit(session: Session, task: Task, *args: Any, **kwargs: Any
         from app.ops.models import OutboxMessage, new_id
 
         message_id = new_id()
-        session.add(OutboxMessage(id=message_id, task_name=task.name, args=list(args), kwargs=dict(kwargs)))
+        session.add(OutboxMessage(id=message_id, key_prefix=_key_prefix(), task_name=task.name, args=list(args),
+                                  kwargs=dict(kwargs)))
     pending = session.info.setdefault("_pending_tasks", [])
     pending.append((task, args, kwargs, message_id))
     if not session.info.get("_task_hooks"):
@@ -114,6 +115,11 @@ def _flush_pending(session: Session) -> None:
                 sent.append(message_id)
     if sent:
         _forget_sent(sent)
+
+
+def _key_prefix() -> str:
+    """The deployment's CELERY_KEY_PREFIX: deployments sharing a database send only their own rows."""
+    return (current_app.config.get("CELERY_KEY_PREFIX") or "") if has_app_context() else ""
 
 
 def _forget_sent(message_ids: list[str]) -> None:
@@ -150,7 +156,8 @@ def dispatch_outbox(celery: Celery | None = None, *, min_age_seconds: float | No
     sent = 0
     with db.engine.begin() as conn:
         rows = conn.execute(select(table.c.id, table.c.task_name, table.c.args, table.c.kwargs)
-                            .where(table.c.created_at <= cutoff).order_by(table.c.created_at)
+                            .where(table.c.key_prefix == _key_prefix(), table.c.created_at <= cutoff)
+                            .order_by(table.c.created_at)
                             .limit(limit).with_for_update(skip_locked=True)).all()
         done = []
         for row in rows:

@@ -83,6 +83,10 @@ def make_app(app, database_url):
     from app.tasks import init_celery
 
     def factory(**overrides):
+        if "REDIS_URL" in overrides and "CELERY_KEY_PREFIX" not in overrides:
+            # another broker is another deployment: its own key prefix, so the session's worker never
+            # sends the tasks it left in the shared database's outbox (app.tasks)
+            overrides["CELERY_KEY_PREFIX"] = f"test-app-{uuid.uuid4().hex[:8]}:"
         return create_app(app_config(overrides.pop("DATABASE_URL", database_url), **overrides))
 
     yield factory

@@ -87,6 +87,7 @@ class OutboxMessage(PlatformBase):
     __tablename__ = "task_outbox"
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True, default=new_id)
+    key_prefix: Mapped[str] = mapped_column(String(100), default="")  # the deployment's CELERY_KEY_PREFIX
     task_name: Mapped[str] = mapped_column(String(200))
     args: Mapped[list] = mapped_column(JSONB, default=list)
     kwargs: Mapped[dict] = mapped_column(JSONB, default=dict)

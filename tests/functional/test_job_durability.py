@@ -203,3 +203,20 @@ def test_job_of_a_killed_worker_is_rerun_exactly_once(make_app, database_url, re
         if worker is not None:
             stop_worker(worker)
         engine.dispose()
+
+
+def test_dispatcher_sends_only_its_own_deployments_rows(make_app, app, auth):
+    """Deployments sharing a database (CELERY_KEY_PREFIX) never send each other's outbox rows."""
+    from app.tasks import dispatch_outbox
+
+    dead = make_app(REDIS_URL=f"redis://127.0.0.1:{_free_port()}/0", CELERY_KEY_PREFIX=f"other-{uuid.uuid4().hex}:")
+    client, headers = dead.test_client(), auth()
+    create_definition(client, headers, "notes", SCHEMA)
+    job = _bulk_async(client, headers, "notes", 0)
+    assert _outbox_count(dead, [job]) == 1
+    with app.app_context():  # the session app: another prefix, and a live broker when REDIS_URL is set
+        dispatch_outbox(min_age_seconds=0)
+    assert _outbox_count(dead, [job]) == 1
+    with dead.app_context():  # its own deployment tries, the broker is down: the row stays, attempts counted
+        assert dispatch_outbox(min_age_seconds=0) == 0
+    assert _outbox_count(dead, [job]) == 1

@@ -3,6 +3,8 @@ RateLimit-* headers, per-route settings, Redis shared counts and the in-process 
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from app.ratelimit import Policy, parse_policy
@@ -76,8 +78,9 @@ def test_similar_queries_are_limited_but_plain_queries_are_not(make_app, auth):
 
 
 def test_redis_counts_are_shared_between_processes(make_app, redis_url, auth):
-    first = make_app(REDIS_URL=redis_url, RATE_LIMIT_AGGREGATE="2/60").test_client()
-    second = make_app(REDIS_URL=redis_url, RATE_LIMIT_AGGREGATE="2/60").test_client()
+    shared = {"REDIS_URL": redis_url, "CELERY_KEY_PREFIX": f"test-rl-{uuid.uuid4().hex[:8]}:",
+              "RATE_LIMIT_AGGREGATE": "2/60"}
+    first, second = make_app(**shared).test_client(), make_app(**shared).test_client()
     headers = auth()
     create_definition(first, headers, "things", SCHEMA)
     assert _aggregate(first, headers).status_code == 200

@@ -20,6 +20,8 @@ def upgrade() -> None:
     op.create_table(
         "task_outbox",
         sa.Column("id", sa.String(64), primary_key=True),
+        # CELERY_KEY_PREFIX of the deployment that accepted the task: its workers send it
+        sa.Column("key_prefix", sa.String(100), nullable=False, server_default=""),
         sa.Column("task_name", sa.String(200), nullable=False),
         sa.Column("args", JSONB, nullable=False, server_default="[]"),
         sa.Column("kwargs", JSONB, nullable=False, server_default="{}"),
@@ -28,7 +30,7 @@ def upgrade() -> None:
         sa.Column("last_error", sa.Text),
         schema=S,
     )
-    op.create_index("ix_task_outbox_created_at", "task_outbox", ["created_at"], schema=S)
+    op.create_index("ix_task_outbox_key_prefix_created_at", "task_outbox", ["key_prefix", "created_at"], schema=S)
 
 
 def downgrade() -> None:
