@@ -8,16 +8,16 @@ No accepted task is lost (issue 12): with a broker, `enqueue_after_commit` also 
 id as its Celery task id and the row is deleted; if the broker is down the row stays, and
 `dispatch_outbox()` (run every few seconds by every worker's maintenance loop) sends it once the
 broker is back. A row can be sent twice (sent, then the delete failed): tasks are idempotent, and a
-redelivery runs once in effect. Running jobs are leased: `register_lease_reaper()` functions re-queue
-jobs whose worker died (see `app.entities.bulk.requeue_orphaned_jobs`).
+redelivery runs once in effect. Running jobs are leased: the lease reapers create_app lists (`lease_reapers()`)
+re-queue jobs whose worker died (see `app.entities.bulk.requeue_orphaned_jobs`).
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 from celery import Celery, Task
@@ -26,9 +26,6 @@ from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 log = logging.getLogger(__name__)
-
-QUEUES = ("default", "analytics", "embeddings", "email", "bulk", "seed")
-
 
 def init_celery(celery: Celery, app: Flask) -> None:
     """Configure the Celery app from celeryconfig + REDIS_URL and run tasks in an app context."""
@@ -66,6 +63,7 @@ def init_celery(celery: Celery, app: Flask) -> None:
 
     celery.Task = AppContextTask
     celery.set_default()
+    celery.loader.import_default_modules()  # the task modules celeryconfig.include declares
     app.extensions["celery"] = celery
 
 
@@ -83,7 +81,8 @@ def enqueue_after_commit(session: Session, task: Task, *args: Any, **kwargs: Any
     broker the task is recorded in the outbox in the same transaction, so it survives a broker outage."""
     message_id = None
     if not task.app.conf.task_always_eager:
-        from app.ops.models import OutboxMessage, new_id
+        from app.platform_models import OutboxMessage
+        from app.wire import new_id
 
         message_id = new_id()
         session.add(OutboxMessage(id=message_id, key_prefix=_key_prefix(), task_name=task.name, args=list(args),
@@ -126,7 +125,7 @@ def _forget_sent(message_ids: list[str]) -> None:
     from sqlalchemy import delete
 
     from app.db import db
-    from app.ops.models import OutboxMessage
+    from app.platform_models import OutboxMessage
 
     try:
         with db.engine.begin() as conn:
@@ -146,7 +145,7 @@ def dispatch_outbox(celery: Celery | None = None, *, min_age_seconds: float | No
     from sqlalchemy import delete, select, update
 
     from app.db import db
-    from app.ops.models import OutboxMessage
+    from app.platform_models import OutboxMessage
 
     celery = celery or current_app.extensions["celery"]
     if min_age_seconds is None:
@@ -183,19 +182,12 @@ def dispatch_outbox(celery: Celery | None = None, *, min_age_seconds: float | No
     return sent
 
 
-_lease_reapers: list[Callable[[], int]] = []
-
-
-def register_lease_reaper(reaper: Callable[[], int]) -> None:
-    """`reaper()` re-queues jobs whose worker died (returns how many); run by the maintenance loop."""
-    if reaper not in _lease_reapers:
-        _lease_reapers.append(reaper)
-
-
 def run_maintenance(celery: Celery | None = None) -> dict[str, int]:
-    """One round of the worker's maintenance loop (inside an app context)."""
+    """One round of the worker's maintenance loop (inside an app context): the app's lease reapers
+    (`app.extensions["lease_reapers"]`, set by create_app: functions that re-queue jobs whose worker
+    died and return how many), then the outbox dispatch."""
     outcome = {"requeued": 0, "sent": 0}
-    for reaper in list(_lease_reapers):
+    for reaper in current_app.extensions.get("lease_reapers", ()):
         try:
             outcome["requeued"] += reaper()
         except Exception:
@@ -226,3 +218,28 @@ def start_maintenance_loop(app: Flask, celery: Celery) -> threading.Thread:
 def _drop_pending(session: Session, previous_transaction) -> None:
     if previous_transaction.parent is None:
         session.info.pop("_pending_tasks", None)
+
+
+# --- the one retry policy of every task ----------------------------------------------------------------
+
+MAX_BACKOFF_SECONDS = 300
+
+
+def retry_countdown(retries: int, retry_after: float | None = None) -> float:
+    """Seconds before retry number `retries + 1`: the upstream's Retry-After when it gave one, else
+    exponential (2**n) with up to 50 % jitter, so a burst of failed tasks does not return in lockstep;
+    never more than MAX_BACKOFF_SECONDS."""
+    if retry_after is None:
+        retry_after = min(MAX_BACKOFF_SECONDS, 2 ** retries) * (1 + random.random() / 2)
+    return min(retry_after, MAX_BACKOFF_SECONDS)
+
+
+def retry_or_give_up(task: Task, exc: Exception, max_retries: int) -> Exception:
+    """The exception for a bound task to raise on transient trouble: a scheduled retry (Retry), or
+    `exc` itself once `max_retries` are used up (then the task fails and lands in failed_tasks)."""
+    retries = task.request.retries
+    if retries >= max_retries:
+        log.error("%s gave up after %d retries: %s", task.name, retries, exc)
+        return exc
+    countdown = retry_countdown(retries, getattr(exc, "retry_after", None))
+    return task.retry(exc=exc, countdown=countdown, max_retries=max_retries, throw=False)

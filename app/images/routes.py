@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from flask.views import MethodView
 
 from app.auth import require_scopes
@@ -12,6 +10,7 @@ from app.images.schemas import ImageRequestSchema, ImageResponseSchema
 from app.images.services import generate_image
 from app.ratelimit import rate_limited
 from app.tenancy import current_tenant
+from app.wire import success_envelope
 
 blp = Blueprint("images", __name__, url_prefix="/api/v1/agents", description="Image generation")
 
@@ -36,4 +35,4 @@ class Images(MethodView):
         Synchronous: the call returns when the image is stored (up to 120 seconds).
         """
         result = generate_image(payload, current_tenant())
-        return {"data": result, "metadata": {"success": True, "timestamp": int(time.time())}}
+        return success_envelope(result)

@@ -87,7 +87,7 @@ def _outbox_count(app, job_ids=None) -> int:
     from sqlalchemy import func, select
 
     from app.db import db
-    from app.ops.models import OutboxMessage
+    from app.platform_models import OutboxMessage
 
     with app.app_context(), db.engine.connect() as conn:
         query = select(func.count()).select_from(OutboxMessage)
