@@ -6,8 +6,8 @@ For the agent registry and the entity store, a request the documented schema all
 accepted (schemathesis' `positive_data_acceptance`): the code is no stricter than the schema says,
 except for the rules the document states in prose (`info.description`, field descriptions) because
 they depend on data or cannot be written as a schema: references that must exist, fields a definition
-does not have, valid JSON Schemas, `config` against `configSchema`, a skillId at most once per agent. Generated text holds no NUL characters or lone
-surrogates (also a rule of `info.description`).
+does not have, valid JSON Schemas, `config` against `configSchema`, a skillId at most once per agent.
+Generated text holds no NUL characters or lone surrogates (also a rule of `info.description`).
 Runs as an admin of a dedicated org, so generated writes stay inside that org.
 """
 

@@ -6,8 +6,9 @@ import threading
 
 import pytest
 
-from tests.functional.agents_support import Registry, agent_body, assert_error, tool_definition_body
+from tests.functional.agents_support import Registry, agent_body, tool_definition_body
 from tests.functional.entities_support import BASE, create_definition
+from tests.support import assert_error
 
 BOMB = "^(a+)+$"
 BOMB_INPUT = "a" * 40 + "!"
