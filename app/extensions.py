@@ -103,6 +103,7 @@ class Blueprint(_Blueprint):
                 continue
             view = getattr(view_class, method, None) if view_class is not None else obj
             _document_access(doc, getattr(view, "_required_scopes", None), getattr(view, "_required_roles", None))
+            _document_limits(doc, getattr(view, "_rate_limit_group", None))
 
 
 def _document_access(doc: dict, scopes, roles) -> None:
@@ -116,6 +117,19 @@ def _document_access(doc: dict, scopes, roles) -> None:
         needs.append(f"one of the scopes {', '.join(scopes)}")
     if needs:
         _add_response(responses, 403, f"FORBIDDEN: the token lacks {' and '.join(needs)}")
+
+
+def _document_limits(doc: dict, rate_limit_group: str | None) -> None:
+    """413 and 415 for an operation with a JSON body (MAX_CONTENT_LENGTH, app.jsonbody), 429 for one
+    under a per-organization rate limit (app.ratelimit: `rate_limited` / `may_be_rate_limited`)."""
+    responses = doc.setdefault("response", {}).setdefault("responses", {})
+    arguments = doc.get("arguments", {}).get("parameters", [])
+    if any(argument.get("location", "json") == "json" for argument in arguments):
+        _add_response(responses, 413, "PAYLOAD_TOO_LARGE: the body exceeds MAX_CONTENT_LENGTH")
+        _add_response(responses, 415, "INVALID_INPUT: the body is not application/json")
+    if rate_limit_group:
+        _add_response(responses, 429, f"RATE_LIMITED: the organization's `{rate_limit_group}` limit is spent; "
+                                      "Retry-After says when to try again")
 
 
 def _add_response(responses: dict, status: int, description: str) -> None:

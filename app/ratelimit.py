@@ -183,6 +183,19 @@ def rate_limited(group: str):
     return decorate
 
 
+def may_be_rate_limited(group: str):
+    """View marker for OpenAPI only: the view can answer 429 from a check deeper in (`$similar` in a
+    record query or count is checked where the query vector is resolved, app.embeddings.search)."""
+    if group not in GROUPS:
+        raise ValueError(f"unknown rate-limit group {group!r}")
+
+    def decorate(view):
+        view._rate_limit_group = group
+        return view
+
+    return decorate
+
+
 def _add_headers(response):
     decision = g.get("rate_limit")
     if decision is not None:

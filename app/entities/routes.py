@@ -41,7 +41,7 @@ from app.entities.schemas import (
 from app.entities.services import common, definitions, records, relationships, views
 from app.errors import InvalidInput
 from app.extensions import Blueprint, SuccessSchema
-from app.ratelimit import rate_limited
+from app.ratelimit import may_be_rate_limited, rate_limited
 from app.wire import SUCCESS
 
 READ, WRITE = "read:entities", "write:entities"
@@ -187,6 +187,7 @@ class RecordQuery(MethodView):
     @blp.arguments(QueryRequestSchema)
     @blp.response(200, PaginatedResultSchema)
     @require_scopes(READ)
+    @may_be_rate_limited("similar")
     def post(self, data, entityName):
         """Query records: filters, $search, sorting, paging, include/exclude, includeLookups.
 
@@ -203,6 +204,7 @@ class RecordCount(MethodView):
     @blp.doc(responses={"200": {"description": "The number of matching records",
                                 "content": {"application/json": {"schema": {"type": "integer"}}}}})
     @require_scopes(READ)
+    @may_be_rate_limited("similar")
     def post(self, data, entityName):
         """Count the records matching `filters` (the response is a bare number; `Prefer: count=planned|
         estimated` as for the query)."""

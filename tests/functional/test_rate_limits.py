@@ -8,8 +8,8 @@ import uuid
 import pytest
 
 from app.ratelimit import Policy, parse_policy
-from tests.functional.agents_support import assert_error
 from tests.functional.entities_support import BASE, create_definition, org_headers
+from tests.support import assert_error
 
 SCHEMA = {"type": "object", "properties": {"body": {"type": "text"}, "n": {"type": "int"}}}
 AGG = {"aggregates": [{"function": "sum", "field": "n"}]}
@@ -112,3 +112,20 @@ def test_unlimited_by_setting_and_policy_parsing(make_app, auth):
             parse_policy(bad)
     with pytest.raises(ValueError):
         make_app(RATE_LIMIT_EMAIL="lots")
+
+
+def test_openapi_declares_429_on_limited_operations_and_413_415_on_json_bodies(client):
+    paths = client.get("/api/v1/openapi.json").get_json()["paths"]
+    limited = {("/api/v1/entities/{entityName}/records/aggregate", "post"),
+               ("/api/v1/entities/{entityName}/records/bulk/create", "post"),
+               ("/api/v1/entities/{entityName}/records/query", "post"),  # $similar
+               ("/api/v1/entities/{entityName}/records/count", "post"),
+               ("/api/v1/agents/images", "post"), ("/api/v1/email/send", "post")}
+    for path, method in limited:
+        responses = paths[path][method]["responses"]
+        assert "429" in responses, path
+        assert {"413", "415"} <= set(responses), path
+    assert "429" not in paths["/api/v1/entities/{entityName}/records"]["post"]["responses"]
+    assert {"413", "415"} <= set(paths["/api/v1/entities/{entityName}/records"]["post"]["responses"])
+    record_get = paths["/api/v1/entities/{entityName}/records/{recordId}"]["get"]["responses"]
+    assert not {"413", "415", "429"} & set(record_get)
