@@ -224,3 +224,27 @@ def test_dispatcher_sends_only_its_own_deployments_rows(make_app, app, auth):
     with dead.app_context():  # its own deployment tries, the broker is down: the row stays, attempts counted
         assert dispatch_outbox(min_age_seconds=0) == 0
     assert _outbox_count(dead, [job]) == 1
+
+
+def test_index_and_embedding_tasks_go_through_the_outbox(make_app, auth):
+    """The tasks issue 14's index maintenance and the embedding hooks send are outbox rows of the request's
+    transaction too: with the broker down they wait in platform.task_outbox instead of being lost."""
+    from sqlalchemy import delete, select
+
+    from app.db import db
+    from app.platform_models import OutboxMessage
+
+    prefix = f"other-{uuid.uuid4().hex}:"
+    dead = make_app(REDIS_URL=f"redis://127.0.0.1:{_free_port()}/0", CELERY_KEY_PREFIX=prefix)
+    client, headers = dead.test_client(), auth()
+    definition_id = create_definition(client, headers, "indexed", SCHEMA)
+    resp = client.put(f"{BASE}/definitions/indexed", headers=headers,
+                      json={"embeddingsConfig": {"enabled": True, "fields": ["body"]}})
+    assert resp.status_code == 200, resp.get_json()
+    assert client.delete(f"{BASE}/definitions/indexed", headers=headers).status_code in (200, 204)
+    with dead.app_context(), db.engine.begin() as conn:
+        rows = conn.execute(select(OutboxMessage.task_name, OutboxMessage.args)
+                            .where(OutboxMessage.key_prefix == prefix)).all()
+        conn.execute(delete(OutboxMessage).where(OutboxMessage.key_prefix == prefix))
+    assert ("bulk.entity_indexes", ["default", definition_id]) in [(r.task_name, r.args) for r in rows]
+    assert any(r.task_name == "embeddings.backfill" and definition_id in r.args for r in rows)
