@@ -43,6 +43,9 @@ API_INFO = {
 def create_app(overrides: dict[str, Any] | None = None) -> Flask:
     """Build the Flask app. `overrides` replace configuration values (tests)."""
     app = Flask(__name__)
+    from app.jsonbody import SafeJSONProvider
+
+    app.json = SafeJSONProvider(app)  # request.get_json() parses through app.jsonbody.loads
     app.config.update(API_INFO)
     app.config.update(load_config(overrides))
     _configure_logging(app)
@@ -58,9 +61,14 @@ def create_app(overrides: dict[str, Any] | None = None) -> Flask:
     # 2. database (embedded PostgreSQL when DATABASE_URL is unset); the lazily built services
     db.init_app(app)
     init_registry(app, service_factories())
-    # 3. Celery (eager without REDIS_URL): the task modules celeryconfig.include declares
+    # 3. Celery (eager without REDIS_URL): the task modules celeryconfig.include declares; the worker's
+    #    lease reapers; per-organization rate limits
     init_celery(celery_app, app)
     _connect_task_signals()
+    app.extensions["lease_reapers"] = lease_reapers()
+    from app import ratelimit
+
+    ratelimit.init_app(app)
     # 4. API + OpenAPI, then our envelope handlers over flask-smorest's
     api = Api(app)  # one Api per app: its OpenAPI document belongs to this app
     _register_blueprints(api, app)
@@ -119,6 +127,14 @@ def service_factories() -> dict:
             "email_sender": build_sender, "embedder": build_embedder_service, "query_cache": build_query_cache_service}
 
 
+def lease_reapers() -> list:
+    """Functions the worker's maintenance loop runs (app.tasks.run_maintenance): each re-queues the
+    jobs whose worker died and returns how many."""
+    from app.entities.bulk import requeue_orphaned_jobs
+
+    return [requeue_orphaned_jobs]
+
+
 def _connect_task_signals() -> None:
     from celery.signals import task_failure
 
@@ -163,6 +179,7 @@ def _refuse_nul_in_path() -> None:
 
 
 def _finish_response(response):
+    response = _refuse_oversized(response)
     response.headers["X-Request-ID"] = g.get("request_id") or uuid.uuid4().hex
     origins = [o.strip() for o in (_current_config("CORS_ORIGINS") or "").split(",") if o.strip()]
     origin = request.headers.get("Origin")
@@ -172,6 +189,23 @@ def _finish_response(response):
         response.headers["Access-Control-Allow-Methods"] = "GET, POST, PUT, DELETE, OPTIONS"
         response.headers["Vary"] = "Origin"
     return response
+
+
+def _refuse_oversized(response):
+    """A JSON answer above MAX_RESPONSE_BYTES (e.g. a page of huge records) is replaced by a 413 that
+    says how to ask for less, instead of shipping hundreds of megabytes."""
+    limit = _current_config("MAX_RESPONSE_BYTES")
+    if (not limit or response.direct_passthrough or response.is_streamed or response.mimetype != "application/json"
+            or (response.content_length or 0) <= limit):
+        return response
+    from app.errors import error_response
+
+    log.warning("response of %s bytes to %s refused (MAX_RESPONSE_BYTES %s)", response.content_length,
+                request.path, limit)
+    return error_response(413, "PAYLOAD_TOO_LARGE",
+                          "The response would be larger than the service sends at once; ask for fewer "
+                          "records (pageSize) or fewer fields.",
+                          {"responseBytes": response.content_length, "maxResponseBytes": limit})
 
 
 def _current_config(name: str):

@@ -128,3 +128,18 @@ class FailedTask(PlatformBase):
     kwargs: Mapped[dict] = mapped_column(JSONB, default=dict)
     error: Mapped[str] = mapped_column(Text)
     failed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class OutboxMessage(PlatformBase):
+    """A task accepted by a committed transaction and not yet handed to the broker (app.tasks)."""
+
+    __tablename__ = "task_outbox"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True, default=new_id)
+    key_prefix: Mapped[str] = mapped_column(String(100), default="")  # the deployment's CELERY_KEY_PREFIX
+    task_name: Mapped[str] = mapped_column(String(200))
+    args: Mapped[list] = mapped_column(JSONB, default=list)
+    kwargs: Mapped[dict] = mapped_column(JSONB, default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    last_error: Mapped[str | None] = mapped_column(Text)

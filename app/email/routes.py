@@ -13,6 +13,7 @@ from app.email.schemas import SendEmailRequestSchema, SendEmailResponseSchema
 from app.email.services import send_email
 from app.errors import ValidationFailed
 from app.extensions import Blueprint
+from app.ratelimit import rate_limited
 from app.tenancy import current_tenant
 
 blp = Blueprint("email", __name__, url_prefix="/api/v1/email", description="Outbound email")
@@ -28,6 +29,7 @@ class SendEmail(MethodView):
     @blp.arguments(SendEmailRequestSchema)
     @blp.response(200, SendEmailResponseSchema)
     @blp.requires(WRITE)
+    @rate_limited("email")
     def post(self, payload):
         """Send one pre-rendered email. Check `success`: delivery failures answer 200 with success false."""
         result = send_email(payload["to"], payload["subject"], payload["body"], current_tenant())

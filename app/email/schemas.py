@@ -11,10 +11,13 @@ MAX_BODY_CHARS = 1_000_000
 def _single_line(value: str) -> None:
     if "\r" in value or "\n" in value:  # header injection
         raise ValidationError("Subject must be a single line.")
+    if any(ch < " " and ch != "\t" or ch == "\x7f" for ch in value):  # NUL and other controls
+        raise ValidationError("Subject must not contain control characters (NUL, …).")
 
 
 def subject_field(**kwargs) -> fields.String:
-    """An email subject: 1–998 characters on one line (a CR/LF would inject headers)."""
+    """An email subject: 1–998 characters on one line (a CR/LF would inject headers), no control
+    characters."""
     return fields.String(validate=[validate.Length(min=1, max=998), _single_line], **kwargs)
 
 

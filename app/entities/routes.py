@@ -41,6 +41,7 @@ from app.entities.schemas import (
 from app.entities.services import common, definitions, records, relationships, views
 from app.errors import InvalidInput
 from app.extensions import Blueprint, SuccessSchema
+from app.ratelimit import may_be_rate_limited, rate_limited
 from app.wire import SUCCESS
 
 READ, WRITE = "read:entities", "write:entities"
@@ -185,6 +186,7 @@ class RecordQuery(MethodView):
     @blp.arguments(QueryRequestSchema)
     @blp.response(200, PaginatedResultSchema)
     @require_scopes(READ)
+    @may_be_rate_limited("similar")
     def post(self, data, entityName):
         """Query records: filters, $search, sorting, paging, include/exclude, includeLookups.
 
@@ -201,6 +203,7 @@ class RecordCount(MethodView):
     @blp.doc(responses={"200": {"description": "The number of matching records",
                                 "content": {"application/json": {"schema": {"type": "integer"}}}}})
     @require_scopes(READ)
+    @may_be_rate_limited("similar")
     def post(self, data, entityName):
         """Count the records matching `filters` (the response is a bare number; `Prefer: count=planned|
         estimated` as for the query)."""
@@ -288,6 +291,7 @@ def _bulk_route(operation: str, body_schema, key: str, summary: str) -> None:
         @blp.response(200, BulkResultSchema)
         @blp.alt_response(202, schema=JobAcceptedSchema, description="With `Prefer: respond-async`")
         @require_scopes(WRITE)
+        @rate_limited("bulk")
         def post(self, data, entityName):
             return _bulk(entityName, operation, data[key])
 
