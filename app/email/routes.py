@@ -46,6 +46,7 @@ class BulkSend(MethodView):
     @blp.arguments(s.BulkSendRequestSchema)
     @blp.response(202, s.EmailJobAcceptedSchema)
     @blp.requires(WRITE)
+    @rate_limited("email")
     def post(self, payload):
         """Queue many messages (`messages`) or one message to many `recipients` (≤ 10 000): 202 with a
         job id. Workers send one message per recipient; follow the job at `statusUrl`."""
@@ -123,6 +124,7 @@ class Issues(MethodView):
     @newsletter_blp.arguments(s.IssueRequestSchema)
     @newsletter_blp.response(202, s.EmailJobAcceptedSchema)
     @newsletter_blp.requires(WRITE)
+    @rate_limited("email")
     def post(self, data):
         """Send an issue to every active subscriber through the bulk path; each message carries
         `List-Unsubscribe` (link + one-click POST)."""

@@ -66,6 +66,20 @@ def test_bulk_async_email_and_images_are_limited(make_app, auth):
     _assert_limited(client.post("/api/v1/agents/images", json=image, headers=image_headers), 1)
 
 
+def test_bulk_email_and_newsletter_issues_count_against_the_email_limit(make_app, auth):
+    """One `email` limit per org: a bulk send or a newsletter issue is one call, like a single send."""
+    client = make_app(RATE_LIMIT_EMAIL="2/60").test_client()
+    headers = auth("write:notifications")
+    bulk = {"recipients": ["a@example.com", "b@example.com"], "subject": "s", "body": "b"}
+    assert client.post("/api/v1/email/bulk-send", json=bulk, headers=headers).status_code == 202
+    assert client.post("/api/v1/newsletter/issues", json={"subject": "s", "body": "b"},
+                       headers=headers).status_code == 202
+    _assert_limited(client.post("/api/v1/email/bulk-send", json=bulk, headers=headers), 2)
+    _assert_limited(client.post("/api/v1/newsletter/issues", json={"subject": "s", "body": "b"}, headers=headers), 2)
+    _assert_limited(client.post("/api/v1/email/send", json={"to": ["a@example.com"], "subject": "s", "body": "b"},
+                                headers=headers), 2)
+
+
 def test_similar_queries_are_limited_but_plain_queries_are_not(make_app, auth):
     client = make_app(RATE_LIMIT_SIMILAR="1/60").test_client()
     headers = auth()
@@ -120,7 +134,8 @@ def test_openapi_declares_429_on_limited_operations_and_413_415_on_json_bodies(c
                ("/api/v1/entities/{entityName}/records/bulk/create", "post"),
                ("/api/v1/entities/{entityName}/records/query", "post"),  # $similar
                ("/api/v1/entities/{entityName}/records/count", "post"),
-               ("/api/v1/agents/images", "post"), ("/api/v1/email/send", "post")}
+               ("/api/v1/agents/images", "post"), ("/api/v1/email/send", "post"),
+               ("/api/v1/email/bulk-send", "post"), ("/api/v1/newsletter/issues", "post")}
     for path, method in limited:
         responses = paths[path][method]["responses"]
         assert "429" in responses, path
