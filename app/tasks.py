@@ -76,23 +76,26 @@ def _drop_cached_connections(celery: Celery) -> None:
         del celery._local.backend
 
 
-def enqueue_after_commit(session: Session, task: Task, *args: Any, **kwargs: Any) -> None:
+def enqueue_after_commit(session: Session, task: Task, *args: Any, **kwargs: Any) -> str:
     """Send `task` once `session`'s current transaction commits; drop it if it rolls back. With a
-    broker the task is recorded in the outbox in the same transaction, so it survives a broker outage."""
-    message_id = None
-    if not task.app.conf.task_always_eager:
-        from app.platform_models import OutboxMessage
-        from app.wire import new_id
+    broker the task is recorded in the outbox in the same transaction, so it survives a broker outage.
+    Returns the task id the message will carry (the outbox row id), for a 202's status link."""
+    from app.wire import new_id
 
-        message_id = new_id()
+    message_id = new_id()
+    in_outbox = not task.app.conf.task_always_eager
+    if in_outbox:
+        from app.platform_models import OutboxMessage
+
         session.add(OutboxMessage(id=message_id, key_prefix=_key_prefix(), task_name=task.name, args=list(args),
                                   kwargs=dict(kwargs)))
     pending = session.info.setdefault("_pending_tasks", [])
-    pending.append((task, args, kwargs, message_id))
+    pending.append((task, args, kwargs, message_id, in_outbox))
     if not session.info.get("_task_hooks"):
         session.info["_task_hooks"] = True
         event.listen(session, "after_commit", _flush_pending)
         event.listen(session, "after_soft_rollback", _drop_pending)
+    return message_id
 
 
 def _flush_pending(session: Session) -> None:
@@ -100,17 +103,17 @@ def _flush_pending(session: Session) -> None:
         return                           # the outer transaction has not committed yet
     pending = session.info.pop("_pending_tasks", [])
     sent = []
-    for task, args, kwargs, message_id in pending:
+    for task, args, kwargs, message_id, in_outbox in pending:
         try:
             task.apply_async(args=args, kwargs=kwargs, task_id=message_id)
         except Exception as exc:  # broker down: the caller's data is committed; do not fail the request
-            if message_id is None:
+            if not in_outbox:
                 log.exception("could not enqueue %s", task.name)
             else:
                 log.warning("could not enqueue %s (%s); the outbox dispatcher sends it when the broker is "
                             "back", task.name, type(exc).__name__)
         else:
-            if message_id is not None:
+            if in_outbox:
                 sent.append(message_id)
     if sent:
         _forget_sent(sent)

@@ -69,14 +69,18 @@ class Seed(MethodView):
         is the lower-cased `mainDomain`. A second call creates nothing and answers 200 with every
         artifact `existing`; another `product` provisions that product for the same org (201).
         With `Prefer: respond-async` the `seed.org` task is queued instead (202, follow `statusUrl`)."""
+        from app.extensions import db
         from app.ops.seeding import org_id_for, seed_org
         from app.ops.tasks import seed_org_task
+        from app.tasks import enqueue_after_commit
 
         if wants_async():
-            result = seed_org_task.apply_async(kwargs=data)
+            # through the outbox like every other 202: the task survives a broker outage
+            task_id = enqueue_after_commit(db.session, seed_org_task, **data)
+            db.session.commit()
             org_id, product = org_id_for(data["org"]["mainDomain"]), data["org"]["product"]
             url = f"/internal/seed/{org_id}?product={product}"
-            response = jsonify({"taskId": result.id, "orgId": org_id, "product": product, "status": "queued",
+            response = jsonify({"taskId": task_id, "orgId": org_id, "product": product, "status": "queued",
                                 "statusUrl": url})
             response.status_code = 202
             response.headers.update({"Location": url, "Preference-Applied": "respond-async"})

@@ -248,3 +248,28 @@ def test_index_and_embedding_tasks_go_through_the_outbox(make_app, auth):
         conn.execute(delete(OutboxMessage).where(OutboxMessage.key_prefix == prefix))
     assert ("bulk.entity_indexes", ["default", definition_id]) in [(r.task_name, r.args) for r in rows]
     assert any(r.task_name == "embeddings.backfill" and definition_id in r.args for r in rows)
+
+
+def test_async_seed_goes_through_the_outbox(make_app):
+    """A 202 from POST /internal/seed (Prefer: respond-async) is an outbox row committed with the request:
+    with the broker down the seed.org task waits in platform.task_outbox, under the task id the 202 named."""
+    from sqlalchemy import delete, select
+
+    from app.db import db
+    from app.platform_models import OutboxMessage
+
+    prefix = f"other-{uuid.uuid4().hex}:"
+    dead = make_app(REDIS_URL=f"redis://127.0.0.1:{_free_port()}/0", CELERY_KEY_PREFIX=prefix,
+                    INTERNAL_API_TOKEN="internal-" + "t" * 32)
+    domain = f"outbox-{uuid.uuid4().hex[:8]}.example"
+    body = {"org": {"title": "Outbox Org", "mainDomain": domain, "product": "default"},
+            "admin": {"email": f"admin@{domain}", "firstName": "Ada", "lastName": "Admin"}}
+    resp = dead.test_client().post("/internal/seed", json=body, headers={
+        "X-Internal-Token": "internal-" + "t" * 32, "Prefer": "respond-async"})
+    assert resp.status_code == 202, resp.get_json()
+    task_id = resp.get_json()["taskId"]
+    with dead.app_context(), db.engine.begin() as conn:
+        rows = conn.execute(select(OutboxMessage.id, OutboxMessage.task_name, OutboxMessage.kwargs)
+                            .where(OutboxMessage.key_prefix == prefix)).all()
+        conn.execute(delete(OutboxMessage).where(OutboxMessage.key_prefix == prefix))
+    assert [(r.id, r.task_name, r.kwargs["org"]["mainDomain"]) for r in rows] == [(task_id, "seed.org", domain)]
