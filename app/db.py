@@ -143,8 +143,9 @@ class Database:
         returned at once: no Session, no BEGIN/ROLLBACK, the driver's cursor directly (same
         visibility as any READ COMMITTED statement); inside a transaction, on the session's
         connection. A driver error is raised as SQLAlchemy's (OperationalError → 503 in app.errors);
-        a disconnect invalidates the connection and, like SQLAlchemy does, the pool's other
-        connections of the same age (`pool.invalidate` of the engine)."""
+        a disconnect invalidates the connection and the pool's other connections of the same age,
+        as SQLAlchemy's own path does. The autocommit path uses the
+        driver's cursor, so engine cursor events (`before_cursor_execute`) do not see it."""
         state = self._state()
         product = self.context_product()
         rendered = state.rendered.get((stmt, product))

@@ -17,6 +17,7 @@ from tests.functional.entities_support import (
     org_headers,
     query,
 )
+from tests.support import bearer, token
 
 
 def definition_indexes(app, definition_id: str) -> dict[str, str]:
@@ -311,3 +312,20 @@ def test_record_get_answers_and_names_what_is_missing(app):
     missing(f"{BASE}/items/records/{rec['id']}", "Record not found.")  # soft-deleted
     assert client.delete(f"{BASE}/definitions/others", headers=headers).status_code == 200
     missing(f"{BASE}/others/records/{other['id']}", "Entity 'others' not found.")  # soft-deleted definition
+
+
+def test_record_get_reads_the_tokens_product(app):
+    """The record read's SQL is rendered once per product (db.read_first): the same org in two
+    products sees each product's own record, never the other's."""
+    client = app.test_client()
+    org, default_headers = org_headers()
+    other_headers = bearer(token(org=org, scopes=("read", "write"), product="other"))
+    for headers in (default_headers, other_headers):
+        create_definition(client, headers)
+    in_default = create_record(client, default_headers, "items", FIXED_RECORDS[0])
+    in_other = create_record(client, other_headers, "items", FIXED_RECORDS[1])
+    for _ in range(2):  # rendered on first use per product, then reused
+        assert client.get(f"{BASE}/items/records/{in_default['id']}", headers=default_headers).get_json() == in_default
+        assert client.get(f"{BASE}/items/records/{in_other['id']}", headers=other_headers).get_json() == in_other
+        assert client.get(f"{BASE}/items/records/{in_default['id']}", headers=other_headers).status_code == 404
+        assert client.get(f"{BASE}/items/records/{in_other['id']}", headers=default_headers).status_code == 404
