@@ -52,6 +52,24 @@ def get(client, headers, path, **params):
 WINDOW = {"from": DAY, "to": DAY}
 
 
+@pytest.fixture(scope="module")
+def inline_app(app, database_url):
+    """Without REDIS_URL the ingest writes inline: most tests read right after they post."""
+    from app import create_app
+    from app.extensions import celery_app
+    from app.tasks import init_celery
+    from tests.conftest import app_config
+
+    inline = create_app(app_config(database_url, REDIS_URL=""))
+    init_celery(celery_app, app)  # Celery configuration is process-global: keep the main test app's
+    return inline                 # (the inline ingest path does not use Celery)
+
+
+@pytest.fixture()
+def client(inline_app):
+    return inline_app.test_client()
+
+
 def test_inline_ingest_feeds_every_dashboard(client, auth):
     h = auth("read", "write")
     post_all(client, h, chat_events("c1", csat=5) + chat_events("c2", user="u2", csat=3, hour=11)
@@ -344,3 +362,70 @@ def test_global_and_channel_rollups(client, make_token, marketing):
     edge = {"from": f"{G}T00:00:00Z", "to": f"{G}T23:59:59.999Z"}
     assert get(client, admin, "global/channels", **edge) == get(client, admin, "global/channels", **w)
     assert get(client, admin, "global/orgs", **edge) == orgs
+
+
+# --- with Redis and a real worker ------------------------------------------------------------------
+
+@pytest.fixture()
+def worker_client(app, celery_worker):
+    return app.test_client()
+
+
+def _stored(app, org: str) -> list:
+    from sqlalchemy import text
+
+    from app.db import db
+
+    with app.app_context(), db.product_session("default") as s:
+        return s.execute(text("SELECT event_id, received_at FROM product_default.analytics_events "
+                              "WHERE org_id = :o"), {"o": org}).all()
+
+
+def test_worker_stores_buffered_events_in_one_batch(worker_client, app, auth, org_id):
+    from app.analytics import tasks
+
+    h = auth()
+    with app.app_context():
+        client = tasks.redis_client()
+        flag, buffer = tasks.key("flush-pending"), tasks.key("buffer")
+    client.set(flag, "1", ex=60)  # a flush is "pending": events pile up in the buffer
+    try:
+        events = [e for i in range(30) for e in chat_events(f"c{i}", user=f"u{i % 7}", csat=1 + i % 5)]
+        post_all(worker_client, h, events)
+        assert _stored(app, org_id) == [] and client.llen(buffer) >= len(events)
+    finally:
+        client.delete(flag)
+    post_all(worker_client, h, [GOOD])  # schedules the flush task, which drains everything
+    rows = wait_for(lambda: (lambda r: r if len(r) == len(events) + 1 else None)(_stored(app, org_id)))
+    assert len({received for _, received in rows}) == 1  # one transaction (now() is per transaction)
+    s = get(worker_client, h, "summary", **WINDOW)
+    assert (s["total_chats"], s["total_messages"], s["unique_users"]) == (30, 60, 7)
+
+
+def test_redelivered_batches_and_retries_are_not_double_counted(worker_client, app, auth, org_id):
+    import json
+    import time
+
+    from app.analytics import services, tasks
+    from app.tenancy import Tenant
+
+    h = auth()
+    events = chat_events("r1", csat=4) + chat_events("r2", user="u2", hour=11)
+    post_all(worker_client, h, events + events)  # a client retrying every event
+    wait_for(lambda: len(_stored(app, org_id)) == len(events))
+    expected = get(worker_client, h, "summary", **WINDOW)
+    assert expected["total_chats"] == 2 and expected["total_messages"] == 4
+    # a worker that died after its commit but before deleting its in-flight batch: the batch is
+    # put back into the buffer and stored again by the next flush
+    tenant = Tenant(org_id=org_id, user_id="u", email=None, role=None)
+    with app.app_context():
+        client = tasks.redis_client()
+        batch = tasks.key("batch:test-" + uuid.uuid4().hex)
+        rows = [json.dumps(services.normalise_event(e, tenant)) for e in events]
+        client.rpush(batch, *rows)
+        client.zadd(tasks.key("inflight"), {batch: time.time() - 3600})
+    post_all(worker_client, h, [{**GOOD, "eventId": "trigger", "timestamp": f"{DAY}T12:00:00Z"}])
+    wait_for(lambda: len(_stored(app, org_id)) == len(events) + 1)
+    wait_for(lambda: not client.exists(batch))
+    assert get(worker_client, h, "summary", **WINDOW) == expected
+    assert len(get(worker_client, h, "events", **WINDOW)) == len(events) + 1
