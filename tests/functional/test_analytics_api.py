@@ -429,3 +429,16 @@ def test_redelivered_batches_and_retries_are_not_double_counted(worker_client, a
     wait_for(lambda: not client.exists(batch))
     assert get(worker_client, h, "summary", **WINDOW) == expected
     assert len(get(worker_client, h, "events", **WINDOW)) == len(events) + 1
+
+
+def test_demo_command_fills_the_dashboards(inline_app, client, auth, org_id):
+    result = inline_app.test_cli_runner().invoke(args=["analytics", "demo", "--org", org_id, "--days", "7",
+                                                       "--chats", "40", "--seed", "1"])
+    assert result.exit_code == 0, result.output
+    h = auth()
+    s = get(client, h, "summary")
+    assert s["total_chats"] == 40 and s["total_messages"] >= 80 and s["total_cost"] > 0
+    assert s["unique_users"] > 1 and s["avg_session_duration"] > 0
+    assert {a["agent_name"] for a in get(client, h, "agents")} <= {"Support Bot", "Sales Assistant", "Onboarding Guide"}
+    assert sum(d["total_chats"] for d in get(client, h, "daily")) == 40
+    assert any(e["eventType"] == "page_view" for e in get(client, h, "events", limit=1000))
