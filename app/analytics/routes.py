@@ -11,11 +11,13 @@ from app.analytics.schemas import (
     AnalyticsEventOutSchema,
     AnalyticsEventSchema,
     AnalyticsSummarySchema,
+    BatchAcceptedSchema,
     ChannelDailySchema,
     ChatAnalyticsSchema,
     ChatsArgsSchema,
     DailyAnalyticsSchema,
     DateFilterSchema,
+    EventBatchSchema,
     EventsArgsSchema,
     GlobalAnalyticsSummarySchema,
     GlobalChannelSummarySchema,
@@ -58,7 +60,7 @@ class Events(MethodView):
         stores it in a batch. Idempotent per org by `eventId` (assigned when absent); `orgId` in the
         body is ignored. Chat facts: `eventCategory` `chat` (DESIGN §12)."""
         event = services.normalise_event(data, current_tenant())
-        tasks.submit(event)
+        tasks.submit_many([event])
         return {"success": True, "eventId": event["event_id"]}
 
     @blp.arguments(EventsArgsSchema, location="query")
@@ -70,6 +72,18 @@ class Events(MethodView):
         window = _window(args)
         found, more = services.events(current_tenant().org_id, window, args, args["limit"], args["offset"])
         return _ok(found, window, **_page(args, more))
+
+
+@blp.route("/events/batch", methods=["POST"])
+@blp.arguments(EventBatchSchema)
+@blp.response(202, BatchAcceptedSchema)
+def post_batch(data):
+    """Record up to 500 events in one request (`{events: [AnalyticsEvent…]}`, any valid token): every
+    event is validated first and one invalid event rejects the request (400, details by index)."""
+    tenant = current_tenant()
+    events = [services.normalise_event(body, tenant) for body in data["events"]]
+    tasks.submit_many(events)
+    return {"success": True, "accepted": len(events), "eventIds": [e["event_id"] for e in events]}
 
 
 @blp.route("/summary")

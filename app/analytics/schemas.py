@@ -115,6 +115,22 @@ class AnalyticsEventSchema(NulFree):
             raise ValidationError(errors)
 
 
+MAX_BATCH = 500
+
+
+class EventBatchSchema(Schema):
+    """Several events in one request (beyond the spec; PostHog's /batch): all valid, or none stored."""
+
+    events = fields.List(fields.Nested(AnalyticsEventSchema), required=True,
+                         validate=validate.Length(min=1, max=MAX_BATCH))
+
+
+class BatchAcceptedSchema(Schema):
+    success = fields.Boolean(required=True, metadata={"example": True})
+    accepted = fields.Integer(required=True)
+    eventIds = fields.List(fields.String(), required=True)
+
+
 class DateFilterSchema(Schema):
     from_ = fields.String(data_key="from", metadata={"description": DATE_DOC})
     to = fields.String(metadata={"description": DATE_DOC})
