@@ -7,7 +7,7 @@ import json
 import math
 from typing import Any
 
-from marshmallow import EXCLUDE, Schema, ValidationError, fields, validate, validates_schema
+from marshmallow import EXCLUDE, Schema, ValidationError, fields, pre_load, validate, validates_schema
 
 from app.agents.fields import NulFree, text
 
@@ -74,6 +74,16 @@ class AnalyticsEventSchema(NulFree):
 
     class Meta:
         unknown = EXCLUDE
+
+    @pre_load
+    def _refuse_lone_surrogates(self, data, **_):
+        try:
+            json.dumps(data, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValidationError("Text must be valid Unicode (no lone surrogate escapes).") from None
+        except (TypeError, ValueError):
+            pass  # not JSON-shaped: the fields report it
+        return data
 
     sessionId = text(256, min_length=1, required=True)
     userId = text(256, min_length=1, required=True)

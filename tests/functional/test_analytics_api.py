@@ -174,6 +174,16 @@ def test_hostile_bodies_are_400_never_500(client, auth):
                     b'"properties":{"x":NaN}}', headers={**h, "Content-Type": "application/json"})
     assert r.status_code == 400
     assert client.post(f"{API}/events", data="x", headers={**h, "Content-Type": "text/plain"}).status_code in (400, 415)
+    huge_int = b'{"sessionId":"s","userId":"u","eventType":"t","eventCategory":"c","properties":{"n":1' + b"0" * 5000 + b"}}"
+    assert_error(client.post(f"{API}/events", data=huge_int, headers={**h, "Content-Type": "application/json"}),
+                 400, "INVALID_INPUT")
+    surrogate = b'{"sessionId":"s","userId":"u","eventType":"t","eventCategory":"c","properties":{"a":"\\ud800"}}'
+    assert_error(client.post(f"{API}/events", data=surrogate, headers={**h, "Content-Type": "application/json"}),
+                 400, "VALIDATION_ERROR")
+    assert_error(client.post(f"{API}/events", json={**GOOD, "timestamp": "0001-01-01T00:00:00+01:00"}, headers=h),
+                 400, "VALIDATION_ERROR")
+    for path in ("chats?agent_id=a%00b", "events?eventType=%00", "global/channels/a%00/daily"):
+        assert client.get(f"{API}/{path}", headers=auth("read", role="admin")).status_code == 400
     exactly = {**GOOD, "properties": {"blob": "x" * (32 * 1024 - 11)}}  # {"blob":"…"} is exactly 32 KB
     assert client.post(f"{API}/events", json=exactly, headers=h).status_code == 202
 
