@@ -27,12 +27,21 @@ import sys
 import threading
 import time
 import uuid
-from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 
-from bench.common import ROOT, BENCH_SECRET, bench_app, bench_database_url, bench_token, percentile, summary, table, write_result
+from bench.common import (
+    BENCH_SECRET,
+    ROOT,
+    bench_app,
+    bench_database_url,
+    bench_token,
+    percentile,
+    summary,
+    table,
+    write_result,
+)
 
 SCHEMA = "product_default"
 EVENTS = int(os.environ.get("BENCH_ANALYTICS_EVENTS", "100000"))
@@ -135,7 +144,8 @@ def ingest() -> dict:
         time.sleep(2)
         # (1a) one event per POST
         encoded = [(org, json.dumps(body).encode()) for org, body in single]
-        lat1, posted1, persisted1 = _run(pg, port, "bench-single-", encoded, headers, "/api/v1/analytics/events", SINGLE)
+        lat1, posted1, persisted1 = _run(pg, port, "bench-single-", encoded, headers, "/api/v1/analytics/events",
+                                         SINGLE)
         # (1b) 100 events per POST (/events/batch)
         by_org: dict[str, list] = {}
         for org, body in bodies:
@@ -215,7 +225,8 @@ def _drain(pg, prefix: str, redis_url: str, port: int, headers: dict) -> dict:
     start = time.monotonic()
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     conn.request("POST", "/api/v1/analytics/events", body=json.dumps(
-        {"sessionId": "t", "userId": "t", "eventType": "trigger", "eventCategory": "bench"}), headers=headers[trigger_org])
+        {"sessionId": "t", "userId": "t", "eventType": "trigger", "eventCategory": "bench"}),
+        headers=headers[trigger_org])
     conn.getresponse().read()
     while _count(pg, "bench-drain-") < EVENTS:
         time.sleep(0.1)
@@ -477,7 +488,8 @@ def dashboards() -> tuple[list, dict]:
                 raw_p50 = f"{percentile(raw_samples, 0.5):.0f}"
                 equal = "yes" if _app_answer(path, call().get_json()["data"]) == raw else "NO"
             rows.append((name, s["p50"], s["p99"], raw_p50, equal))
-            print(f"  {name}: p50 {s['p50']:.1f} ms, p99 {s['p99']:.1f} ms, raw {raw_p50} ms, equal {equal}", flush=True)
+            print(f"  {name}: p50 {s['p50']:.1f} ms, p99 {s['p99']:.1f} ms, raw {raw_p50} ms, equal {equal}",
+                  flush=True)
     return rows, stats
 
 

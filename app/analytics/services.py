@@ -18,10 +18,10 @@ from typing import Any
 from sqlalchemy import (
     BigInteger,
     Column,
-    MetaData,
-    Table,
     Date,
+    MetaData,
     Numeric,
+    Table,
     and_,
     case,
     cast,
@@ -29,7 +29,6 @@ from sqlalchemy import (
     literal,
     or_,
     select,
-    tuple_,
     union_all,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
@@ -375,8 +374,15 @@ def _sum(column):
     return func.coalesce(func.sum(column), 0)
 
 
-def _distinct_users(u, per_org: bool):
-    return func.count(func.distinct(tuple_(u.c.org_id, u.c.user_id) if per_org else u.c.user_id))
+def _count_users(session: Session, u, group: str | None = None, per_org: bool = False):
+    """Distinct users of `u` (per `group` value when given). `SELECT DISTINCT` then count, which
+    PostgreSQL hashes, instead of count(DISTINCT …), which sorts (10x slower on 40 000 rows)."""
+    keys = ["org_id", "user_id"] if per_org and group != "org_id" else ["user_id"]
+    columns = ([group] if group else []) + keys
+    d = select(*[u.c[c] for c in columns]).distinct().subquery()
+    if group is None:
+        return int(session.scalar(select(func.count()).select_from(d)) or 0)
+    return dict(session.execute(select(d.c[group], func.count()).group_by(d.c[group])).all())
 
 
 def _num(value) -> float:
@@ -398,8 +404,7 @@ def summary(org: str, window: Window) -> dict[str, Any]:
     f = facts(window, org)
     row = s.execute(select(_sum(f.c.chats), _sum(f.c.messages), _sum(f.c.total_tokens), _sum(f.c.cost),
                            _sum(f.c.duration_us))).one()
-    u = users(window, org)
-    unique = s.scalar(select(_distinct_users(u, False)))
+    unique = _count_users(s, users(window, org))
     img = s.execute(select(_sum(IMG.c.total_tokens), _sum(IMG.c.cost)).where(*_images(window, org))).one()
     return {"total_chats": int(row[0]), "total_messages": int(row[1]),
             "total_tokens": int(row[2]) + int(img[0]), "total_cost": _num(row[3] + img[1]),
@@ -426,8 +431,7 @@ def agents(org: str, window: Window) -> list[dict[str, Any]]:
     grouped = s.execute(select(f.c.agent_id, _sum(f.c.chats), _sum(f.c.messages), _sum(f.c.total_tokens),
                                _sum(f.c.duration_us), _sum(f.c.csat_sum), _sum(f.c.csat_count))
                         .group_by(f.c.agent_id)).all()
-    u = users(window, org)
-    unique = dict(s.execute(select(u.c.agent_id, _distinct_users(u, False)).group_by(u.c.agent_id)).all())
+    unique = _count_users(s, users(window, org), "agent_id")
     names = dict(s.execute(select(NAMES.c.agent_id, NAMES.c.agent_name).where(NAMES.c.org_id == org)).all())
     out = []
     for agent, n_chats, n_messages, tokens, duration, csat_sum, csat_count in grouped:
@@ -472,8 +476,7 @@ def daily(org: str, window: Window) -> list[dict[str, Any]]:
     f = facts(window, org)
     by_day = {r[0]: r[1:] for r in s.execute(
         select(f.c.day, _sum(f.c.chats), _sum(f.c.messages), _sum(f.c.total_tokens)).group_by(f.c.day))}
-    u = users(window, org)
-    unique = dict(s.execute(select(u.c.day, _distinct_users(u, False)).group_by(u.c.day)).all())
+    unique = _count_users(s, users(window, org), "day")
     day = _utc_day(IMG.c.created_at)
     img = dict(s.execute(select(day, _sum(IMG.c.total_tokens)).where(*_images(window, org)).group_by(day)).all())
     out = []
@@ -522,8 +525,7 @@ def global_summary(window: Window) -> dict[str, Any]:
     orgs = set(s.scalars(select(f.c.org_id).where(_active(f)).distinct()))
     orgs |= set(s.scalars(select(IMG.c.org_id).where(*_images(window)).distinct()))
     img = s.execute(select(_sum(IMG.c.total_tokens), _sum(IMG.c.cost)).where(*_images(window))).one()
-    u = users(window)
-    total_users = s.scalar(select(_distinct_users(u, True)))
+    total_users = _count_users(s, users(window), per_org=True)
     return {"total_orgs": len(orgs), "total_chats": int(row[0]), "total_messages": int(row[1]),
             "total_tokens": int(row[2]) + int(img[0]), "total_cost": _num(row[3] + img[1]),
             "total_users": int(total_users)}
@@ -539,8 +541,7 @@ def global_orgs(window: Window) -> list[dict[str, Any]]:
                                        .where(*_images(window)).group_by(IMG.c.org_id)):
         row = per_org.setdefault(org, [0, 0, 0, 0])
         row[2], row[3] = row[2] + tokens, row[3] + cost
-    u = users(window)
-    unique = dict(s.execute(select(u.c.org_id, _distinct_users(u, False)).group_by(u.c.org_id)).all())
+    unique = _count_users(s, users(window), "org_id")
     names = _org_names(per_org)
     out = [{"org_id": org, "org_name": names[org], "total_chats": int(r[0]), "total_messages": int(r[1]),
             "total_tokens": int(r[2]), "total_cost": _num(r[3]), "unique_users": int(unique.get(org, 0))}
@@ -554,8 +555,7 @@ def global_channels(window: Window) -> list[dict[str, Any]]:
     rows = s.execute(select(f.c.channel, func.count(func.distinct(f.c.org_id)), _sum(f.c.chats),
                             _sum(f.c.messages), _sum(f.c.inbound_messages), _sum(f.c.total_tokens),
                             _sum(f.c.cost)).where(_active(f)).group_by(f.c.channel)).all()
-    u = users(window)
-    unique = dict(s.execute(select(u.c.channel, _distinct_users(u, True)).group_by(u.c.channel)).all())
+    unique = _count_users(s, users(window), "channel", per_org=True)
     out = [{"channel": ch, "total_orgs": int(orgs), "total_chats": int(n_chats), "total_messages": int(msgs),
             "inbound_messages": int(inbound), "total_users": int(unique.get(ch, 0)), "total_tokens": int(tokens),
             "total_cost": _num(cost), "avg_messages_per_chat": round(int(msgs) / int(n_chats), 3) if n_chats else 0.0}
@@ -568,8 +568,7 @@ def channel_daily(channel: str, window: Window) -> list[dict[str, Any]]:
     f = facts(window, channel=channel)
     by_day = {r[0]: r[1:] for r in s.execute(
         select(f.c.day, _sum(f.c.chats), _sum(f.c.messages)).group_by(f.c.day))}
-    u = users(window, channel=channel)
-    unique = dict(s.execute(select(u.c.day, _distinct_users(u, True)).group_by(u.c.day)).all())
+    unique = _count_users(s, users(window, channel=channel), "day", per_org=True)
     return [{"date": d.isoformat(), "total_chats": int(by_day.get(d, (0, 0))[0]),
              "total_messages": int(by_day.get(d, (0, 0))[1]), "unique_users": int(unique.get(d, 0))}
             for d in window.days()]
@@ -581,8 +580,7 @@ def channel_orgs(channel: str, window: Window) -> list[dict[str, Any]]:
     per_org = {r[0]: r[1:] for r in s.execute(
         select(f.c.org_id, _sum(f.c.chats), _sum(f.c.messages), _sum(f.c.total_tokens), _sum(f.c.cost))
         .where(_active(f)).group_by(f.c.org_id))}
-    u = users(window, channel=channel)
-    unique = dict(s.execute(select(u.c.org_id, _distinct_users(u, False)).group_by(u.c.org_id)).all())
+    unique = _count_users(s, users(window, channel=channel), "org_id")
     names = _org_names(per_org)
     out = [{"org_id": org, "org_name": names[org], "total_chats": int(r[0]), "total_messages": int(r[1]),
             "unique_users": int(unique.get(org, 0)), "total_tokens": int(r[2]), "total_cost": _num(r[3])}

@@ -4,6 +4,7 @@ global and per-channel roll-ups, date windows, isolation by org and product."""
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 
 import pytest
 
@@ -174,7 +175,8 @@ def test_hostile_bodies_are_400_never_500(client, auth):
                     b'"properties":{"x":NaN}}', headers={**h, "Content-Type": "application/json"})
     assert r.status_code == 400
     assert client.post(f"{API}/events", data="x", headers={**h, "Content-Type": "text/plain"}).status_code in (400, 415)
-    huge_int = b'{"sessionId":"s","userId":"u","eventType":"t","eventCategory":"c","properties":{"n":1' + b"0" * 5000 + b"}}"
+    huge_int = (b'{"sessionId":"s","userId":"u","eventType":"t","eventCategory":"c","properties":{"n":1'
+                + b"0" * 5000 + b"}}")
     assert_error(client.post(f"{API}/events", data=huge_int, headers={**h, "Content-Type": "application/json"}),
                  400, "INVALID_INPUT")
     surrogate = b'{"sessionId":"s","userId":"u","eventType":"t","eventCategory":"c","properties":{"a":"\\ud800"}}'
@@ -305,7 +307,7 @@ def test_image_usage_feeds_usage_as_image_gen(client, auth, org_id, app):
             s.add(ImageUsage(org_id=org_id, service="image-generation", provider="provider-a", model="img-1",
                              mode="generate", outcome="success", http_status=200, input_tokens=5,
                              output_tokens=0, total_tokens=5, cost=cost, latency_ms=10,
-                             created_at=__import__("datetime").datetime(2026, 3, 10, 8, tzinfo=__import__("datetime").UTC)))
+                             created_at=datetime(2026, 3, 10, 8, tzinfo=UTC)))
     post_all(client, h, chat_events("c1"))
     usage = {u["service"]: u for u in get(client, h, "usage", **WINDOW)}
     assert usage["image-gen"] == {"service": "image-gen", "model": "img-1", "input_tokens": 10, "output_tokens": 0,
