@@ -27,7 +27,14 @@ API_INFO = {
             "bearerAuth": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}}},
         "security": [{"bearerAuth": []}],
         "info": {"description": "Multi-tenant AI platform API. Every call carries a Bearer JWT "
-                                "(HS256) whose claims select the organization and product."},
+                                "(HS256) whose claims select the organization and product.\n\n"
+                                "Rules that hold for every request beyond the schemas below: text anywhere in "
+                                "a request (values and object keys) must not contain the NUL character "
+                                "(U+0000), which PostgreSQL cannot store (400). Fields documented as JSON "
+                                "Schemas must be valid JSON Schemas, and a `config` must validate against its "
+                                "`configSchema` (400). References must exist in the caller's organization: "
+                                "`subAgentIds`, entity names, record ids, the fields a filter, sort or "
+                                "aggregate names (400 or 404)."},
     },
 }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from apispec import BasePlugin
 from celery import Celery
 from flask_smorest import Api as _Api
 from flask_smorest import Blueprint as _Blueprint
@@ -35,8 +36,35 @@ class SuccessSchema(Schema):
     success = fields.Boolean(required=True, metadata={"example": True})
 
 
+class _CrossFieldRules(BasePlugin):
+    """Rules that span fields, stated in OpenAPI: a schema class's `OPENAPI_EXTRA` (e.g. `anyOf`
+    branches) is merged into its component, so the documented schema says what the code enforces."""
+
+    def schema_helper(self, name, definition, **kwargs):
+        schema = kwargs.get("schema")
+        extra = getattr(schema if isinstance(schema, type) else type(schema), "OPENAPI_EXTRA", None)
+        return dict(extra) if extra else None
+
+
+_ANY_OBJECT = {"type": "object", "nullable": True}
+
+
+def _nullable_nested(converter, field, ret) -> dict:
+    """A nullable nested object as OpenAPI 3.0 writes it (`allOf: [$ref]` + `nullable`): apispec adds an
+    `anyOf` branch `{type: object}` instead, which documents any object at all as valid."""
+    branches = ret.get("anyOf")
+    if field.allow_none and isinstance(branches, list) and _ANY_OBJECT in branches:
+        ret.pop("anyOf")
+        return {"allOf": [b for b in branches if b != _ANY_OBJECT], "nullable": True}
+    return {}
+
+
 class Api(_Api):
     ERROR_SCHEMA = ErrorEnvelopeSchema
+
+    def _init_spec(self, *, extra_plugins=None, **kwargs):
+        super()._init_spec(extra_plugins=[*(extra_plugins or ()), _CrossFieldRules()], **kwargs)
+        self.ma_plugin.converter.add_attribute_function(_nullable_nested)
 
 
 # Schema failures are 400 VALIDATION_ERROR here, not webargs' 422 (documented as such in OpenAPI).

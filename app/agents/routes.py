@@ -12,6 +12,7 @@ from flask.views import MethodView
 
 from app.agents import schemas as s
 from app.agents.services import agents, skills, subagents, tools, widgets
+from app.agents.services.common import dumps
 from app.auth import require_scopes
 from app.errors import NotFound
 from app.extensions import Blueprint, SuccessSchema
@@ -158,11 +159,11 @@ class Skills(MethodView):
 
 @skills_blp.route("/categories")
 class SkillCategories(MethodView):
-    @skills_blp.response(200, s.CategoriesSchema)
+    @skills_blp.response(200, s.CATEGORIES_SCHEMA)
     @require_scopes(READ)
     def get(self):
-        """Distinct skill categories, sorted (`{categories}`)."""
-        return skills.categories()
+        """Distinct skill categories of the caller's catalog, sorted: a bare `string[]`, as the spec says."""
+        return _json(dumps(skills.categories()))
 
 
 @skills_blp.route("/by-name")

@@ -40,7 +40,10 @@ WIDGET_POSITIONS = ("bottom-right", "bottom-left", "top-right", "top-left")
 THEME_MODES = ("light", "dark", "auto")
 HEX_COLOUR = validate.Regexp(r"^#(?:[0-9A-Fa-f]{3}|[0-9A-Fa-f]{6}|[0-9A-Fa-f]{8})$",
                              error="Must be a hex colour such as #2563EB.")
-HTTPS_URL = validate.URL(schemes={"https"}, require_tld=False, error="Must be an https URL.")
+# an https URL: a host name, optional port, optional path/query (one regex, so OpenAPI states the same rule)
+HTTPS_URL = validate.Regexp(r"^https://[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+                            r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*(?::[0-9]{1,5})?"
+                            r"(?:[/?#][\x21-\x7e]*)?$", error="Must be an https URL.")
 ORIGIN = validate.Regexp(r"^(?:https?://(?:\*\.)?[A-Za-z0-9.-]+(?::\d{1,5})?|\*)$",
                          error="Must be an origin such as https://example.com (no path), or *.")
 TEMPERATURE = validate.Range(min=0, max=2)
@@ -50,7 +53,8 @@ MAX_TOKENS = validate.Range(min=1, max=1_000_000)
 @functools.cache
 def _patch_class(schema_cls: type[Schema]) -> type[Schema]:
     # a named subclass, so the OpenAPI document gets a distinct `...Patch` component
-    return type(schema_cls.__name__.removesuffix("Schema") + "PatchSchema", (schema_cls,), {})
+    # cross-field rules (OPENAPI_EXTRA) apply to the merged document, not to a partial update body
+    return type(schema_cls.__name__.removesuffix("Schema") + "PatchSchema", (schema_cls,), {"OPENAPI_EXTRA": None})
 
 
 def partial_of(schema_cls: type[Schema]) -> Schema:
@@ -112,15 +116,22 @@ def _bodies(key: str, input_fields: type[Schema]) -> tuple[type[Schema], type[Sc
 # --------------------------------------------------------------------------- tools
 
 
-class AgentToolSchema(Schema):
-    """AgentTool: a (customised) copy of a tool definition or a system tool, embedded in an agent."""
+# what `check_object_schema` enforces beyond JSON Schema validity: empty, or a schema of type object
+OBJECT_SCHEMA_RULE = {"anyOf": [{"maxProperties": 0},
+                                {"required": ["type"], "properties": {"type": {"type": "string", "enum": ["object"]}}}],
+                      "description": "A JSON Schema of type object (the arguments), or {}"}
 
-    toolId = text(64, min_length=1, required=True)
+
+class AgentToolSchema(Schema):
+    """AgentTool: a self-contained (usually customised) copy of a tool definition, embedded in an agent."""
+
+    toolId = text(64, min_length=1, required=True,
+                  metadata={"description": "any id: the tool definition it was copied from, or a custom tool's id"})
     toolName = text(128, min_length=1, required=True)
     title = text(200, allow_none=True)
     description = text(4000, allow_none=True)
     type = text(40, allow_none=True, metadata={"description": "e.g. document, search, api, extraction"})
-    inputSchema = fields.Dict(validate=check_object_schema, allow_none=True)
+    inputSchema = fields.Dict(validate=check_object_schema, allow_none=True, metadata=OBJECT_SCHEMA_RULE)
     outputSchema = json_schema(allow_none=True)
     configSchema = json_schema(allow_none=True)
     config = fields.Dict(allow_none=True)
@@ -147,9 +158,12 @@ class AgentSkillToolSchema(Schema):
 
 
 class AgentSkillSchema(Schema):
-    """AgentSkill. On attach the server copies the catalog skill's fields over whatever was sent."""
+    """AgentSkill: a snapshot of a catalog skill, which the caller may customise. A skillId new to the
+    agent that names a catalog skill starts from a copy of it; the fields sent override the copy."""
 
-    skillId = text(64, min_length=1, required=True)
+    skillId = text(64, min_length=1, required=True,
+                   metadata={"description": "a catalog skill's id (copied on attach), or any id for a "
+                                            "custom or imported skill; unique within the agent"})
     skillName = text(128, allow_none=True)
     title = text(200, allow_none=True)
     description = text(4000, allow_none=True)
@@ -157,7 +171,9 @@ class AgentSkillSchema(Schema):
     slashCommand = text(64, allow_none=True)
     iconName = text(100, allow_none=True)
     systemPromptExtension = text(20000, allow_none=True)
-    tools = fields.List(fields.Nested(AgentSkillToolSchema), validate=validate.Length(max=100), allow_none=True)
+    tools = fields.List(fields.Nested(AgentSkillToolSchema), validate=validate.Length(max=100), allow_none=True,
+                        metadata={"description": "the skill's tools; each is merged over the copied tool "
+                                                 "with the same toolId"})
     enabled = StrictBool(required=True)
     order = StrictInt(required=True, validate=validate.Range(min=0))
 
@@ -166,6 +182,11 @@ class AgentSkillSchema(Schema):
 
 
 class CSATQuestionSchema(Schema):
+    OPENAPI_EXTRA = {"anyOf": [  # a choice question needs at least two options
+        {"not": {"required": ["type"]}},
+        {"properties": {"type": {"enum": ["rating", "text", "yes_no"]}}},
+        {"required": ["options"], "properties": {"options": {"type": "array", "minItems": 2}}}]}
+
     id = text(64, allow_none=True)
     question = text(500, min_length=1, required=True)
     type = fields.String(load_default="rating", validate=validate.OneOf(CSAT_QUESTION_TYPES))
@@ -188,6 +209,10 @@ class CSATSurveySchema(Schema):
 
 
 class CSATConfigSchema(Schema):
+    OPENAPI_EXTRA = {"anyOf": [  # enabled needs a survey
+        {"properties": {"enabled": {"enum": [False]}}},
+        {"required": ["survey"], "properties": {"survey": {"type": "object"}}}]}
+
     enabled = StrictBool(required=True)
     survey = fields.Nested(CSATSurveySchema, allow_none=True)
 
@@ -225,6 +250,10 @@ class AgentInputSchema(_Input):
     """Partial Agent (create, update, import). Server-managed fields are ignored."""
 
     _unwrap_agent = _unwrap("agent")
+    OPENAPI_EXTRA = {"anyOf": [  # scope team or custom needs a scopeId
+        {"not": {"required": ["scope"]}},
+        {"properties": {"scope": {"enum": ["org", "user"]}}},
+        {"required": ["scopeId"], "properties": {"scopeId": {"type": "string", "minLength": 1}}}]}
 
     type = fields.String(required=True, validate=validate.OneOf(AGENT_TYPES))
     subType = fields.String(validate=validate.OneOf(AGENT_SUB_TYPES),
@@ -246,8 +275,10 @@ class AgentInputSchema(_Input):
     isPublic = StrictBool(load_default=False)
     tools = fields.List(fields.Nested(AgentToolSchema), validate=validate.Length(max=100), allow_none=True)
     subAgentIds = fields.List(fields.String(validate=validate.Length(min=1, max=64)),
-                              validate=validate.Length(max=50), allow_none=True)
-    skills = fields.List(fields.Nested(AgentSkillSchema), validate=validate.Length(max=100), allow_none=True)
+                              validate=validate.Length(max=50), allow_none=True,
+                              metadata={"uniqueItems": True, "description": "ids of sub-agents of the org"})
+    skills = fields.List(fields.Nested(AgentSkillSchema), validate=validate.Length(max=100), allow_none=True,
+                         metadata={"description": "each skillId at most once"})
     csatConfig = fields.Nested(CSATConfigSchema, load_default=lambda: {"enabled": False})
     handoffConfig = fields.Nested(HandoffConfigSchema, load_default=lambda: {
         "enabled": False, "triggerKeywords": [], "handoffMessage": ""})
@@ -368,7 +399,7 @@ class SkillInputSchema(_Input):
     enabled = StrictBool(load_default=True)
     artifactVersion = StrictInt(validate=validate.Range(min=0), allow_none=True)
     metadata = fields.Dict(allow_none=True)
-    persisted = fields.Raw(load_only=True, metadata={"description": "ignored; always true on output"})
+    persisted = fields.Raw(load_only=True, allow_none=True, metadata={"description": "ignored; always true on output"})
 
 
 class SkillSchema(SkillInputSchema, _Audited):
@@ -378,8 +409,8 @@ class SkillSchema(SkillInputSchema, _Audited):
 SkillEnvelopeSchema, SkillListSchema = _envelopes("skill", "skills", SkillSchema)
 
 
-class CategoriesSchema(Schema):
-    categories = fields.List(fields.String(), required=True)
+CATEGORIES_SCHEMA = {"type": "array", "items": {"type": "string"},
+                     "description": "distinct categories of the catalog skills, sorted"}
 
 
 # --------------------------------------------------------------------------- tool definitions
@@ -400,7 +431,8 @@ class ToolDefinitionFields(_Input):
     version = text(64, min_length=1, load_default="1.0.0")
     inputSchema = fields.Dict(validate=check_object_schema,
                               load_default=lambda: {"type": "object", "properties": {}},
-                              metadata={"description": "JSON Schema of the arguments (type object)"})
+                              metadata={**OBJECT_SCHEMA_RULE,
+                                        "description": "JSON Schema of the arguments (type object)"})
     outputSchema = json_schema(allow_none=True)
     configSchema = json_schema(load_default=dict)
     defaultConfig = fields.Dict(load_default=dict, metadata={"description": "validated against configSchema"})
@@ -432,14 +464,17 @@ class ByIdsSchema(NulFree):
 
 
 class SubAgentFields(_Input):
-    """SubAgent: a focused helper agent an agent can delegate to (`agent.subAgentIds`)."""
+    """SubAgent: a focused helper agent an agent can delegate to (`agent.subAgentIds`). Only `name`
+    is required."""
 
     name = machine_name(required=True)
     title = text(200, min_length=1, allow_none=True, metadata={"description": "defaults to name"})
     description = text(4000, load_default="")
     systemPrompt = text(100_000, load_default="")
-    provider = text(100, min_length=1, required=True)
-    model = text(200, min_length=1, required=True)
+    provider = text(100, min_length=1, allow_none=True,
+                    metadata={"description": "absent: the delegating agent's provider"})
+    model = text(200, min_length=1, allow_none=True,
+                 metadata={"description": "absent: the delegating agent's model"})
     temperature = StrictFloat(load_default=0.7, validate=TEMPERATURE)
     maxTokens = StrictInt(load_default=2048, validate=MAX_TOKENS)
     tools = fields.List(fields.Nested(AgentToolSchema), load_default=list, validate=validate.Length(max=100))

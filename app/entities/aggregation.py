@@ -64,7 +64,6 @@ from app.entities.fieldtypes import (
     FieldSpec,
 )
 from app.entities.filters import (
-    SYSTEM_COLUMNS,
     Condition,
     FieldRef,
     FieldResolver,
@@ -249,8 +248,6 @@ def _measure(resolver: FieldResolver, item: dict, path: str) -> Measure:
     alias = item.get("alias") or (function if ref is None else f"{function}_{ref.name}")
     if not ALIAS.match(alias):
         raise _invalid(f"{path}.alias", "letters, digits and _, starting with a letter; at most 63")
-    if item.get("alias") and alias in SYSTEM_COLUMNS:
-        raise _invalid(f"{path}.alias", f"'{alias}' is a system column name; choose another alias")
     return Measure(alias, function, ref, kind, fraction)
 
 

@@ -13,13 +13,21 @@ class AggregateFieldSchema(Schema):
     class Meta:
         unknown = RAISE
 
+    OPENAPI_EXTRA = {"allOf": [  # every function but count needs a field; only percentile takes (and needs) one
+        {"anyOf": [{"properties": {"function": {"enum": ["count"]}}},
+                   {"required": ["field"], "properties": {"field": {"type": "string"}}}]},
+        {"anyOf": [{"properties": {"function": {"enum": [f for f in FUNCTIONS if f != "percentile"]}, "percentile": {"enum": [None]}}},
+                   {"required": ["percentile"], "properties": {"function": {"enum": ["percentile"]},
+                                                               "percentile": {"type": "number"}}}]}]}
+
     field = ma.String(allow_none=True, metadata={"description": "record field or system column; optional for "
                                                                 "count (then it counts records)"})
     function = ma.String(required=True, validate=validate.OneOf(FUNCTIONS))
     alias = ma.String(allow_none=True, metadata={"description": "default `<function>_<field>`; `count` alone → "
                                                                 "`count`"})
     percentile = ma.Float(allow_none=True, allow_nan=False,
-                          metadata={"description": "required for percentile: a fraction (0.9) or a percent (90)"})
+                          metadata={"description": "required for percentile: a fraction (0.9) or a percent (90)",
+                                    "minimum": 0, "maximum": 100})
 
 
 class AggregateRequestSchema(Schema):
@@ -27,14 +35,16 @@ class AggregateRequestSchema(Schema):
         unknown = RAISE
 
     filters = ma.Dict(load_default=dict, allow_none=True, metadata={"description": "the filter language of /query"})
-    groupBy = ma.List(ma.String(), load_default=list, allow_none=True,
+    groupBy = ma.List(ma.String(metadata={"minLength": 1}), load_default=list, allow_none=True,
                       metadata={"description": "fields or system columns; date/datetime may end with "
                                                ":hour|:day|:week|:month|:quarter|:year"})
     aggregates = ma.List(ma.Nested(AggregateFieldSchema), required=True, validate=validate.Length(min=1))
     having = ma.Dict(allow_none=True, metadata={"description": "filter-language comparisons keyed by alias"})
     sortBy = ma.String(allow_none=True, metadata={"description": "a group or aggregate alias, or `count`"})
     sortOrder = SortOrderField(allow_none=True)
-    limit = ma.Integer(allow_none=True, metadata={"description": "most groups returned (default and maximum 1000)"})
+    limit = ma.Integer(allow_none=True, metadata={"description": "most groups returned (default and maximum: "
+                                                                "ENTITY_AGGREGATE_MAX_GROUPS, 1000)",
+                                                 "minimum": 1, "maximum": 1000})
     timezone = ma.String(allow_none=True, metadata={"description": "IANA zone the date buckets are cut in "
                                                                    "(default UTC)"})
 

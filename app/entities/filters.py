@@ -144,14 +144,16 @@ class FieldResolver:
         self.t = table if table is not None else EntityRecord.__table__
 
     def resolve(self, name: Any, path: str = "field") -> FieldRef:
+        """A property the definition's schema declares wins over a system column of the same name
+        (a schema with its own `is_active` or `name` filters, sorts and groups on that field)."""
         if not isinstance(name, str):
             raise FilterError(path, "field names are strings")
+        spec = self.catalog.get(name)
+        if spec is not None:
+            return FieldRef(name, spec.kind, False, spec)
         if name in SYSTEM_COLUMNS:
             return FieldRef(name, SYSTEM_COLUMNS[name], True)
-        spec = self.catalog.get(name)
-        if spec is None:
-            raise FilterError(path, f"unknown field '{_shorten(name)}'")
-        return FieldRef(name, spec.kind, False, spec)
+        raise FilterError(path, f"unknown field '{_shorten(name)}'")
 
     def column(self, ref: FieldRef):
         return self.t.c[ref.name]
@@ -349,7 +351,7 @@ class _Parser:
         if kind in (KIND_TEXT, KIND_ARRAY):
             return self.string(value, path)
         if kind == KIND_NUMBER:
-            return self.number(value, path, integral=ref.name == "version")
+            return self.number(value, path, integral=ref.system and ref.name == "version")
         if kind == KIND_BOOL:
             if not isinstance(value, bool):
                 raise FilterError(path, f"'{ref.name}' is a boolean: compare it with true or false")

@@ -15,10 +15,12 @@ from app.entities.schemas import (
     AdminUpsertSchema,
     BulkDeleteSchema,
     BulkRecordsSchema,
+    BulkUpdateSchema,
     BulkResultSchema,
     CountRequestSchema,
     DefinitionDeleteArgsSchema,
     DefinitionEnvelopeSchema,
+    DefinitionCreateSchema,
     DefinitionInputSchema,
     DefinitionListArgsSchema,
     DefinitionListSchema,
@@ -34,6 +36,7 @@ from app.entities.schemas import (
     RelationshipListArgsSchema,
     RelationshipListSchema,
     RelationshipSchema,
+    ViewCreateSchema,
     ViewInputSchema,
     ViewListSchema,
 )
@@ -86,7 +89,7 @@ class Definitions(MethodView):
         found = services.list_definitions(args.get("module"), args.get("status"))
         return {"definitions": [services.definition_to_wire(d) for d in found]}
 
-    @blp.arguments(DefinitionInputSchema)
+    @blp.arguments(DefinitionCreateSchema)
     @blp.response(201, IdSchema)
     @require_scopes(WRITE)
     def post(self, data):
@@ -142,7 +145,7 @@ class Views(MethodView):
         definition = services.find_definition(entityName)
         return {"views": [services.view_to_wire(v, definition) for v in services.list_views(definition)]}
 
-    @blp.arguments(ViewInputSchema)
+    @blp.arguments(ViewCreateSchema)
     @blp.response(201, IdSchema)
     @require_scopes(WRITE)
     def post(self, data, entityName):
@@ -264,7 +267,7 @@ def _bulk_route(operation: str, body_schema, key: str, summary: str) -> None:
 
 _bulk_route("create", BulkRecordsSchema, "records",
             "Create many records, all or nothing (`Prefer: respond-async` → 202 {jobId}).")
-_bulk_route("update", BulkRecordsSchema, "records", "Update many records by id (fields merge), all or nothing.")
+_bulk_route("update", BulkUpdateSchema, "records", "Update many records by id (fields merge), all or nothing.")
 _bulk_route("delete", BulkDeleteSchema, "recordIds", "Soft-delete many records by id, all or nothing.")
 
 

@@ -12,6 +12,13 @@ VIEW_TYPES = ("table", "kanban", "calendar", "gallery", "list", "timeline")
 class SortOrderField(ma.Field):
     """`sortOrder`: 1 (asc) or -1 (desc) on the wire; "asc"/"desc" accepted too."""
 
+    VALUES = [1, -1, "1", "-1", "asc", "desc"]
+
+    def __init__(self, **kwargs):
+        values = self.VALUES + ([None] if kwargs.get("allow_none") else [])
+        kwargs.setdefault("metadata", {"enum": values, "description": "1 (ascending) or -1 (descending)"})
+        super().__init__(**kwargs)
+
     def _deserialize(self, value, attr, data, **kwargs):
         mapping = {1: 1, -1: -1, "1": 1, "-1": -1, "asc": 1, "desc": -1}
         if isinstance(value, bool) or not isinstance(value, int | str) or value not in mapping:
@@ -54,7 +61,8 @@ class DefinitionInputSchema(Schema):
 
     name = ma.String(validate=[validate.Regexp(ENTITY_NAME, error="lower-case letters, digits, _ and -; "
                                                                         "starting with a letter; at most 64"),
-                               validate.NoneOf(["definitions"], error="'definitions' is reserved")])
+                               validate.NoneOf(["definitions"], error="'definitions' is reserved")],
+                     metadata={"not": {"enum": ["definitions"]}})
     displayName = ma.String(validate=validate.Length(min=1, max=200))
     module = ma.String(allow_none=True, validate=validate.Length(max=100))
     description = ma.String(allow_none=True, validate=validate.Length(max=10000))
@@ -76,6 +84,14 @@ class DefinitionInputSchema(Schema):
         if isinstance(data, dict) and set(data) == {"definition"} and isinstance(data["definition"], dict):
             return data["definition"]
         return data
+
+
+class DefinitionCreateSchema(DefinitionInputSchema):
+    """Partial EntityDefinition on create: `name` is required and a definition starts active."""
+
+    name = ma.String(required=True, validate=DefinitionInputSchema._declared_fields["name"].validators,
+                     metadata=DefinitionInputSchema._declared_fields["name"].metadata)
+    isActive = ma.Boolean(metadata={"enum": [True], "description": "a definition is created active"})
 
 
 class DefinitionSchema(AuditedSchema):
@@ -125,8 +141,10 @@ class AdminUpsertSchema(Schema):
     class Meta:
         unknown = RAISE
 
-    definitions = ma.List(AnyJson(), required=True, validate=validate.Length(min=1, max=500),
-                          metadata={"description": "EntityDefinition objects; each is checked on its own"})
+    definitions = ma.List(AnyJson(allow_none=True), required=True, validate=validate.Length(min=1, max=500),
+                          metadata={"description": "EntityDefinition objects; each is checked on its own and a "
+                                                   "rejected one (anything not a valid definition) is listed in "
+                                                   "`errors`"})
 
 
 class AdminUpsertResultSchema(Schema):
@@ -163,6 +181,12 @@ class ViewInputSchema(Schema):
         if isinstance(data, dict) and set(data) == {"view"} and isinstance(data["view"], dict):
             return data["view"]
         return data
+
+
+class ViewCreateSchema(ViewInputSchema):
+    """Partial EntityView on create: `name` is required."""
+
+    name = ma.String(required=True, validate=validate.Length(min=1, max=200))
 
 
 class ViewSchema(AuditedSchema):
@@ -235,7 +259,8 @@ class QueryParamsSchema(Schema):
         unknown = RAISE
 
     page = ma.Integer(load_default=1, validate=validate.Range(min=1, max=1_000_000))
-    pageSize = ma.Integer(load_default=20, validate=validate.Range(min=1))
+    pageSize = ma.Integer(load_default=20, validate=validate.Range(min=1),
+                          metadata={"maximum": 500, "description": "at most ENTITY_MAX_PAGE_SIZE (default 500)"})
     filters = ma.Dict(load_default=dict, allow_none=True)
     sortBy = ma.String(allow_none=True)
     sortOrder = SortOrderField(allow_none=True)
@@ -274,8 +299,16 @@ class BulkRecordsSchema(Schema):
     class Meta:
         unknown = RAISE
 
-    records = ma.List(AnyJson(), required=True, validate=validate.Length(min=1),
+    records = ma.List(AnyJson(metadata={"type": "object"}), required=True, validate=validate.Length(min=1),
                       metadata={"description": "Partial EntityRecord objects; each is checked, all or nothing"})
+
+
+class BulkUpdateSchema(BulkRecordsSchema):
+    records = ma.List(AnyJson(metadata={"type": "object", "required": ["id"],
+                                        "properties": {"id": {"type": "string", "minLength": 1}}}),
+                      required=True, validate=validate.Length(min=1),
+                      metadata={"description": "Partial EntityRecord objects with the `id` of an existing "
+                                               "record, each id once; each is checked, all or nothing"})
 
 
 class BulkDeleteSchema(Schema):
@@ -283,7 +316,8 @@ class BulkDeleteSchema(Schema):
         unknown = RAISE
 
     recordIds = ma.List(ma.String(validate=validate.Length(min=1, max=64)), required=True,
-                        validate=validate.Length(min=1))
+                        validate=validate.Length(min=1),
+                        metadata={"uniqueItems": True, "description": "ids of existing records, each once"})
 
 
 class BulkResultSchema(Schema):

@@ -71,18 +71,20 @@ def test_another_tenant_sees_nothing_and_changes_nothing(client, auth, owner, wh
         assert_error(intruder.get(path), 404, "NOT_FOUND")
     for path, key in _lists(owner).items():
         assert intruder.get(path).get_json() == {key: []}, path
-    assert intruder.get("/skills/categories").get_json() == {"categories": []}
+    assert intruder.get("/skills/categories").get_json() == []
     ids = intruder.post("/tool-definitions/by-ids", {"ids": [owner["tool"]["id"]]}).get_json()
     assert ids == {"toolDefinitions": []}
     for method, path, body in _writes(owner):
         assert_error(_call(intruder, method, path, body), 404, "NOT_FOUND")
-    # references into another tenant are unknown references
+    # a sub-agent of another tenant is an unknown reference
     refs = agent_body(subAgentIds=[owner["sub"]["id"]])
     assert_error(intruder.post("/agents", refs), 400, "VALIDATION_ERROR")
+    # skill and tool ids of another tenant are only ids here: nothing of the owner's documents is copied
     skills = agent_body(skills=[{"skillId": owner["skill"]["id"], "enabled": True, "order": 0}])
-    assert_error(intruder.post("/agents", skills), 400, "VALIDATION_ERROR")
-    tools = agent_body(tools=[{"toolId": owner["tool"]["id"], "toolName": "t", "enabled": True}])
-    assert_error(intruder.post("/agents", tools), 400, "VALIDATION_ERROR")
+    attached = intruder.post("/agents", skills).get_json()["agent"]["skills"]
+    assert attached == [{"skillId": owner["skill"]["id"], "enabled": True, "order": 0, "tools": []}]
+    tool = {"toolId": owner["tool"]["id"], "toolName": "t", "enabled": True}
+    assert intruder.post("/agents", agent_body(tools=[tool])).get_json()["agent"]["tools"] == [tool]
     _assert_untouched(owner)
 
 

@@ -4,6 +4,8 @@ Hypothesis generates filters (nested $and/$or/$not, every non-search operator, v
 `%`, `_`, backslashes, unicode) over a fixed random record set; the ids returned by the API must be
 exactly the ids the reference evaluator selects. A second property throws malformed filters (odd or
 unknown field names, NUL characters, wrong value types, unknown operators) and expects 400, never 500.
+A third runs the same comparison on a definition whose schema declares its own `name`, `is_active`,
+`version` and `tags`: the declared properties must win over the system columns of the same name.
 """
 
 from __future__ import annotations
@@ -31,10 +33,19 @@ DATES = ["2025-12-31", "2026-01-01", "2026-01-10", "2026-02-28"]
 DATETIMES = ["2026-01-01T00:00:00Z", "2026-01-01T02:00:00+02:00", "2026-01-01T10:30:00.25Z",
              "2025-12-31T23:59:59-05:00", "2026-03-01T12:00:00+00:00"]
 JSONS = [{"k": "v"}, [1, 2], "x", 3, {"k": 1}, []]
+SYSTEM = ("name", "tags", "version", "id")  # system columns the records carry (is_active is always true)
+TAG_VALUES = ["vip", "new", "%off"]
+SHADOW_SCHEMA = {"type": "object", "properties": {
+    "s": {"type": "string"}, "name": {"type": "string"}, "is_active": {"type": "bool"},
+    "version": {"type": "float"}, "tags": {"type": "multiselect", "options": TAG_VALUES},
+}}
+SHADOW_KINDS = {"s": "text", "name": "text", "is_active": "bool", "version": "number", "tags": "array"}
 text = st.text(alphabet=ALPHABET, max_size=5)
 
 
-def _record(rng: random.Random) -> dict:
+def _random_record(rng: random.Random, candidates) -> dict:
+    """A record with a random name and tags; `candidates(maybe, word)` gives its fields, each a value,
+    None or "MISSING" (left out)."""
     def maybe(value):
         roll = rng.random()
         return "MISSING" if roll < 0.2 else (None if roll < 0.3 else value)
@@ -42,29 +53,51 @@ def _record(rng: random.Random) -> dict:
     def word():
         return "".join(rng.choice(ALPHABET) for _ in range(rng.randint(0, 6)))
 
-    candidates = {
+    fields = candidates(maybe, word)
+    return {"name": word(), "tags": rng.sample(TAG_VALUES, rng.randint(0, 2)),
+            "fields": {k: v for k, v in fields.items() if v != "MISSING"}}
+
+
+def _record(rng: random.Random) -> dict:
+    return _random_record(rng, lambda maybe, word: {
         "s": maybe(word()), "t": maybe(word() + " " + word()), "n": maybe(rng.choice([-1.5, 0, 0.1, 2, 2.0, 7.25])),
         "i": maybe(rng.randint(-3, 3)), "b": maybe(rng.random() < 0.5), "d": maybe(rng.choice(DATES)),
         "dt": maybe(rng.choice(DATETIMES)), "m": maybe(rng.sample(OPTIONS, rng.randint(0, 3))),
         "j": maybe(rng.choice(JSONS)),
-    }
-    return {"name": word(), "tags": rng.sample(["vip", "new", "%off"], rng.randint(0, 2)),
-            "fields": {k: v for k, v in candidates.items() if v != "MISSING"}}
+    })
+
+
+def _shadow_record(rng: random.Random) -> dict:
+    """A record whose fields repeat the system column names, with values unlike the columns'."""
+    return _random_record(rng, lambda maybe, word: {
+        "s": maybe(word()), "name": maybe(word()), "is_active": maybe(rng.random() < 0.5),
+        "version": maybe(rng.choice([-1.5, 0, 1, 2.0, 7.25])), "tags": maybe(rng.sample(TAG_VALUES, rng.randint(0, 3))),
+    })
+
+
+def _load(app, name: str, schema: dict, make, count: int, seed: int):
+    """A definition `name` with `count` records from `make(rng)`: (client, headers, stored records)."""
+    client = app.test_client()
+    _org, headers = org_headers()
+    create_definition(client, headers, name=name, schema=schema)
+    rng = random.Random(seed)
+    resp = client.post(f"{BASE}/{name}/records/bulk/create", json={"records": [make(rng) for _ in range(count)]},
+                       headers=headers)
+    assert resp.status_code == 200, resp.get_json()
+    listed = client.post(f"{BASE}/{name}/records/query", json={"query": {"pageSize": 500}}, headers=headers)
+    records = listed.get_json()["records"]
+    assert len(records) == count
+    return client, headers, records
 
 
 @pytest.fixture(scope="module")
 def fuzz_data(app):
-    client = app.test_client()
-    _org, headers = org_headers()
-    create_definition(client, headers, name="fuzz", schema=SCHEMA)
-    rng = random.Random(20261122)
-    payload = [_record(rng) for _ in range(60)]
-    resp = client.post(f"{BASE}/fuzz/records/bulk/create", json={"records": payload}, headers=headers)
-    assert resp.status_code == 200, resp.get_json()
-    listed = client.post(f"{BASE}/fuzz/records/query", json={"query": {"pageSize": 500}}, headers=headers)
-    records = listed.get_json()["records"]
-    assert len(records) == 60
-    return client, headers, records
+    return _load(app, "fuzz", SCHEMA, _record, 60, seed=20261122)
+
+
+@pytest.fixture(scope="module")
+def shadow_data(app):
+    return _load(app, "shadow", SHADOW_SCHEMA, _shadow_record, 40, seed=20261123)
 
 
 # --- the reference evaluator ----------------------------------------------------------------------
@@ -72,8 +105,9 @@ def fuzz_data(app):
 MISSING = object()
 
 
-def _value(record: dict, field: str):
-    if field in ("name", "tags", "version", "id"):
+def _value(record: dict, field: str, kinds: dict):
+    declared = (SHADOW_SCHEMA if kinds is SHADOW_KINDS else SCHEMA)["properties"]
+    if field in SYSTEM and field not in declared:  # a declared property wins over the system column
         return record[field]
     return record["fields"].get(field, MISSING)
 
@@ -124,18 +158,20 @@ def _eq(kind: str, stored, v) -> bool:
     return typed is not None and typed == _operand(kind, v)
 
 
-def evaluate(flt: dict, record: dict) -> bool:
-    return all(_clause(key, value, record) for key, value in flt.items())
+def evaluate(flt: dict, record: dict, kinds: dict = KINDS) -> bool:
+    """Does `record` match `flt`? `kinds` names the fields: KINDS (schema fields beside the system
+    columns) or SHADOW_KINDS (schema fields that take the system columns' names)."""
+    return all(_clause(key, value, record, kinds) for key, value in flt.items())
 
 
-def _clause(key: str, value, record: dict) -> bool:
+def _clause(key: str, value, record: dict, kinds: dict) -> bool:
     if key == "$and":
-        return all(evaluate(f, record) for f in value)
+        return all(evaluate(f, record, kinds) for f in value)
     if key == "$or":
-        return any(evaluate(f, record) for f in value)
+        return any(evaluate(f, record, kinds) for f in value)
     if key == "$not":
-        return not evaluate(value, record)
-    kind, stored = KINDS[key], _value(record, key)
+        return not evaluate(value, record, kinds)
+    kind, stored = kinds[key], _value(record, key, kinds)
     if isinstance(value, dict) and value and all(k.startswith("$") for k in value):
         return all(_op(kind, stored, op, operand) for op, operand in value.items())
     return _eq(kind, stored, value)
@@ -192,9 +228,9 @@ def values_for(kind: str):
 
 
 @st.composite
-def condition(draw):
-    field = draw(st.sampled_from(sorted(KINDS)))
-    kind = KINDS[field]
+def condition(draw, kinds=KINDS):
+    field = draw(st.sampled_from(sorted(kinds)))
+    kind = kinds[field]
     ops = ["$eq", "$ne", "$in", "$nin", "$exists", "$empty"]
     if kind in ("text", "number", "date", "datetime"):
         ops += ["$gt", "$gte", "$lt", "$lte", "$between"]
@@ -204,7 +240,8 @@ def condition(draw):
         ops += ["$contains"]
     op = draw(st.sampled_from(ops + ["plain"]))
     value = values_for(kind)
-    if field == "version" or (field == "i" and op not in ("$gt", "$gte", "$lt", "$lte", "$between")):
+    if (field == "version" and kinds is KINDS) or (field == "i" and op not in ("$gt", "$gte", "$lt", "$lte",
+                                                                                "$between")):
         value = st.integers(-4, 8)
     if op == "plain":
         operand = draw(st.one_of(value, st.none()) if kind != "array" else st.one_of(
@@ -234,16 +271,20 @@ def _merge(parts: list[dict]) -> dict:
     return merged
 
 
-filters = st.recursive(
-    condition(),
-    lambda children: st.one_of(
-        st.lists(children, min_size=1, max_size=3).map(lambda c: {"$and": c}),
-        st.lists(children, min_size=1, max_size=3).map(lambda c: {"$or": c}),
-        children.map(lambda c: {"$not": c}),
-        st.lists(children, min_size=2, max_size=3).map(_merge),
-    ),
-    max_leaves=8,
-)
+def filters_over(kinds: dict):
+    return st.recursive(
+        condition(kinds),
+        lambda children: st.one_of(
+            st.lists(children, min_size=1, max_size=3).map(lambda c: {"$and": c}),
+            st.lists(children, min_size=1, max_size=3).map(lambda c: {"$or": c}),
+            children.map(lambda c: {"$not": c}),
+            st.lists(children, min_size=2, max_size=3).map(_merge),
+        ),
+        max_leaves=8,
+    )
+
+
+filters = filters_over(KINDS)
 
 
 def nesting(flt) -> int:
@@ -257,19 +298,31 @@ def nesting(flt) -> int:
     return deepest
 
 
+def _assert_matches_reference(data, entity: str, flt: dict, kinds: dict) -> None:
+    """Query and count return exactly the records the reference evaluator selects."""
+    client, headers, records = data
+    resp = client.post(f"{BASE}/{entity}/records/query", json={"query": {"filters": flt, "pageSize": 500}},
+                       headers=headers)
+    assert resp.status_code == 200, (flt, resp.get_json())
+    got = {r["id"] for r in resp.get_json()["records"]}
+    expected = {r["id"] for r in records if evaluate(flt, r, kinds)}
+    assert got == expected, flt
+    count = client.post(f"{BASE}/{entity}/records/count", json={"filters": flt}, headers=headers)
+    assert count.get_json() == len(expected)
+
+
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(flt=filters)
 def test_filters_match_the_reference_evaluator(fuzz_data, flt):
     assume(nesting(flt) <= 8)
-    client, headers, records = fuzz_data
-    resp = client.post(f"{BASE}/fuzz/records/query", json={"query": {"filters": flt, "pageSize": 500}},
-                       headers=headers)
-    assert resp.status_code == 200, (flt, resp.get_json())
-    got = {r["id"] for r in resp.get_json()["records"]}
-    expected = {r["id"] for r in records if evaluate(flt, r)}
-    assert got == expected, flt
-    count = client.post(f"{BASE}/fuzz/records/count", json={"filters": flt}, headers=headers)
-    assert count.get_json() == len(expected)
+    _assert_matches_reference(fuzz_data, "fuzz", flt, KINDS)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(flt=filters_over(SHADOW_KINDS))
+def test_declared_properties_win_over_system_columns(shadow_data, flt):
+    assume(nesting(flt) <= 8)
+    _assert_matches_reference(shadow_data, "shadow", flt, SHADOW_KINDS)
 
 
 KNOWN = {*KINDS, "id", "created_at", "updated_at", "is_active"}

@@ -414,7 +414,6 @@ BAD_REQUESTS = [
     ({"aggregates": [{"function": "sum", "field": "qty", "percentile": 50}]}, "aggregates[0].percentile",
      "only the percentile function"),
     ({"aggregates": [{"function": "count", "alias": "bad alias"}]}, "aggregates[0].alias", "letters"),
-    ({"aggregates": [{"function": "count", "alias": "name"}]}, "aggregates[0].alias", "system column"),
     ({"aggregates": [COUNT, {"function": "count", "alias": "count"}]}, "aggregates[1].alias", "used twice"),
     ({"groupBy": ["status"], "aggregates": [{"function": "count", "alias": "status"}]}, "aggregates[0].alias",
      "used twice"),

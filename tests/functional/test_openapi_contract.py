@@ -2,20 +2,35 @@
 
 Checks: no 500 (an unhandled error), and every documented response matches its documented schema.
 503/504 are legitimate answers for unconfigured upstreams, so only 500 counts as a server error.
+For the agent registry and the entity store, a request the documented schema allows must also be
+accepted (schemathesis' `positive_data_acceptance`): the code is no stricter than the schema says,
+except for the rules the document states in prose (`info.description`, field descriptions) because
+they depend on data or cannot be written as a schema: references that must exist, fields a definition
+does not have, valid JSON Schemas, `config` against `configSchema`, a skillId at most once per agent. Generated text holds no NUL characters or lone
+surrogates (also a rule of `info.description`).
 Runs as an admin of a dedicated org, so generated writes stay inside that org.
 """
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import schemathesis
 from hypothesis import HealthCheck, given, settings
-from schemathesis.specs.openapi.checks import response_schema_conformance
+from schemathesis.specs.openapi.checks import positive_data_acceptance, response_schema_conformance
 
 from tests.support import bearer, token
 
 CONTRACT_ORG = f"org-contract-{uuid.uuid4().hex[:12]}"  # fresh per run: generated writes never accumulate
+ACCEPTANCE_CHECKED = ("/api/v1/agents", "/api/v1/skills", "/api/v1/tool-definitions", "/api/v1/subagents",
+                      "/api/v1/widgets", "/api/v1/entities", "/api/v1/admin/entities")
+# 400 messages of the rules stated in prose: data-dependent references and field names, JSON Schema
+# validity, uniqueness by key (a skillId once per agent, a record id once per bulk update)
+PROSE_RULES = re.compile(r"Unknown sub-agent id|unknown field|record not found|Not a valid JSON Schema|"
+                         r"is not valid under any of the given schemas|unknown time zone|lookup|unknown view|"
+                         r"attached twice|appears more than once in this batch")
+PROSE_PATHS = re.compile(r"\.(config|defaultConfig)$|\.(fields|schema)(\.|$)")
 
 
 def no_internal_error(ctx, response, case):
@@ -23,8 +38,41 @@ def no_internal_error(ctx, response, case):
         raise AssertionError(f"500 from {case.method} {case.formatted_path}: {response.text[:500]}")
 
 
+def _reasons(value, path=""):
+    """(field path, message) of every message in `details.fields` (or a bulk request's `details.records`)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _reasons(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for item in value:
+            yield from _reasons(item, path)
+    elif isinstance(value, str):
+        yield path, value
+
+
+def _prose_rule(response) -> bool:
+    """A 400 whose every reason is one of the rules stated in prose: a message above, a `config` (or
+    `defaultConfig`) that does not validate against its `configSchema`, record `fields` that do not
+    validate against the definition's schema, or a definition `schema` that is no valid JSON Schema."""
+    if response.status_code != 400:
+        return False
+    error = (response.json() or {}).get("error") or {}
+    details = error.get("details") or {}
+    reasons = list(_reasons(details.get("fields") or details.get("records"))) or [("", error.get("message", ""))]
+    return all(PROSE_RULES.search(message) or PROSE_PATHS.search(path) for path, message in reasons)
+
+
+def schema_valid_requests_are_accepted(ctx, response, case):
+    if not case.operation.path.startswith(ACCEPTANCE_CHECKED) or case.operation.path == "/api/v1/agents/images":
+        return None
+    if _prose_rule(response):
+        return None
+    return positive_data_acceptance(ctx, response, case)
+
+
 def test_every_operation_conforms_to_the_openapi_document(app):
     schema = schemathesis.openapi.from_wsgi("/api/v1/openapi.json", app)
+    schema.config.generation.update(allow_x00=False, codec="utf-8")
     headers = bearer(token(org=CONTRACT_ORG, scopes=["*"], role="admin"))
     failures, seen = [], 0
     for result in schema.get_all_operations():
@@ -35,7 +83,8 @@ def test_every_operation_conforms_to_the_openapi_document(app):
         @settings(max_examples=25, deadline=None, derandomize=True, database=None,
                   suppress_health_check=list(HealthCheck))
         def exercise(case):
-            case.call_and_validate(headers=headers, checks=[no_internal_error, response_schema_conformance])
+            case.call_and_validate(headers=headers, checks=[no_internal_error, response_schema_conformance,
+                                                            schema_valid_requests_are_accepted])
 
         try:
             exercise()

@@ -28,7 +28,6 @@ from app.agents.services.common import (
 from app.agents.services.documents import DocumentStore
 from app.agents.services.prompts import apply_system_prompt
 from app.agents.services.skills import attach_skills
-from app.agents.services.tools import validate_tool_refs
 from app.db import db
 from app.errors import Conflict
 from app.tenancy import current_tenant, tenant_select
@@ -105,7 +104,6 @@ def create_agent(data: dict[str, Any]) -> str:
     lock_org(_LOCK)
     doc = _prepare(dict(data), previous=None, prompt_sent=bool(data.get("systemPrompt")))
     _set_skills(doc, attach_skills(data.get("skills"), []))
-    validate_tool_refs(doc.get("tools"))
     return store.create(doc, before=_single_default(None))
 
 
@@ -121,7 +119,6 @@ def update_agent(agent_id: str, changes: dict[str, Any]) -> str:
     doc = _prepare(doc, previous=previous, prompt_sent="systemPrompt" in changes)
     if "skills" in changes:
         _set_skills(doc, attach_skills(changes.get("skills"), previous.get("skills")))
-    validate_tool_refs(doc.get("tools"), {t["toolId"] for t in previous.get("tools") or []})
     return store.save(row, doc, before=_single_default(row))
 
 
@@ -141,8 +138,9 @@ def import_agent(data: dict[str, Any], *, overwrite: bool) -> tuple[str, bool]:
     Returns the `{agent}` body and whether a new agent was created.
 
     Server fields are re-filled: a new id (or, when overwriting, the replaced agent's id and
-    creation stamps), this org and product, and this caller. Skill snapshots are restored as
-    exported, but each skill must still exist in the catalog.
+    creation stamps), this org and product, and this caller. Skill snapshots and tools are restored
+    as exported: they are self-contained, so the importing org needs no matching catalog skills or
+    tool definitions (only `subAgentIds` must name sub-agents of the org).
     """
     lock_org(_LOCK)
     existing = db.session.scalars(tenant_select(Agent).where(Agent.name == data["name"]).with_for_update()).first()
@@ -150,8 +148,7 @@ def import_agent(data: dict[str, Any], *, overwrite: bool) -> tuple[str, bool]:
         raise Conflict(f"An agent named '{data['name']}' already exists; use ?overwrite=true to replace it.",
                        {"agentId": existing.id})
     doc = _prepare(dict(data), previous=data, prompt_sent=False)
-    _set_skills(doc, attach_skills(data.get("skills"), [], keep_sent_snapshots=True))
-    validate_tool_refs(doc.get("tools"))
+    _set_skills(doc, attach_skills(data.get("skills"), [], restore=True))
     if existing is None:
         return store.create(doc, before=_single_default(None)), True
     return store.save(existing, doc, before=_single_default(existing)), False

@@ -2,7 +2,9 @@
 
 Attaching a catalog skill to an agent copies the skill's fields into the agent at that moment
 (spec "Versioning" 4). The copy stays as it is when the catalog skill changes or is deleted; a
-caller refreshes it by detaching and attaching the skill again.
+caller refreshes it by detaching and attaching the skill again. An embedded skill is a
+self-contained document (DESIGN §11): the caller may customise it (its tools need not match the
+catalog skill's), and a skillId that names no catalog skill is kept as sent (a custom or imported skill).
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from app.agents.fields import schema_errors
 from app.agents.models import CatalogSkill
 from app.agents.services.common import invalid, merge, prune
 from app.agents.services.documents import DocumentStore
-from app.agents.services.tools import validate_tool_refs
 from app.db import db
 from app.errors import NotFound
 from app.tenancy import tenant_select
@@ -37,11 +38,11 @@ def get_skill(skill_id: str) -> str:
     return store.get(skill_id)
 
 
-def categories() -> dict[str, list[str]]:
-    """Distinct categories of the caller's catalog skills, sorted."""
+def categories() -> list[str]:
+    """Distinct categories of the caller's catalog skills, sorted (the spec's bare `string[]`)."""
     stmt = (tenant_select(CatalogSkill).with_only_columns(CatalogSkill.category).distinct()
             .order_by(CatalogSkill.category))
-    return {"categories": list(db.session.scalars(stmt))}
+    return list(db.session.scalars(stmt))
 
 
 def _locked_by_name(name: str) -> CatalogSkill:
@@ -58,14 +59,12 @@ def _finish(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def create_skill(data: dict[str, Any]) -> str:
-    validate_tool_refs(data.get("tools"))
     return store.create(_finish(data))
 
 
 def update_skill(name: str, changes: dict[str, Any]) -> str:
     """Update the catalog skill `name`. Agents that attached it keep their snapshot."""
     row = _locked_by_name(name)
-    validate_tool_refs(changes.get("tools"), {t["toolId"] for t in row.doc.get("tools") or []})
     return store.save(row, _finish(merge(row.doc, changes)))
 
 
@@ -93,59 +92,53 @@ def _catalog_docs(ids: set[str]) -> dict[str, dict]:
     return {row.id: row.doc for row in rows}
 
 
-def _customise_tools(base: list[dict], requested: list[dict] | None, where: str) -> list[dict]:
-    """Apply the caller's per-tool `enabled` / `config` to the snapshot's tools."""
-    if requested is None:
-        return base
-    by_id = {t["toolId"]: t for t in base}
-    for index, tool in enumerate(requested):
-        if tool["toolId"] not in by_id:
-            raise invalid(f"{where}.tools.{index}.toolId",
-                          f"Tool {tool['toolId']} is not part of this skill; attach the skill again to "
-                          "pick up catalog changes.")
+def _customise_tools(base: list[dict], requested: list[dict], where: str) -> list[dict]:
+    """The skill's tools as the caller sent them, each merged over the base tool with the same
+    toolId (so `{toolId, toolName, enabled}` keeps the copied schemas); a toolId the base does not
+    have is a custom tool, taken as sent. Every `config` must validate against its `configSchema`."""
+    pool = list(base)
     out = []
-    for index, snap in enumerate(base):
-        custom = next((t for t in requested if t["toolId"] == snap["toolId"]), None)
-        tool = dict(snap)
-        if custom is not None:
-            tool["enabled"] = custom["enabled"]
-            if custom.get("config") is not None:
-                tool["config"] = custom["config"]
-        errors = schema_errors(tool.get("configSchema") or {}, tool.get("config") or {})
+    for index, tool in enumerate(requested):
+        match = next((i for i, candidate in enumerate(pool) if candidate.get("toolId") == tool["toolId"]), None)
+        merged = {**(pool.pop(match) if match is not None else {}), **prune(tool)}
+        errors = schema_errors(merged.get("configSchema") or {}, merged.get("config") or {})
         if errors:
             raise invalid(f"{where}.tools.{index}.config", errors)
-        out.append(tool)
+        out.append(merged)
     return out
 
 
-def attach_skills(requested: list[dict] | None, current: list[dict] | None, *,
-                  keep_sent_snapshots: bool = False) -> list[dict]:
-    """The agent's new `skills`: stored snapshots for skills it already has, fresh catalog copies
-    for newly attached ones (or, on import, the sent snapshots), each with the caller's `enabled`,
-    `order` and per-tool settings; sorted by `order`. Unknown catalog skill ids are a 400."""
+def attach_skills(requested: list[dict] | None, current: list[dict] | None, *, restore: bool = False) -> list[dict]:
+    """The agent's new `skills`, sorted by `order`.
+
+    Each entry starts from a base: the agent's stored snapshot of that skill, else a fresh copy of
+    the catalog skill, else nothing (a skillId unknown to the catalog: a custom or imported skill).
+    What the caller sent overrides the base field by field, and a sent `tools` list is the skill's
+    tool list (see `_customise_tools`). With `restore` (import), an entry that carries `skillName`
+    is an exported snapshot and is taken exactly as sent.
+    """
     requested = requested or []
     current_by_id = {s["skillId"]: s for s in current or []}
     ids = [s["skillId"] for s in requested]
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     if duplicates:
         raise invalid("skills", f"Skill(s) attached twice: {', '.join(duplicates)}.")
-    new_ids = {i for i in ids if i not in current_by_id}
-    catalog = _catalog_docs(new_ids)
-    missing = sorted(new_ids - set(catalog))
-    if missing:
-        raise invalid("skills", f"Unknown skill id(s): {', '.join(missing)}.", unknownSkillIds=missing)
+    catalog = _catalog_docs({i for i in ids if i not in current_by_id})
     result = []
     for index, entry in enumerate(requested):
         skill_id = entry["skillId"]
-        if skill_id in current_by_id:
+        if restore and entry.get("skillName"):
+            base = {}
+        elif skill_id in current_by_id:
             base = current_by_id[skill_id]
-        elif keep_sent_snapshots and entry.get("skillName"):
-            base = prune(entry)  # an exported snapshot: restored as it was exported
-        else:
+        elif skill_id in catalog:
             base = snapshot_of(catalog[skill_id])
-        snap = {k: v for k, v in base.items() if k not in ("enabled", "order", "tools")}
-        snap["tools"] = _customise_tools(list(base.get("tools") or []),
-                                         None if keep_sent_snapshots else entry.get("tools"), f"skills.{index}")
-        snap.update(enabled=entry["enabled"], order=entry["order"])
+        else:
+            base = {}
+        snap = {**base, **prune(entry)}
+        base_tools = list(base.get("tools") or [])
+        sent_tools = entry.get("tools")
+        snap["tools"] = _customise_tools(base_tools, base_tools if sent_tools is None else sent_tools,
+                                         f"skills.{index}")
         result.append(snap)
     return sorted(result, key=lambda s: s["order"])

@@ -8,7 +8,6 @@ from app.agents.models import SubAgent
 from app.agents.services.agents import agents_referencing_sub_agent, lock_agents, remove_sub_agent_references
 from app.agents.services.common import merge, titled, utcnow
 from app.agents.services.documents import DocumentStore
-from app.agents.services.tools import validate_tool_refs
 from app.errors import Conflict
 
 store = DocumentStore(SubAgent, key="subAgent", many_key="subAgents", what="Sub-agent",
@@ -25,14 +24,11 @@ def get_sub_agent(sub_agent_id: str) -> str:
 
 
 def create_sub_agent(data: dict[str, Any]) -> str:
-    validate_tool_refs(data.get("tools"), field="subAgent.tools")
     return store.create(titled(data))
 
 
 def update_sub_agent(sub_agent_id: str, changes: dict[str, Any]) -> str:
     row = store.lock(sub_agent_id)
-    validate_tool_refs(changes.get("tools"), {t["toolId"] for t in row.doc.get("tools") or []},
-                       field="subAgent.tools")
     doc = titled(merge(row.doc, changes))
     doc.setdefault("tools", [])
     return store.save(row, doc)
