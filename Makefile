@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt |
 QUEUES := default,analytics,embeddings,email,bulk,seed
 export FLASK_APP := wsgi
 
-.PHONY: install migrate run worker beat flower test bench lint clean
+.PHONY: install migrate run worker beat flower test bench bench-tools lint clean
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ required"'
@@ -35,8 +35,12 @@ flower: install                 ## Flower dashboard on :5555 (needs REDIS_URL)
 test: install                   ## the whole suite against real PostgreSQL (+ Redis when REDIS_URL is set)
 	$(BIN)/python -m pytest
 
-bench: migrate                  ## benchmarks; tables land in bench/results/
+bench: migrate bench-tools      ## benchmarks; tables land in bench/results/
 	$(BIN)/python -m bench
+
+bench-tools:                    ## wrk (Debian) for the HTTP benchmark, installed when missing
+	@command -v wrk >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk; } \
+		|| { command -v sudo >/dev/null && sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk; }
 
 lint: install
 	$(BIN)/ruff check app workers migrations tests bench

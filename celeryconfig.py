@@ -1,4 +1,5 @@
-"""Celery settings (reliability rules from docs/security.md). Broker/backend come from REDIS_URL."""
+"""Celery settings: the reliability rules (late acks, fail fast when Redis is down; docs/operations.md,
+"Celery and Redis"). Broker/backend come from REDIS_URL."""
 
 task_serializer = "json"
 result_serializer = "json"
@@ -28,6 +29,10 @@ redis_socket_timeout = 2
 redis_socket_connect_timeout = 2
 worker_send_task_events = True
 task_send_sent_event = True
+
+# Every module that defines tasks, imported by `init_celery` for each app (API, worker, CLI): a task
+# is never registered as a side effect of importing routes. A new domain adds its tasks module here.
+include = ("app.ops.tasks", "app.entities.tasks", "app.embeddings.tasks", "app.analytics.tasks")
 
 task_default_queue = "default"
 task_routes = {

@@ -49,19 +49,24 @@ def create_app(overrides: dict[str, Any] | None = None) -> Flask:
     from app.auth import authenticate_request, authorize_request, load_secret
     from app.errors import register_error_handlers
     from app.extensions import Api, celery_app, db
+    from app.registry import init_registry
     from app.tasks import init_celery
 
     # 1. secrets first: a weak or missing secret stops start-up before anything listens
     app.config["JWT_SECRET"] = load_secret(app)
-    # 2. database (embedded PostgreSQL when DATABASE_URL is unset)
+    # 2. database (embedded PostgreSQL when DATABASE_URL is unset); the lazily built services
     db.init_app(app)
-    # 3. Celery (eager without REDIS_URL)
+    init_registry(app, service_factories())
+    # 3. Celery (eager without REDIS_URL): the task modules celeryconfig.include declares
     init_celery(celery_app, app)
+    _connect_task_signals()
     # 4. API + OpenAPI, then our envelope handlers over flask-smorest's
     api = Api(app)  # one Api per app: its OpenAPI document belongs to this app
     _register_blueprints(api, app)
     register_error_handlers(app)
-    # 5. request pipeline: request id, authentication, CORS
+    # 5. cross-domain hooks, per app (nothing is installed by importing a module)
+    _install_hooks(app)
+    # 6. request pipeline: request id, authentication, CORS
     app.before_request(_assign_request_id)
     app.before_request(authenticate_request)
     app.before_request(authorize_request)
@@ -70,8 +75,12 @@ def create_app(overrides: dict[str, Any] | None = None) -> Flask:
     return app
 
 
+# The domains, in a fixed order. Each is a package `app/<name>/` whose `routes` module exports `blp`
+# or `blueprints` (flask-smorest) and optionally `plain_blueprints`; a missing module is an error.
+DOMAINS = ("entities", "agents", "images", "email", "storage", "analytics")
+
+
 def _register_blueprints(api, app: Flask) -> None:
-    from app.ops import tasks as _ops_tasks  # noqa: F401  (ops tasks + failed-task recorder)
     from app.ops.routes import blp as ops_blp
     from app.ops.routes import health_bp
 
@@ -86,23 +95,48 @@ def _register_blueprints(api, app: Flask) -> None:
 
 
 def _domain_route_modules():
-    """Each domain package's routes module, in a fixed order; missing domains are skipped."""
+    """Each domain's routes module, in DOMAINS order (an ImportError stops start-up)."""
     import importlib
 
-    for name in ("entities", "agents", "images", "analytics", "email", "storage"):
-        try:
-            yield importlib.import_module(f"app.{name}.routes")
-        except ModuleNotFoundError as exc:
-            if exc.name not in {f"app.{name}", f"app.{name}.routes"}:
-                raise
+    return [importlib.import_module(f"app.{name}.routes") for name in DOMAINS]
+
+
+def service_factories() -> dict:
+    """Every lazily built singleton of an app (app.registry): name → factory(config, *key)."""
+    from app.analytics.tasks import build_redis_client
+    from app.email.senders import build_sender
+    from app.embeddings import build_embedder_service, build_query_cache_service
+    from app.images.providers import build_provider
+    from app.images.services import build_fetcher
+    from app.storage import build_blob_store
+
+    return {"blob_store": build_blob_store, "image_fetcher": build_fetcher, "image_provider": build_provider,
+            "email_sender": build_sender, "embedder": build_embedder_service, "query_cache": build_query_cache_service,
+            "analytics_redis": build_redis_client}
+
+
+def _connect_task_signals() -> None:
+    from celery.signals import task_failure
+
+    from app.ops.tasks import record_failed_task
+
+    # idempotent (dispatch_uid): several apps in one process record a failure once
+    task_failure.connect(record_failed_task, weak=False, dispatch_uid="platform_gateway.failed_tasks")
+
+
+def _install_hooks(app: Flask) -> None:
+    from app.embeddings.hooks import install as install_semantic_search
+
+    install_semantic_search(app)  # entity writes queue embeddings; `$similar` compiles to vector search
 
 
 def _register_cli(app: Flask) -> None:
     from app.analytics.demo import analytics_cli
-    from app.cli import db_cli, embeddings_cli, products_cli, token_cli
+    from app.cli import db_cli, embeddings_cli, entities_cli, products_cli, token_cli
 
     app.cli.add_command(analytics_cli)
     app.cli.add_command(db_cli)
+    app.cli.add_command(entities_cli)
     app.cli.add_command(embeddings_cli)
     app.cli.add_command(products_cli)
     app.cli.add_command(token_cli)

@@ -11,6 +11,7 @@ from app.db import db
 db_cli = click.Group("db", help="Database migrations.")
 products_cli = click.Group("products", help="Product schemas.")
 token_cli = click.Group("token", help="Access tokens for development and operations.")
+entities_cli = click.Group("entities", help="Entity store maintenance.")
 
 
 @db_cli.command("upgrade")
@@ -43,7 +44,7 @@ def products_list() -> None:
     """List provisioned products."""
     from sqlalchemy import select
 
-    from app.ops.models import Product
+    from app.platform_models import Product
 
     with db.engine.connect() as conn:
         for row in conn.execute(select(Product.slug, Product.schema_name)):
@@ -74,10 +75,15 @@ def token_mint(org, user, email, scopes, role, product, ttl) -> None:
 embeddings_cli = click.Group("embeddings", help="Semantic-search embeddings.")
 
 
+def definition_options(command):
+    """--product, --org, --entity: which definitions a maintenance command works on."""
+    command = click.option("--entity", default=None, help="only definitions with this name")(command)
+    command = click.option("--org", default=None, help="only this org_id")(command)
+    return click.option("--product", default=None, help="product (default: the default product)")(command)
+
+
 @embeddings_cli.command("backfill")
-@click.option("--product", default=None, help="product (default: the default product)")
-@click.option("--org", default=None, help="only this org_id")
-@click.option("--entity", default=None, help="only definitions with this name")
+@definition_options
 @with_appcontext
 def embeddings_backfill(product, org, entity) -> None:
     """Re-embed the records of every embeddings-enabled definition without a current vector.
@@ -103,3 +109,32 @@ def embeddings_backfill(product, org, entity) -> None:
         backfill.apply_async(args=(product, org_id, entity_id))
         click.echo(f"queued backfill: product={product} org={org_id} entity={name} ({entity_id})")
     click.echo(f"{len(targets)} definition(s) queued")
+
+
+@entities_cli.command("sync-indexes")
+@definition_options
+@with_appcontext
+def entities_sync_indexes(product, org, entity) -> None:
+    """Create (CONCURRENTLY) or drop the per-definition indexes of every definition, now.
+
+    What task `bulk.entity_indexes` does after a schema change or a bulk create; run it once after
+    deploying the feature or changing ENTITY_INDEX_MIN_RECORDS. Idempotent.
+    """
+    from sqlalchemy import select
+
+    from app.entities.indexes import sync_definition
+    from app.entities.models import EntityDefinition
+
+    product = product or current_app.config["DEFAULT_PRODUCT"]
+    stmt = select(EntityDefinition.id, EntityDefinition.org_id, EntityDefinition.name)
+    if org:
+        stmt = stmt.where(EntityDefinition.org_id == org)
+    if entity:
+        stmt = stmt.where(EntityDefinition.name == entity)
+    with db.product_session(product) as session:
+        targets = list(session.execute(stmt))
+    for definition_id, org_id, name in targets:
+        result = sync_definition(product, definition_id, concurrently=True)
+        click.echo(f"org={org_id} entity={name} ({definition_id}): created {len(result['created'])}, "
+                   f"dropped {len(result['dropped'])}")
+    click.echo(f"{len(targets)} definition(s) checked")

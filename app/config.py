@@ -91,6 +91,10 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "ENTITY_FILTER_MAX_CONDITIONS": (100, int, "Most conditions in one record filter"),
     "ENTITY_FILTER_MAX_LIST": (1000, int, "Most values in one $in/$nin list"),
     "ENTITY_AGGREGATE_MAX_GROUPS": (1000, int, "Default and largest `limit` of a record aggregation (groups)"),
+    "ENTITY_COUNT_ESTIMATE_ABOVE": (10000, int, "With `Prefer: count=estimated`, totalCount is exact up to this "
+                                                "many (planner-estimated) matches and the estimate beyond"),
+    "ENTITY_INDEX_MIN_RECORDS": (5000, int, "A definition with at least this many active records gets its own "
+                                            "per-field indexes (built in the background)"),
     # Email
     "EMAIL_BACKEND": ("console", str, "`console` (VAR_DIR/outbox + log) or `smtp`"),
     "SMTP_HOST": ("localhost", str, "SMTP server"),

@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterator
 
 from flask import Flask, current_app, g, has_app_context
-from sqlalchemy import MetaData, create_engine, event
+from sqlalchemy import MetaData, Table, create_engine, event, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Session
 
@@ -113,14 +113,18 @@ class Database:
             state.product_engines[product] = engine
         return engine
 
+    def context_product(self) -> str:
+        """The product of the current app context: the verified tenant's (`g.tenant`, installed by
+        app.tenancy.set_tenant), else the default product (tasks and CLI name theirs explicitly)."""
+        tenant = g.get("tenant") if has_app_context() else None
+        return tenant.product if tenant is not None else self.default_product
+
     @property
     def session(self) -> Session:
         """The Session of the current app context, bound to the current product."""
         session = g.get("_db_session")
         if session is None:
-            from app.tenancy import current_product
-
-            session = Session(bind=self.engine_for(current_product()), expire_on_commit=False)
+            session = Session(bind=self.engine_for(self.context_product()), expire_on_commit=False)
             g._db_session = session
         return session
 
@@ -143,6 +147,15 @@ class Database:
             if exc is not None:
                 session.rollback()
             session.close()
+
+    @staticmethod
+    def estimated_rows(session: Session, table: Table) -> float:
+        """The planner's row estimate (pg_class.reltuples) of `table` in the session's product schema:
+        the one place a tenant table's real name is spelled (from the schema translation)."""
+        translate = session.get_bind().get_execution_options().get("schema_translate_map") or {}
+        name = f'"{translate.get(table.schema, table.schema)}".{table.name}'
+        return float(session.scalar(text("SELECT reltuples FROM pg_class WHERE oid = to_regclass(:name)"),
+                                    {"name": name}) or 0)
 
     def dispose(self) -> None:
         """Drop pooled connections (after a worker fork)."""

@@ -6,11 +6,12 @@ Services raise the `ApiError` subclasses below; routes never build error bodies 
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 from flask import Flask, g, jsonify
 from werkzeug.exceptions import HTTPException
+
+from app.wire import metadata
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ def envelope(code: str, message: str, details: dict[str, Any] | None = None) -> 
     error: dict[str, Any] = {"code": code, "message": message}
     if details:
         error["details"] = details
-    return {"error": error, "metadata": {"success": False, "timestamp": int(time.time())}}
+    return {"error": error, "metadata": metadata(False)}
 
 
 def error_response(status: int, code: str, message: str, details=None, headers=None):

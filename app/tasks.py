@@ -7,6 +7,7 @@ input has committed (`enqueue_after_commit`): a rolled-back request sends nothin
 from __future__ import annotations
 
 import logging
+import random
 from typing import Any
 
 from celery import Celery, Task
@@ -15,8 +16,6 @@ from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 log = logging.getLogger(__name__)
-
-QUEUES = ("default", "analytics", "embeddings", "email", "bulk", "seed")
 
 
 def init_celery(celery: Celery, app: Flask) -> None:
@@ -55,6 +54,7 @@ def init_celery(celery: Celery, app: Flask) -> None:
 
     celery.Task = AppContextTask
     celery.set_default()
+    celery.loader.import_default_modules()  # the task modules celeryconfig.include declares
     app.extensions["celery"] = celery
 
 
@@ -91,3 +91,28 @@ def _flush_pending(session: Session) -> None:
 def _drop_pending(session: Session, previous_transaction) -> None:
     if previous_transaction.parent is None:
         session.info.pop("_pending_tasks", None)
+
+
+# --- the one retry policy of every task ----------------------------------------------------------------
+
+MAX_BACKOFF_SECONDS = 300
+
+
+def retry_countdown(retries: int, retry_after: float | None = None) -> float:
+    """Seconds before retry number `retries + 1`: the upstream's Retry-After when it gave one, else
+    exponential (2**n) with up to 50 % jitter, so a burst of failed tasks does not return in lockstep;
+    never more than MAX_BACKOFF_SECONDS."""
+    if retry_after is None:
+        retry_after = min(MAX_BACKOFF_SECONDS, 2 ** retries) * (1 + random.random() / 2)
+    return min(retry_after, MAX_BACKOFF_SECONDS)
+
+
+def retry_or_give_up(task: Task, exc: Exception, max_retries: int) -> Exception:
+    """The exception for a bound task to raise on transient trouble: a scheduled retry (Retry), or
+    `exc` itself once `max_retries` are used up (then the task fails and lands in failed_tasks)."""
+    retries = task.request.retries
+    if retries >= max_retries:
+        log.error("%s gave up after %d retries: %s", task.name, retries, exc)
+        return exc
+    countdown = retry_countdown(retries, getattr(exc, "retry_after", None))
+    return task.retry(exc=exc, countdown=countdown, max_retries=max_retries, throw=False)

@@ -15,7 +15,9 @@ from typing import Any, TypeVar
 from flask import g, has_app_context, request
 from sqlalchemy import Select, select
 
+from app.db import db
 from app.errors import Forbidden, NotFound, Unauthorized
+from app.platform_models import Product
 
 T = TypeVar("T")
 
@@ -58,15 +60,7 @@ def current_org() -> str:
 
 def current_product() -> str:
     """The product of the request (or of the task's context); falls back to the default product."""
-    from app.db import db
-
-    if has_app_context():
-        tenant = g.get("tenant")
-        if tenant is not None:
-            return tenant.product
-        if g.get("product"):
-            return g.product
-    return db.default_product
+    return db.context_product()
 
 
 def tenant_select(model: type[T], org_id: str | None = None) -> Select:
@@ -76,8 +70,6 @@ def tenant_select(model: type[T], org_id: str | None = None) -> Select:
 
 def get_owned(model: type[T], object_id: Any, what: str | None = None, *, extra=None) -> T:
     """Load one object of the caller's org by primary key, or raise 404 (never 403)."""
-    from app.db import db
-
     stmt = tenant_select(model).where(model.id == object_id)  # type: ignore[attr-defined]
     if extra is not None:
         stmt = stmt.where(extra)
@@ -98,9 +90,6 @@ class ProductRegistry:
         self._lock = threading.Lock()
 
     def _refresh(self) -> None:
-        from app.db import db
-        from app.ops.models import Product
-
         with db.engine.connect() as conn:
             names = set(conn.scalars(select(Product.slug)))
         with self._lock:
@@ -113,10 +102,6 @@ class ProductRegistry:
         self._refresh()
         if product not in self._names:
             raise Forbidden(f"Unknown product '{product}'.")
-
-    def invalidate(self) -> None:
-        with self._lock:
-            self._loaded_at = 0.0
 
 
 products = ProductRegistry()

@@ -13,11 +13,18 @@ over 20 orgs; org `bench-big` holds 100 000 of them, the other 19 share the rest
 (3) Bulk create of 5 000 records per request (validation included) in records/s, against a raw
     COPY of the same final rows (tsvectors precomputed outside the timing) into the same table.
 EXPLAIN (ANALYZE) of each floor statement is written below the table.
+
+The second floor is the one a user would otherwise choose: the big org's 100 000 rows in a plain typed
+table (`bench_typed.deals`: one column per field, title/description text, amount numeric, close_date
+date, last_contact timestamptz, labels text[], a stored tsvector) with the ordinary indexes a
+Directus/PostgREST user would add (b-tree status+close_date, amount, created_at; pg_trgm GIN on title;
+GIN on the tsvector; status+priority+is_hot), queried with the same page and the same exact count.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import time
 import uuid
@@ -27,7 +34,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 from sqlalchemy import event
 
-from bench.common import bench_app, bench_database_url, bench_token, summary, table, write_result
+from bench.common import bench_app, bench_database_url, bench_token, summary, table, timed, write_result
 
 SCHEMA = "product_default"
 BIG_ORG, BULK_ORG = "bench-big", "bench-bulk"
@@ -55,24 +62,39 @@ QUERIES = {
     "(d) $search 'quantum'": {"filters": {"$search": "quantum"}, "pageSize": 20},
 }
 COUNT_FILTER = {"status": "won", "priority": "high", "is_hot": True}
+TYPED = "bench_typed.deals"
+TYPED_COLUMNS = "id, name, title, description, status, priority, amount, quantity, close_date, last_contact, " \
+                "owner_email, labels, is_hot, tags, created_at, updated_at"
+# (count, page) on the typed table for each QUERIES entry, then the count query
+TYPED_QUERIES = {
+    "(a)": ("status = 'open'", "close_date DESC NULLS LAST, id DESC"),
+    "(b)": ("amount >= 1000 AND amount < 1500", "created_at DESC, id DESC"),
+    "(c)": ("title ILIKE '%zephyr%'", "created_at DESC, id DESC"),
+    "(d)": ("search_vector @@ websearch_to_tsquery('english', 'quantum')",
+            "ts_rank_cd(search_vector, websearch_to_tsquery('english', 'quantum')) DESC, id"),
+}
+TYPED_COUNT = "status = 'won' AND priority = 'high' AND is_hot"
 ROUNDS, PER_ROUND = 5, 20
 READING = """### Reading the plans
 
-- Every statement starts from `org_id = … AND entity_id = …` (index `(org_id, entity_id, created_at, id)`).
-- (a) Equality compiles to `fields @> '{"status": "open"}'`: a bitmap scan of the GIN (jsonb_path_ops)
-  index ANDed with the org index; the page query adds a top-N heapsort on the typed `close_date`
-  expression. Cost is visiting the ~20k matches (for totalCount and for the sort).
-- (b), (c) Page 1 is a backward scan of the `(org, entity, created_at)` index that stops after 20 hits
-  (about a millisecond). The `totalCount` is what costs: the numeric range (`CASE jsonb_typeof … ::numeric`)
-  and `ILIKE '%zephyr%'` cannot use a generic index, so PostgreSQL runs a parallel seq scan over the org's
-  rows. A per-field expression index (`((fields->>'amount')::numeric)`) or a pg_trgm GIN on
-  `fields->>'title'` would turn these into index scans; they are per-definition choices, not created by
-  the generic migration.
-- (d) `$search` is a bitmap scan of the GIN index on the stored tsvector, then `ts_rank_cd` + top-N sort.
-- count: the three equality conditions are answered by one GIN index scan (`@>` for each).
-- The app's overhead per request is the token check, one definition lookup (a primary-key-sized
-  query), the pool's pre-ping and JSON/marshmallow work: around 2-8 ms on this machine, which is
-  visible as a ratio only on the cheapest statements (count, $search)."""
+- The big definition has its own partial indexes (app.entities.indexes, built by the index task once it
+  has ENTITY_INDEX_MIN_RECORDS records): b-trees on the typed/sort expression of each scalar field
+  (dates `DESC NULLS LAST`), pg_trgm GINs on short text fields, and its own copies of the
+  `fields jsonb_path_ops` and `search_vector` GINs. The compiler emits conditions outside negations
+  bare, so the planner matches them to those indexes.
+- (a) Page 1 walks the `close_date` index (newest first) and stops after 20 `status = open` rows; the
+  exact count is a bitmap heap scan of the ~20k matches (the typed table counts them with an
+  index-only scan of (status, priority, is_hot), and sorts its page with a top-N heapsort).
+- (b), (c) The count is a bitmap scan of the `amount` b-tree / the `title` trigram GIN plus a visit of
+  each matching row's heap page; the typed table answers the count from the index alone (index-only
+  scan). An expression index over `fields` can never do that: PostgreSQL needs the `fields` column to
+  use an expression index in an index-only scan. That heap visit is the remaining gap of (b) and count.
+- (d) `$search` is a bitmap scan of the definition's tsvector GIN, then `ts_rank_cd` + top-N sort.
+- count: the three equality conditions are answered by the definition's `fields` GIN; the heap visit
+  of the ~1 300 matches is the cost (the typed table: an index-only scan, 0.1 ms).
+- The app's overhead per request is the token check, the definition lookup, the pool's pre-ping and
+  JSON/marshmallow work: a few ms on a quiet machine, much more when the 2 cores are saturated (the
+  load average is printed below)."""
 
 
 def psycopg_url(url: str) -> str:
@@ -143,6 +165,41 @@ def ensure_dataset(app, url: str) -> dict[str, str]:
     return ids
 
 
+def ensure_typed_table(conn, definition_id: str) -> None:
+    """The big org's rows as a hand-indexed typed table (the floor a user would otherwise choose)."""
+    exists = conn.execute("SELECT to_regclass('bench_typed.deals') IS NOT NULL").fetchone()[0]
+    if exists and conn.execute(f"SELECT count(*) FROM {TYPED}").fetchone()[0] >= BIG:
+        return
+    conn.execute("DROP SCHEMA IF EXISTS bench_typed CASCADE")
+    conn.execute("CREATE SCHEMA bench_typed")
+    conn.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+    conn.execute(f"""CREATE TABLE {TYPED} (
+        id text PRIMARY KEY, name text NOT NULL, title text, description text, status text, priority text,
+        amount numeric, quantity integer, close_date date, last_contact timestamptz, owner_email text,
+        labels text[], is_hot boolean, tags text[], search_vector tsvector, created_at timestamptz,
+        updated_at timestamptz)""")
+    conn.execute(f"""INSERT INTO {TYPED}
+        SELECT id, name, fields->>'title', fields->>'description', fields->>'status', fields->>'priority',
+               (fields->>'amount')::numeric, (fields->>'quantity')::int, (fields->>'close_date')::date,
+               (fields->>'last_contact')::timestamptz, fields->>'owner_email',
+               ARRAY(SELECT jsonb_array_elements_text(fields->'labels')), (fields->>'is_hot')::boolean, tags,
+               search_vector, created_at, updated_at
+          FROM {SCHEMA}.entity_records WHERE org_id = %s AND entity_id = %s AND is_active""",
+                 (BIG_ORG, definition_id))
+    for ddl in ("(status, close_date)", "(amount)", "(created_at)", "USING gin (title gin_trgm_ops)",
+                "USING gin (search_vector)", "(status, priority, is_hot)"):
+        conn.execute(f"CREATE INDEX ON {TYPED} {ddl}")
+    conn.execute(f"VACUUM ANALYZE {TYPED}")
+
+
+def typed_statements(key: str | None) -> list[tuple[str, None]]:
+    if key is None:
+        return [(f"SELECT count(*) FROM {TYPED} WHERE {TYPED_COUNT}", None)]
+    where, order = TYPED_QUERIES[key]
+    return [(f"SELECT count(*) FROM {TYPED} WHERE {where}", None),
+            (f"SELECT {TYPED_COLUMNS} FROM {TYPED} WHERE {where} ORDER BY {order} LIMIT 20", None)]
+
+
 class Capture:
     """Collects the statements the app sends while `on`."""
 
@@ -163,17 +220,19 @@ class Capture:
         return list(self.statements)
 
 
-def measure(app_call, floor_call) -> tuple[list[float], list[float]]:
-    app_samples, floor_samples = [], []
+def measure(*calls) -> list[list[float]]:
+    """Samples (ms) of each call, interleaved in rounds after a warm-up."""
+    samples: list[list[float]] = [[] for _ in calls]
     for _ in range(3):
-        app_call(), floor_call()
+        for fn in calls:
+            fn()
     for _ in range(ROUNDS):
-        for fn, out in ((app_call, app_samples), (floor_call, floor_samples)):
+        for fn, out in zip(calls, samples, strict=True):
             for _ in range(PER_ROUND):
                 start = time.perf_counter()
                 fn()
                 out.append((time.perf_counter() - start) * 1000)
-    return app_samples, floor_samples
+    return samples
 
 
 def floor_runner(conn, statements):
@@ -185,15 +244,55 @@ def floor_runner(conn, statements):
     return run
 
 
+def typed_runner(conn, statements):
+    def run():
+        with conn.cursor() as cur:
+            for statement, _ in statements:
+                cur.execute(statement)
+                cur.fetchall()
+    return run
+
+
 def explain(conn, statements) -> str:
     lines = []
     for statement, params in statements:
-        if "entity_records" not in statement or "entity_definitions" in statement.split("WHERE")[0]:
+        if "entity_records" not in statement and TYPED not in statement \
+                or "entity_definitions" in statement.split("WHERE")[0]:
             continue
         plan = [r[0] for r in conn.execute("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY ON) " + statement,
                                            params).fetchall()]
         lines.append("\n".join("    " + p for p in plan[:24]))
     return "\n\n".join(lines)
+
+
+def bench_deep_pages(app, client, headers, conn, definition_id: str) -> list[list]:
+    """Page 1 and page 5 000 of the unfiltered listing, by `page` (OFFSET) and by `cursor` (keyset)."""
+    from app.entities import cursor as cursors
+
+    last = conn.execute(f"SELECT created_at, id FROM {SCHEMA}.entity_records WHERE org_id = %s AND entity_id = %s "
+                        "AND is_active ORDER BY created_at DESC, id DESC OFFSET %s LIMIT 1",
+                        (BIG_ORG, definition_id, 4999 * 20 - 1)).fetchone()
+    with app.app_context():  # the nextCursor page 4 999 would have returned
+        deep = cursors.encode(BIG_ORG, definition_id, cursors.query_digest({"pageSize": 20}),
+                              cursors.Position(5000, last[0], last[1]))
+    variants = {"page 1 (`page: 1`)": {"page": 1}, "page 5 000 (`page: 5000`)": {"page": 5000},
+                "page 1 (no cursor)": {}, "page 5 000 (`cursor`)": {"cursor": deep}}
+    out = []
+    for label, extra in variants.items():
+        cells = [label]
+        for prefer in (None, "count=planned"):
+            def call(extra=extra, prefer=prefer):
+                resp = client.post(f"/api/v1/entities/{ENTITY}/records/query", json={"query": {
+                    "pageSize": 20, **extra}}, headers={**headers, **({"Prefer": prefer} if prefer else {})})
+                assert resp.status_code == 200 and len(resp.get_json()["records"]) == 20, resp.get_json()
+            cells.append(summary(timed(call, 40, warmup=5))["p50"])
+        out.append(cells)
+    return out
+
+
+def result_row(label: str, app_ms, floor_ms, typed_ms) -> list:
+    a, f, t = summary(app_ms), summary(floor_ms), summary(typed_ms)
+    return [label, a["p50"], a["p99"], f["p50"], t["p50"], t["p99"], a["p50"] / f["p50"], a["p50"] / t["p50"]]
 
 
 def bulk_rows(count: int, seed: int) -> list[dict]:
@@ -246,7 +345,12 @@ def bench_setup():
     url = bench_database_url()
     app = bench_app(DATABASE_URL=url, DB_STATEMENT_TIMEOUT_MS=120_000)
     ids = ensure_dataset(app, url)
+    from app.entities.indexes import sync_definition
     from app.extensions import db
+
+    with app.app_context():  # what the index task does after the definition grew (idempotent)
+        for org in (BIG_ORG, BULK_ORG):
+            sync_definition("default", ids[org])
 
     headers = {"Authorization": f"Bearer {bench_token(BIG_ORG)}"}
     return url, app, ids, Capture(db.engine), app.test_client(), headers
@@ -256,6 +360,7 @@ def main() -> str:
     url, app, ids, capture, client, headers = bench_setup()
     rows, plans = [], []
     with psycopg.connect(psycopg_url(url), autocommit=True) as conn:
+        ensure_typed_table(conn, ids[BIG_ORG])
         for label, params in QUERIES.items():
             def call(params=params):
                 resp = client.post(f"/api/v1/entities/{ENTITY}/records/query", json={"query": params},
@@ -264,10 +369,10 @@ def main() -> str:
                 return resp
             statements = [s for s in capture.during(call) if "entity_records" in s[0]]
             total = call().get_json()["totalCount"]
-            app_ms, floor_ms = measure(call, floor_runner(conn, statements))
-            a, f = summary(app_ms), summary(floor_ms)
-            rows.append([f"{label} — {total} match", a["p50"], a["p99"], f["p50"], f["p99"], a["p50"] / f["p50"]])
-            plans.append(f"**{label}**\n\n{explain(conn, statements)}")
+            typed = typed_statements(label[:3])
+            app_ms, floor_ms, typed_ms = measure(call, floor_runner(conn, statements), typed_runner(conn, typed))
+            rows.append(result_row(f"{label} — {total} match", app_ms, floor_ms, typed_ms))
+            plans.append(f"**{label}**\n\n{explain(conn, statements)}\n\ntyped table:\n\n{explain(conn, typed)}")
 
         def count_call():
             resp = client.post(f"/api/v1/entities/{ENTITY}/records/count", json={"filters": COUNT_FILTER},
@@ -276,24 +381,29 @@ def main() -> str:
             return resp
         statements = [s for s in capture.during(count_call) if "entity_records" in s[0]]
         matched = count_call().get_json()
-        app_ms, floor_ms = measure(count_call, floor_runner(conn, statements))
-        a, f = summary(app_ms), summary(floor_ms)
-        rows.append([f"count {json.dumps(COUNT_FILTER)} — {matched}", a["p50"], a["p99"], f["p50"], f["p99"],
-                     a["p50"] / f["p50"]])
-        plans.append(f"**count**\n\n{explain(conn, statements)}")
+        typed = typed_statements(None)
+        app_ms, floor_ms, typed_ms = measure(count_call, floor_runner(conn, statements), typed_runner(conn, typed))
+        rows.append(result_row(f"count {json.dumps(COUNT_FILTER)} — {matched}", app_ms, floor_ms, typed_ms))
+        plans.append(f"**count**\n\n{explain(conn, statements)}\n\ntyped table:\n\n{explain(conn, typed)}")
+        deep = bench_deep_pages(app, client, headers, conn, ids[BIG_ORG])
         conn.autocommit = False
         api_rate, copy_rate = bench_bulk(client, conn, ids[BULK_ORG])
 
-    body = table(["query on the 100k-record org", "app p50 ms", "app p99 ms", "SQL floor p50 ms",
-                  "SQL floor p99 ms", "p50 ratio app/floor"], rows)
+    body = table(["query on the 100k-record org", "app p50 ms", "app p99 ms", "own SQL p50 ms",
+                  "typed table p50 ms", "typed table p99 ms", "ratio app/own SQL", "ratio app/typed table"], rows)
+    body += "\n\n" + table(["listing, 20 per page, newest first (100 000 records)", "p50 ms, exact count",
+                            "p50 ms, `Prefer: count=planned`"], deep)
     body += "\n\n" + table(["bulk create, 5 000 records per request", "records/s"], [
         ["POST …/records/bulk/create (validation + COPY → INSERT … SELECT)", api_rate],
         ["raw COPY of the same final rows (floor)", copy_rate],
         ["ratio API/COPY", api_rate / copy_rate],
     ])
-    notes = (f"{TOTAL} records over {len(ORGS)} orgs (one org with {BIG}); {ROUNDS * PER_ROUND} samples per "
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    notes = (f"Machine load average (1/5/15 min) at the end: {load} — the 2 cores are shared with other work.\n\n"
+             f"{TOTAL} records over {len(ORGS)} orgs (one org with {BIG}); {ROUNDS * PER_ROUND} samples per "
              "query per side, app and floor interleaved in rounds. App = in-process Flask test client (no "
-             "network), floor = the same statements through one psycopg connection.\n\n"
+             "network), own SQL = the same statements through one psycopg connection, typed table = the same page "
+             "and exact count on `bench_typed.deals` (see the module docstring) through the same connection.\n\n"
              + READING + "\n\n### EXPLAIN (ANALYZE) of the floor statements (count, then page)\n\n"
              + "\n\n".join(plans))
     return write_result("entities", "Entity store benchmark", body, notes)

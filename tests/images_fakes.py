@@ -554,3 +554,39 @@ class GcsEmulator:
 
     def close(self) -> None:
         self.server.stop()
+
+
+# -- SSRF cases the fetcher must refuse (unit tests of the fetcher, and the same through the API) ----
+
+TEXT_CASES = [
+    "http://cdn.example.com/ok.png", "file:///etc/passwd", "data:image/png;base64,iVBORw0KGgo=",
+    "ftp://cdn.example.com/ok.png", "gopher://cdn.example.com/", "javascript:alert(1)", "//cdn.example.com/ok.png",
+    "https://user@cdn.example.com/ok.png", "https://user:pw@cdn.example.com/ok.png",
+    "https://cdn.example.com@evil.example.org/ok.png", "https://cdn.example.com:8443/ok.png",
+    "https://cdn.example.com:80/ok.png", "https://cdn.example.com:0/ok.png", "https://cdn.example.com:99999/x",
+    "https://127.0.0.1/ok.png", "https://2130706433/ok.png", "https://0177.0.0.1/ok.png", "https://127.1/ok.png",
+    "https://0x7f.0.0.1/ok.png", "https://0x7f000001/ok.png", "https://017700000001/ok.png",
+    "https://[::1]/ok.png", "https://[::ffff:127.0.0.1]/ok.png", "https://[::ffff:7f00:1]/ok.png",
+    "https://169.254.169.254/latest/meta-data/", "https://[fd00:ec2::254]/", "https://100.100.100.200/",
+    "https://metadata.google.internal/computeMetadata/v1/", "https://evil.example.org/ok.png",
+    "https://cdn.example.com.evil.example.org/ok.png", "https://evilcdn.example.com/ok.png",
+    "https://cdn.exаmple.com/ok.png", "https://cdn.example.com\\@evil.example.org/", "https:///ok.png",
+    "https://cdn.example.com/ok.png\r\nHost: evil", "https://cdn example.com/", "",
+]
+
+RESOLUTION_CASES = {
+    "loopback": ["127.0.0.1"], "private-10": ["10.0.0.1"], "private-172": ["172.16.5.4"],
+    "private-192": ["192.168.0.10"], "metadata-v4": ["169.254.169.254"], "metadata-v6": ["fd00:ec2::254"],
+    "cgnat": ["100.64.0.1"], "unspecified": ["0.0.0.0"], "v6-loopback": ["::1"],
+    "mapped-loopback": ["::ffff:127.0.0.1"],
+    "mapped-metadata": ["::ffff:169.254.169.254"], "nat64-private": ["64:ff9b::a00:1"], "6to4": ["2002:a00:1::1"],
+    "link-local-v6": ["fe80::1%eth0"], "mixed-public-private": ["93.184.216.34", "10.0.0.1"],
+    "mixed-private-first": ["192.168.1.1", "93.184.216.34"], "multicast": ["224.0.0.251"], "no-answers": [],
+}
+
+TRANSFER_CASES = [
+    "/html-as-png", "/truncated.png", "/not-found", "/gzip", "/big-honest", "/big-chunked", "/big-lying",
+    "/redirect?to=http://cdn.example.com/ok.png", "/redirect?to=https://evil.example.org/ok.png",
+    "/redirect?to=https://internal.example.com/ok.png", "/redirect?to=https://127.0.0.1/ok.png",
+    "/redirect?to=file:///etc/passwd", "/loop0",
+]

@@ -70,3 +70,15 @@ def _echo():
     from flask import request
 
     return {"size": len(request.get_data())}
+
+
+def assert_error(resp, status: int, code: str = "VALIDATION_ERROR") -> dict:
+    """The one check of an error answer: its status and code, a message, and the envelope's metadata
+    (`{success: false, timestamp: <int>}`, nothing else). Returns the whole body."""
+    assert resp.status_code == status, resp.get_data(as_text=True)
+    body = resp.get_json()
+    assert body["error"]["code"] == code, body
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+    assert body["metadata"] == {"success": False, "timestamp": body["metadata"]["timestamp"]}
+    assert isinstance(body["metadata"]["timestamp"], int)
+    return body

@@ -29,7 +29,6 @@ from app.analytics.schemas import (
     UsageAnalyticsSchema,
     wrapper,
 )
-from app.auth import require_role, require_scopes
 from app.errors import InvalidInput
 from app.extensions import Blueprint
 from app.tenancy import current_tenant
@@ -83,7 +82,7 @@ class Events(MethodView):
 
     @blp.arguments(EventsArgsSchema, location="query")
     @blp.response(200, wrapper(AnalyticsEventOutSchema, many=True))
-    @require_scopes(*READ)
+    @blp.requires(*READ)
     def get(self, args):
         """Recorded events of the caller's org in the window, newest first (`limit` ≤ 1000, `offset`;
         optional `eventType`, `eventCategory`, `userId`, `sessionId`)."""
@@ -107,7 +106,7 @@ def post_batch(data):
 @blp.route("/summary")
 @blp.arguments(DateFilterSchema, location="query")
 @blp.response(200, wrapper(AnalyticsSummarySchema))
-@require_scopes(*READ)
+@blp.requires(*READ)
 def summary(args):
     """AnalyticsSummary of the caller's org (durations in seconds)."""
     window = _window(args)
@@ -117,7 +116,7 @@ def summary(args):
 @blp.route("/chats")
 @blp.arguments(ChatsArgsSchema, location="query")
 @blp.response(200, wrapper(ChatAnalyticsSchema, many=True))
-@require_scopes(*READ)
+@blp.requires(*READ)
 def chats(args):
     """Chats that started in the window, newest first (optional `agent_id`; `limit` ≤ 1000, `offset`)."""
     window = _window(args)
@@ -129,7 +128,7 @@ def chats(args):
 @blp.route("/agents")
 @blp.arguments(DateFilterSchema, location="query")
 @blp.response(200, wrapper(AgentAnalyticsSchema, many=True))
-@require_scopes(*READ)
+@blp.requires(*READ)
 def agents(args):
     """AgentAnalytics per agent of the caller's org."""
     window = _window(args)
@@ -139,7 +138,7 @@ def agents(args):
 @blp.route("/usage")
 @blp.arguments(DateFilterSchema, location="query")
 @blp.response(200, wrapper(UsageAnalyticsSchema, many=True))
-@require_scopes(*READ)
+@blp.requires(*READ)
 def usage(args):
     """UsageAnalytics per service and model (chat messages, and image calls as service `image-gen`)."""
     window = _window(args)
@@ -149,7 +148,7 @@ def usage(args):
 @blp.route("/daily")
 @blp.arguments(DateFilterSchema, location="query")
 @blp.response(200, wrapper(DailyAnalyticsSchema, many=True))
-@require_scopes(*READ)
+@blp.requires(*READ)
 def daily(args):
     """DailyAnalytics: one row per UTC day of the window (zeros for quiet days)."""
     window = _window(args)
@@ -159,7 +158,7 @@ def daily(args):
 @blp.route("/global/summary")
 @blp.arguments(DateFilterSchema, location="query")
 @blp.response(200, wrapper(GlobalAnalyticsSummarySchema))
-@require_role(*ADMIN)
+@blp.requires(roles=ADMIN)
 def global_summary(args):
     """GlobalAnalyticsSummary over every org of the token's product (role admin/super_admin or `*`)."""
     window = _window(args)
@@ -169,7 +168,7 @@ def global_summary(args):
 @blp.route("/global/orgs")
 @blp.arguments(DateFilterSchema, location="query")
 @blp.response(200, wrapper(OrgAnalyticsSchema, many=True))
-@require_role(*ADMIN)
+@blp.requires(roles=ADMIN)
 def global_orgs(args):
     """OrgAnalytics per org of the token's product (admin only)."""
     window = _window(args)
@@ -179,7 +178,7 @@ def global_orgs(args):
 @blp.route("/global/channels")
 @blp.arguments(DateFilterSchema, location="query")
 @blp.response(200, wrapper(GlobalChannelSummarySchema, many=True))
-@require_role(*ADMIN)
+@blp.requires(roles=ADMIN)
 def global_channels(args):
     """GlobalChannelSummary per channel over every org of the product (admin only)."""
     window = _window(args)
@@ -195,7 +194,7 @@ def _channel(channel: str) -> str:
 @blp.route("/global/channels/<string:channel>/daily")
 @blp.arguments(DateFilterSchema, location="query")
 @blp.response(200, wrapper(ChannelDailySchema, many=True))
-@require_role(*ADMIN)
+@blp.requires(roles=ADMIN)
 def channel_daily(args, channel):
     """ChannelDaily for one channel, one row per UTC day (admin only)."""
     window = _window(args)
@@ -205,7 +204,7 @@ def channel_daily(args, channel):
 @blp.route("/global/channels/<string:channel>/orgs")
 @blp.arguments(DateFilterSchema, location="query")
 @blp.response(200, wrapper(OrgChannelAnalyticsSchema, many=True))
-@require_role(*ADMIN)
+@blp.requires(roles=ADMIN)
 def channel_orgs(args, channel):
     """OrgChannelAnalytics per org for one channel (admin only)."""
     window = _window(args)

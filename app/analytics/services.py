@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
@@ -59,6 +58,7 @@ from app.db import db
 from app.errors import InvalidInput
 from app.images.models import ImageUsage
 from app.tenancy import Tenant
+from app.wire import iso, new_id, utcnow
 
 E = AnalyticsEvent.__table__
 C = AnalyticsChat.__table__
@@ -88,11 +88,6 @@ def parse_instant(value: str) -> datetime:
         return moment.astimezone(UTC)
     except (OverflowError, ValueError):
         raise ValueError(value) from None
-
-
-def iso(moment: datetime) -> str:
-    moment = moment.astimezone(UTC)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def midnight(day: date) -> datetime:
@@ -170,10 +165,10 @@ def resolve_window(raw_from: str | None, raw_to: str | None, now: datetime | Non
 def normalise_event(data: dict[str, Any], tenant: Tenant, received: datetime | None = None) -> dict[str, Any]:
     """A validated AnalyticsEvent body as the JSON-serialisable row the batch writer stores. The org
     and product come from the token; `orgId` in the body is ignored."""
-    moment = parse_instant(data["timestamp"]) if data.get("timestamp") else (received or datetime.now(UTC))
+    moment = parse_instant(data["timestamp"]) if data.get("timestamp") else (received or utcnow())
     return {
         "product": tenant.product, "org_id": tenant.org_id,
-        "event_id": data.get("eventId") or uuid.uuid4().hex,
+        "event_id": data.get("eventId") or new_id(),
         "session_id": data["sessionId"], "user_id": data["userId"],
         "event_type": data["eventType"], "event_category": data["eventCategory"],
         "page_path": data.get("pagePath"), "properties": data.get("properties"),
@@ -504,7 +499,7 @@ def events(org: str, window: Window, filters: dict[str, str], limit: int, offset
 # --- global (every org of the token's product) -----------------------------------------------------
 
 def _org_names(org_ids: Iterable[str]) -> dict[str, str]:
-    from app.ops.models import Organization
+    from app.platform_models import Organization
 
     ids = sorted(set(org_ids))
     if not ids:

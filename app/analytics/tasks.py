@@ -27,6 +27,8 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from app.db import db
 from app.extensions import celery_app
+from app.registry import find_service
+from app.tasks import retry_or_give_up
 
 log = logging.getLogger(__name__)
 
@@ -59,18 +61,19 @@ def key(name: str) -> str:
     return f"{current_app.config.get('CELERY_KEY_PREFIX') or ''}analytics:{name}"
 
 
-def redis_client():
-    """This app's Redis client for the buffer (None without REDIS_URL)."""
-    url = current_app.config.get("REDIS_URL")
+def build_redis_client(config):
+    """Service `analytics_redis` (app.registry): the buffer's Redis client (None without REDIS_URL)."""
+    url = config.get("REDIS_URL")
     if not url:
         return None
-    client = current_app.extensions.get("analytics_redis")
-    if client is None:
-        import redis
+    import redis
 
-        client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
-        current_app.extensions["analytics_redis"] = client
-    return client
+    return redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+
+
+def redis_client():
+    """This app's Redis client for the buffer (None without REDIS_URL)."""
+    return find_service("analytics_redis")
 
 
 def submit_many(events: list[dict[str, Any]]) -> None:
@@ -160,7 +163,7 @@ def flush_once(client, batch_size: int) -> int:
 
 
 @celery_app.task(name="analytics.flush", bind=True, acks_late=True, reject_on_worker_lost=True,
-                 max_retries=8, ignore_result=True)
+                 ignore_result=True)
 def flush(self) -> int:
     """Drain the buffer in batches for up to ANALYTICS_FLUSH_BUDGET_SECONDS, then re-arm."""
     client = redis_client()
@@ -177,7 +180,7 @@ def flush(self) -> int:
             stored += taken
     except (OperationalError, DBAPIError) as exc:
         client.delete(key("flush-pending"))
-        raise self.retry(exc=exc, countdown=min(60, 2 ** self.request.retries)) from exc
+        raise retry_or_give_up(self, exc, max_retries=8) from exc
     client.delete(key("flush-pending"))
     if client.llen(key("buffer")) and client.set(key("flush-pending"), "1", nx=True,
                                                  ex=_config("ANALYTICS_FLUSH_TTL_SECONDS")):

@@ -9,7 +9,8 @@ from email.utils import make_msgid
 
 from flask import current_app
 
-from app.email.senders import EmailSender, SendResult, build_sender
+from app.email.senders import EmailSender, SendResult
+from app.registry import find_service
 from app.tenancy import Tenant
 
 _HTML_HINT = re.compile(r"<\s*(html|body|p|div|br|table|a|span|h[1-6]|ul|ol|strong|em)\b", re.I)
@@ -17,10 +18,8 @@ _TAGS = re.compile(r"<[^>]+>")
 
 
 def get_sender() -> EmailSender:
-    sender = current_app.extensions.get("email_sender")
-    if sender is None:
-        sender = current_app.extensions["email_sender"] = build_sender(current_app.config)
-    return sender
+    """The app's sender (service `email_sender`, app.registry)."""
+    return find_service("email_sender")
 
 
 def looks_like_html(body: str) -> bool:

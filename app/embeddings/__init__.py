@@ -8,7 +8,6 @@ HTTP connection pool are reused). `get_query_cache()` is the app's `$similar` qu
 from __future__ import annotations
 
 import logging
-import threading
 
 from flask import current_app
 
@@ -21,17 +20,18 @@ from app.embeddings.base import (
 )
 from app.embeddings.cache import QueryEmbeddingCache
 from app.embeddings.text import build_embedding_text, embedding_content_hash
+from app.registry import find_service
 
 __all__ = [
     "BACKENDS", "Embedder", "EmbedderConfigError", "EmbedderError", "EmbedderTransientError",
-    "QueryEmbeddingCache", "Vector", "build_embedder", "build_embedding_text", "build_query_cache",
+    "QueryEmbeddingCache", "Vector", "build_embedder", "build_embedder_service", "build_embedding_text",
+    "build_query_cache", "build_query_cache_service",
     "embedding_content_hash", "get_embedder", "get_query_cache", "redis_cache_client",
 ]
 
 log = logging.getLogger(__name__)
 
 BACKENDS = ("local", "openai")
-_lock = threading.Lock()
 
 
 def build_embedder(config, *, model: str | None = None, dimensions: int | None = None) -> Embedder:
@@ -56,19 +56,17 @@ def build_embedder(config, *, model: str | None = None, dimensions: int | None =
     raise EmbedderConfigError(f"unknown EMBEDDINGS_BACKEND {backend!r} (use {' or '.join(BACKENDS)})")
 
 
+def build_embedder_service(config, backend: str, model: str = "", dimensions: int = 0) -> Embedder:
+    """Factory of service `embedder` (app.registry), keyed by backend (and model/dimensions)."""
+    return build_embedder(config, model=model or None, dimensions=dimensions or None)
+
+
 def get_embedder(model: str | None = None, dimensions: int | None = None) -> Embedder:
     """The current app's embedder for this model/dimensions, built once and shared across threads."""
-    cache = current_app.extensions.setdefault("embedders", {})
     backend = current_app.config.get("EMBEDDINGS_BACKEND") or "local"
-    # The local backend ignores model/dimensions: one shared instance for every definition.
-    key = (backend,) if backend == "local" else (backend, model or "", dimensions or 0)
-    embedder = cache.get(key)
-    if embedder is None:
-        with _lock:
-            embedder = cache.get(key)
-            if embedder is None:
-                embedder = cache[key] = build_embedder(current_app.config, model=model, dimensions=dimensions)
-    return embedder
+    if backend == "local":  # the local backend ignores model/dimensions: one instance for every definition
+        return find_service("embedder", backend)
+    return find_service("embedder", backend, model or "", dimensions or 0)
 
 
 def build_query_cache(config, redis_client=None) -> QueryEmbeddingCache:
@@ -76,16 +74,14 @@ def build_query_cache(config, redis_client=None) -> QueryEmbeddingCache:
                                maxsize=int(config["EMBEDDINGS_QUERY_CACHE_SIZE"]), redis_client=redis_client)
 
 
+def build_query_cache_service(config) -> QueryEmbeddingCache:
+    """Factory of service `query_cache` (app.registry): in-process, plus Redis when REDIS_URL is set."""
+    return build_query_cache(config, redis_cache_client(config.get("REDIS_URL")))
+
+
 def get_query_cache() -> QueryEmbeddingCache:
-    """The app's query-vector cache: in-process, plus Redis when REDIS_URL is set."""
-    cache = current_app.extensions.get("query_embedding_cache")
-    if cache is None:
-        with _lock:
-            cache = current_app.extensions.get("query_embedding_cache")
-            if cache is None:
-                cache = current_app.extensions["query_embedding_cache"] = build_query_cache(
-                    current_app.config, redis_cache_client(current_app.config.get("REDIS_URL")))
-    return cache
+    """The app's query-vector cache (service `query_cache`)."""
+    return find_service("query_cache")
 
 
 def redis_cache_client(url: str | None):

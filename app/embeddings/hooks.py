@@ -1,19 +1,45 @@
 """Wiring of semantic search into the entity store: its write hooks and its `$similar` hook.
 
-`install()` is called once by app.entities.routes (so the API and every worker process have it);
-importing app.embeddings.tasks here registers the embedding tasks with the worker.
+`install(app)` is called by `create_app` for every app (API, worker, CLI); the hooks run inside the
+writing transaction and queue the embedding tasks (app.embeddings.tasks) once it commits.
 """
 
 from __future__ import annotations
 
-from app.embeddings import tasks as _tasks  # noqa: F401  (registers embeddings.* tasks)
-from app.embeddings.pipeline import on_definition_changed, on_records_written
+from flask import Flask
+from sqlalchemy.orm import Session
+
+from app.embeddings.pipeline import RECORDS_PER_TASK, config_fingerprint, is_enabled, setup_of
 from app.embeddings.search import similarity_clause
-from app.entities.filters import register_similarity_hook
-from app.entities.services import register_write_hooks
+from app.embeddings.tasks import backfill, embed_records
+from app.entities import hooks as entity_hooks
+from app.entities.models import EntityDefinition
+from app.tasks import enqueue_after_commit
 
 
-def install() -> None:
+def install(app: Flask) -> None:
     """Record and definition writes queue embedding work; `$similar` compiles to vector search."""
-    register_write_hooks(records_written=on_records_written, definition_changed=on_definition_changed)
-    register_similarity_hook(similarity_clause)
+    entity_hooks.install(app, entity_hooks.EntityHooks(
+        records_written=on_records_written, definition_changed=on_definition_changed,
+        similarity=similarity_clause))
+
+
+def on_records_written(session: Session, product: str, definition: EntityDefinition, record_ids: list[str]) -> None:
+    """Queue embedding of created/updated records once the write commits (enabled definitions only)."""
+    if not is_enabled(definition.embeddings_config):
+        return
+    for start in range(0, len(record_ids), RECORDS_PER_TASK):
+        enqueue_after_commit(session, embed_records, product, definition.org_id, definition.id,
+                             list(record_ids[start:start + RECORDS_PER_TASK]))
+
+
+def on_definition_changed(session: Session, product: str, definition: EntityDefinition,
+                          previous: dict | None) -> None:
+    """Enabling embeddings, or changing fields/model/dimensions, re-embeds the records in the background."""
+    config = definition.embeddings_config
+    if not is_enabled(config):
+        return
+    if is_enabled(previous) and setup_of(previous) == setup_of(config):
+        return
+    enqueue_after_commit(session, backfill, product, definition.org_id, definition.id,
+                         config_fingerprint(config), "")

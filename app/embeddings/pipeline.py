@@ -1,6 +1,6 @@
 """The record embedding pipeline: which records need a vector, embedding them, storing the result.
 
-Flow. A record write (single or bulk, sync or async) calls `on_records_written` inside its
+Flow. A record write (single or bulk, sync or async) calls `on_records_written` (app.embeddings.hooks) inside its
 transaction; for a definition with `embeddingsConfig.enabled` it queues `embeddings.records` tasks
 (at most RECORDS_PER_TASK ids each) that run only if the write commits. A definition update that
 enables embeddings or changes fields/model/dimensions queues `embeddings.backfill`, which walks the
@@ -26,7 +26,6 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from flask import current_app
@@ -34,7 +33,7 @@ from sqlalchemy import and_, delete, exists, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from app.db import PRODUCT_PLACEHOLDER, db
+from app.db import db
 from app.embeddings import (
     Embedder,
     EmbedderError,
@@ -45,6 +44,7 @@ from app.embeddings import (
 )
 from app.embeddings.models import EntityEmbedding
 from app.entities.models import EntityDefinition, EntityRecord
+from app.wire import utcnow
 
 log = logging.getLogger(__name__)
 
@@ -98,41 +98,6 @@ def embedding_target(config: dict | None) -> EmbeddingTarget | None:
     requested = getattr(embedder, "requested_dimensions", None)  # the local model has one fixed size
     digest = hashlib.sha256(json.dumps([embedder.model, requested, list(fields)]).encode()).hexdigest()
     return EmbeddingTarget(embedder, embedder.model, requested, fields, digest)
-
-
-def session_product(session: Session) -> str:
-    """The product a session writes to (from its schema translation), to hand on to a task."""
-    schema = session.get_bind().get_execution_options()["schema_translate_map"][PRODUCT_PLACEHOLDER]
-    return schema.removeprefix("product_")
-
-
-# --- hooks called by the entity store (inside the writing transaction) --------------------------------
-
-def on_records_written(session: Session, definition: EntityDefinition, record_ids: list[str]) -> None:
-    """Queue embedding of created/updated records once the write commits (enabled definitions only)."""
-    if not is_enabled(definition.embeddings_config):
-        return
-    from app.embeddings.tasks import embed_records
-    from app.tasks import enqueue_after_commit
-
-    product = session_product(session)
-    for start in range(0, len(record_ids), RECORDS_PER_TASK):
-        enqueue_after_commit(session, embed_records, product, definition.org_id, definition.id,
-                             list(record_ids[start:start + RECORDS_PER_TASK]))
-
-
-def on_definition_changed(session: Session, definition: EntityDefinition, previous: dict | None) -> None:
-    """Enabling embeddings, or changing fields/model/dimensions, re-embeds the records in the background."""
-    config = definition.embeddings_config
-    if not is_enabled(config):
-        return
-    if is_enabled(previous) and setup_of(previous) == setup_of(config):
-        return
-    from app.embeddings.tasks import backfill
-    from app.tasks import enqueue_after_commit
-
-    enqueue_after_commit(session, backfill, session_product(session), definition.org_id, definition.id,
-                         config_fingerprint(config), "")
 
 
 # --- embedding a set of records ---------------------------------------------------------------------
@@ -246,7 +211,7 @@ def _write(session: Session, org_id: str, entity_id: str, config: dict | None, t
     versions = dict(session.execute(
         select(T.c.id, T.c.version).where(T.c.org_id == org_id, T.c.id.in_(ids), T.c.is_active.is_(True))
         .order_by(T.c.id).with_for_update(read=True)).all())
-    now = datetime.now(UTC)
+    now = utcnow()
     rows = [{"record_id": item.record_id, "org_id": org_id, "entity_id": entity_id, "model": target.model,
              "dimensions": len(vector), "config_hash": target.config_hash, "content_hash": item.content_hash,
              "record_version": item.version, "embedding": vector, "updated_at": now}

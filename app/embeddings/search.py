@@ -1,10 +1,10 @@
-"""`$similar`: what the entity filter compiler gets from the similarity hook (app.entities.filters).
+"""`$similar`: the similarity hook of the entity store (app.entities.hooks, installed by create_app).
 
 The query text is embedded with the definition's model (cached briefly per org + model + text);
 records take part when they have a *current* vector (app.embeddings.pipeline) of that size, and,
 with `maxDistance`, are at most that cosine distance away. `distance` is the exact cosine distance.
 
-Fetching a page without a sortBy (`SemanticClause.fetch_page`):
+Fetching a page without a sortBy (app.entities.query.fetch_page pages; `index_scan_settings` plans):
 - few matching records (≤ EMBEDDINGS_EXACT_SEARCH_MAX_ROWS), a size without an HNSW index, or a
   filter so selective that the index would have to be walked too far: an exact scan (top-N sort);
 - otherwise the HNSW index of that size, with pgvector's iterative scan (`relaxed_order`) so that
@@ -12,7 +12,7 @@ Fetching a page without a sortBy (`SemanticClause.fetch_page`):
   ef_search is at least the page end. The candidates (the first offset+limit in index order) are
   materialised and re-sorted by exact distance, because relaxed order may be slightly out of order;
 - with a top-level `$search` as well: reciprocal rank fusion, score = 1/(k + rank by distance) +
-  1/(k + rank by text relevance), k = RRF_K, over the records that match every filter.
+  1/(k + rank by text relevance), k = app.entities.query.RRF_K, over the records that match every filter.
 """
 
 from __future__ import annotations
@@ -22,23 +22,20 @@ import math
 
 from flask import current_app
 from pgvector.sqlalchemy import HALFVEC, Vector
-from sqlalchemy import Float, and_, case, cast, false, func, literal, literal_column, select, text
+from sqlalchemy import Float, and_, case, cast, false, func, literal, literal_column
 from sqlalchemy.orm import Session
-from sqlalchemy.sql.elements import ColumnElement
 
-from app.db import schema_for
+from app.db import db
 from app.embeddings import EmbedderConfigError, EmbedderError, EmbedderTransientError, get_query_cache
 from app.embeddings.models import INDEXED_DIMENSIONS, EntityEmbedding
-from app.embeddings.pipeline import embedding_target, session_product
+from app.embeddings.pipeline import embedding_target
 from app.entities.filters import FilterContext, SimilarSpec
 from app.entities.models import EntityRecord
 from app.errors import ServiceUnavailable
-from app.tenancy import current_tenant
 
 log = logging.getLogger(__name__)
 T = EntityRecord.__table__
 E = EntityEmbedding.__table__
-RRF_K = 60                 # the constant of Cormack et al. (2009); damps the weight of the very top ranks
 MAX_EF_SEARCH = 1000       # pgvector's limit
 MAX_INDEX_WALK = 100_000   # beyond this many estimated index tuples an exact scan is cheaper
 MAX_SCAN_TUPLES = 400_000  # cap of hnsw.max_scan_tuples (pgvector default: 20 000)
@@ -49,9 +46,10 @@ class NoMatches:
 
     where = false()
     distance = literal(None, Float)
+    index_distance = None
 
-    def fetch_page(self, *_args) -> list:
-        return []
+    def index_scan_settings(self, *_args) -> None:
+        return None
 
 
 class SemanticClause:
@@ -76,49 +74,21 @@ class SemanticClause:
             conditions.append(func.coalesce(self.distance <= max_distance, false()))
         self.where = and_(*conditions)
 
-    def fetch_page(self, session: Session, columns: list, where: list, rank: ColumnElement | None, total: int,
-                   offset: int, limit: int) -> list:
-        if rank is not None:
-            return self._fused(session, columns, where, rank, offset, limit)
-        end = offset + limit
-        walk = self._index_walk(session, total, end)
-        if walk is None:
-            stmt = select(*columns).where(*where).order_by(self.distance, T.c.id).offset(offset).limit(limit)
-            return list(session.execute(stmt))
-        ef_search = min(MAX_EF_SEARCH, max(current_app.config["EMBEDDINGS_HNSW_EF_SEARCH"], end))
-        for name, value in (("hnsw.iterative_scan", "relaxed_order"), ("hnsw.ef_search", str(ef_search)),
-                            ("hnsw.max_scan_tuples", str(walk))):
-            session.execute(select(func.set_config(name, value, True)))  # SET LOCAL: this transaction only
-        candidates = (select(*columns).where(*where).order_by(self.index_distance).limit(end)
-                      .cte("similar_candidates").prefix_with("MATERIALIZED"))
-        stmt = (select(*[candidates.c[c.name] for c in columns])
-                .order_by(candidates.c.distance, candidates.c.id).offset(offset).limit(limit))
-        return list(session.execute(stmt))
-
-    def _index_walk(self, session: Session, total: int, end: int) -> int | None:
-        """hnsw.max_scan_tuples for an index search, or None when an exact scan is the better plan."""
+    def index_scan_settings(self, session: Session, total: int, end: int) -> dict[str, str] | None:
+        """SET LOCAL settings for an HNSW walk to the first `end` of `total` matches, or None when an
+        exact scan is the better plan."""
         if self.index_distance is None or total <= current_app.config["EMBEDDINGS_EXACT_SEARCH_MAX_ROWS"]:
             return None
         # The index holds every org's vectors of this size: estimate how far the walk must go to
         # meet `end` matching rows, from the share of index rows that match.
-        indexed = session.scalar(text("SELECT reltuples FROM pg_class WHERE oid = to_regclass(:name)"),
-                                 {"name": f'"{schema_for(session_product(session))}".entity_embeddings'})
-        indexed = max(float(indexed or 0), float(total))
+        indexed = max(db.estimated_rows(session, E), float(total))
         estimate = math.ceil(end * indexed / max(total, 1))
         if estimate > MAX_INDEX_WALK:
             return None
-        return int(min(MAX_SCAN_TUPLES, max(20_000, 4 * estimate)))
-
-    def _fused(self, session: Session, columns: list, where: list, rank: ColumnElement, offset: int,
-               limit: int) -> list:
-        ranked = select(*columns,
-                        func.row_number().over(order_by=(self.distance, T.c.id)).label("similar_rank"),
-                        func.row_number().over(order_by=(rank.desc(), T.c.id)).label("search_rank"),
-                        ).where(*where).cte("fused")
-        score = 1.0 / (RRF_K + ranked.c.similar_rank) + 1.0 / (RRF_K + ranked.c.search_rank)
-        stmt = (select(*[ranked.c[c.name] for c in columns])
-                .order_by(score.desc(), ranked.c.distance, ranked.c.id).offset(offset).limit(limit))
-        return list(session.execute(stmt))
+        walk = int(min(MAX_SCAN_TUPLES, max(20_000, 4 * estimate)))
+        ef_search = min(MAX_EF_SEARCH, max(current_app.config["EMBEDDINGS_HNSW_EF_SEARCH"], end))
+        return {"hnsw.iterative_scan": "relaxed_order", "hnsw.ef_search": str(ef_search),
+                "hnsw.max_scan_tuples": str(walk)}
 
 
 def similarity_clause(spec: SimilarSpec, ctx: FilterContext) -> SemanticClause | NoMatches:
@@ -130,8 +100,7 @@ def similarity_clause(spec: SimilarSpec, ctx: FilterContext) -> SemanticClause |
         target = embedding_target(config)
         if target is None:
             return NoMatches()
-        org_id = current_tenant().org_id
-        vector = get_query_cache().get_or_embed(org_id, spec.query, target.embedder)
+        vector = get_query_cache().get_or_embed(ctx.org_id, spec.query, target.embedder)
     # The upstream's own message goes to the log only: it is about our configuration, not the caller's query.
     except EmbedderConfigError as exc:
         log.error("$similar: embedder not configured: %s", exc.message)
@@ -145,7 +114,7 @@ def similarity_clause(spec: SimilarSpec, ctx: FilterContext) -> SemanticClause |
         log.error("$similar: embedder refused the query: %s", exc.message)
         raise ServiceUnavailable("Semantic search is not available: the embedding service refused the query.") \
             from None
-    return SemanticClause(vector, target.config_hash, org_id, ctx.definition_id, spec.max_distance)
+    return SemanticClause(vector, target.config_hash, ctx.org_id, ctx.definition_id, spec.max_distance)
 
 
 def _vector_text(vector: list[float]) -> str:

@@ -2,41 +2,29 @@
 
 Both tasks take ids and are idempotent (a redelivered task finds the vectors current and skips the
 model). Transient trouble — the embedder's `EmbedderTransientError` or a database OperationalError —
-is retried with exponential backoff (or the upstream's Retry-After) up to EMBEDDINGS_TASK_MAX_RETRIES;
+is retried with the one retry policy of app.tasks up to EMBEDDINGS_TASK_MAX_RETRIES;
 after that the task fails and lands in platform.failed_tasks.
 """
 
 from __future__ import annotations
 
 import logging
-import random
 
 from flask import current_app
 from sqlalchemy.exc import OperationalError
 
 from app.embeddings import EmbedderError, EmbedderTransientError, pipeline
 from app.extensions import celery_app
+from app.tasks import retry_or_give_up
 
 log = logging.getLogger(__name__)
-
-MAX_BACKOFF_SECONDS = 300
-
 
 class EmbeddingFailed(Exception):
     """Some records could not be embedded (permanent embedder errors); the others were stored."""
 
 
 def _retry(task, exc: Exception) -> Exception:
-    """The exception to raise: a scheduled retry with backoff, or `exc` itself once retries are used up."""
-    retries = task.request.retries
-    max_retries = current_app.config["EMBEDDINGS_TASK_MAX_RETRIES"]
-    if retries >= max_retries:
-        log.error("%s gave up after %d retries: %s", task.name, retries, exc)
-        return exc
-    wait = getattr(exc, "retry_after", None)
-    if wait is None:  # exponential, with jitter so a burst of failed tasks does not return in lockstep
-        wait = min(MAX_BACKOFF_SECONDS, 2 ** retries) * (1 + random.random() / 2)
-    return task.retry(exc=exc, countdown=min(wait, MAX_BACKOFF_SECONDS), max_retries=max_retries, throw=False)
+    return retry_or_give_up(task, exc, current_app.config["EMBEDDINGS_TASK_MAX_RETRIES"])
 
 
 @celery_app.task(name="embeddings.records", bind=True, acks_late=True, reject_on_worker_lost=True)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 import zoneinfo
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from functools import cache
 from typing import Any
@@ -75,8 +75,8 @@ from app.entities.filters import (
     parse_filters,
 )
 from app.entities.models import EntityDefinition
-from app.entities.query import record_scope
-from app.entities.services import filter_context, iso
+from app.entities.query import compile_request_filters, record_scope
+from app.entities.services.context import definition_context
 from app.errors import ValidationFailed
 
 BUCKETS = ("hour", "day", "week", "month", "quarter", "year")
@@ -459,9 +459,10 @@ def build_statement(plan: AggregatePlan, ctx: FilterContext, scope: list, where:
 
 def aggregate_records(definition: EntityDefinition, request: dict[str, Any]) -> dict[str, Any]:
     """Groups and totals of the active records of `definition` matching `request["filters"]`."""
-    ctx = filter_context(definition)
+    dctx = definition_context(definition)
+    ctx = dctx.filters
     plan = plan_aggregate(request, ctx, current_app.config["ENTITY_AGGREGATE_MAX_GROUPS"])
-    compiled = compile_filters(request.get("filters") or {}, ctx)
+    compiled = compile_request_filters(request.get("filters") or {}, dctx)
     stmt = build_statement(plan, ctx, record_scope(definition), compiled.where)
     try:
         rows = list(db.session.execute(stmt).mappings())
@@ -499,8 +500,8 @@ def _wire(kind: str, value: Any) -> Any:
     """JSON value of a key or aggregate: numbers as int when integral, instants as ISO 8601 UTC."""
     if value is None or isinstance(value, bool):
         return value
-    if isinstance(value, datetime):
-        return iso(value)
+    if isinstance(value, datetime):  # a value of the data (a field, a bucket): its own precision, not app.wire's
+        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
     if isinstance(value, date):
         return value.isoformat()
     if isinstance(value, Decimal | float):

@@ -5,8 +5,9 @@ from __future__ import annotations
 from flask.views import MethodView
 
 from app.auth import require_scopes
-from app.entities import aggregation, services
+from app.entities import aggregation
 from app.entities.aggregation_schemas import AggregateRequestSchema, AggregateResponseSchema
+from app.entities.services import definitions
 from app.extensions import Blueprint
 
 blp = Blueprint("entity_aggregation", __name__, url_prefix="/api/v1/entities",
@@ -20,4 +21,4 @@ class RecordAggregate(MethodView):
     @require_scopes("read:entities")
     def post(self, data, entityName):
         """Aggregate records: groupBy (date buckets), count/sum/avg/min/max/distinct_count/percentile, having."""
-        return aggregation.aggregate_records(services.find_definition(entityName), data)
+        return aggregation.aggregate_records(definitions.find_definition(entityName), data)

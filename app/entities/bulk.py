@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from flask import current_app
@@ -23,19 +22,20 @@ from sqlalchemy.orm import Session
 from app.db import db
 from app.entities.fieldtypes import search_document
 from app.entities.filters import SEARCH_CONFIG
-from app.entities.models import BulkJob, EntityDefinition, EntityRecord, new_id
-from app.entities.services import (
-    compiled_schema,
+from app.entities.indexes import schedule_sync as schedule_index_sync
+from app.entities.models import BulkJob, EntityDefinition, EntityRecord
+from app.entities.services.common import unstorable_errors
+from app.entities.services.context import compiled_schema
+from app.entities.services.records import (
     deactivate_relationships_of,
     default_name,
-    iso,
     merge_fields,
     record_errors,
     records_written,
-    unstorable_errors,
 )
 from app.errors import ApiError, NotFound, ValidationFailed
 from app.tenancy import current_tenant, get_owned
+from app.wire import iso, new_id, utcnow
 
 log = logging.getLogger(__name__)
 T = EntityRecord.__table__
@@ -49,9 +49,10 @@ _STAGING_DDL = ("CREATE TEMP TABLE IF NOT EXISTS _entity_bulk_rows (id text, nam
 
 @dataclass(frozen=True)
 class BulkContext:
-    """Where a bulk operation runs: a session (request or job), the org and the acting user."""
+    """Where a bulk operation runs: a session (request or job), its product, the org and the acting user."""
 
     session: Session
+    product: str
     org_id: str
     user_id: str | None
 
@@ -117,7 +118,8 @@ def bulk_create(ctx: BulkContext, definition: EntityDefinition, items: list[Any]
     if errors:
         raise _reject(errors, len(items))
     _copy_insert(ctx, definition, rows)
-    records_written(ctx.session, definition, [row[0] for row in rows])
+    records_written(ctx.session, ctx.product, definition, [row[0] for row in rows])
+    schedule_index_sync(ctx.session, ctx.product, definition.id)  # a definition that grew past the threshold
     return {"message": f"Created {len(rows)} records.", "count": len(rows)}
 
 
@@ -134,7 +136,7 @@ def _copy_insert(ctx: BulkContext, definition: EntityDefinition, rows: list[tupl
             copy.set_types(["text", "text", "jsonb", "text[]", "jsonb", "text"])
             for row in rows:
                 copy.write_row(row)
-    now = datetime.now(UTC)
+    now = utcnow()
     s = _STAGING.c
     source = select(s.id, literal(ctx.org_id, String), literal(definition.id, String), s.name, s.fields, s.tags,
                     s.metadata, func.to_tsvector(SEARCH_CONFIG, s.doc), true(), literal(1, Integer),
@@ -200,9 +202,9 @@ def bulk_update(ctx: BulkContext, definition: EntityDefinition, items: list[Any]
             .values(name=bindparam("b_name"), fields=bindparam("b_fields", type_=JSONB),
                     tags=bindparam("b_tags", type_=ARRAY(Text)), metadata=bindparam("b_metadata", type_=JSONB),
                     search_vector=func.to_tsvector(SEARCH_CONFIG, bindparam("b_doc", type_=Text)),
-                    version=T.c.version + 1, updated_at=datetime.now(UTC), updated_by=ctx.user_id))
+                    version=T.c.version + 1, updated_at=utcnow(), updated_by=ctx.user_id))
     ctx.session.connection().execute(stmt, params)
-    records_written(ctx.session, definition, [p["b_id"] for p in params])
+    records_written(ctx.session, ctx.product, definition, [p["b_id"] for p in params])
     return {"message": f"Updated {len(params)} records.", "count": len(params)}
 
 
@@ -220,7 +222,7 @@ def bulk_delete(ctx: BulkContext, definition: EntityDefinition, record_ids: list
         raise _reject(errors, len(record_ids))
     ids = list(existing)
     ctx.session.execute(update(T).where(T.c.org_id == ctx.org_id, T.c.id.in_(ids))
-                        .values(is_active=False, updated_at=datetime.now(UTC), updated_by=ctx.user_id))
+                        .values(is_active=False, updated_at=utcnow(), updated_by=ctx.user_id))
     deactivate_relationships_of(ids, ctx.session)
     return {"message": f"Deleted {len(ids)} records.", "count": len(ids)}
 
@@ -231,18 +233,16 @@ RUNNERS = {"create": bulk_create, "update": bulk_update, "delete": bulk_delete}
 def run_bulk(definition: EntityDefinition, operation: str, items: list[Any]) -> dict[str, Any]:
     """Synchronous bulk operation in the request's transaction."""
     tenant = current_tenant()
-    result = RUNNERS[operation](BulkContext(db.session, tenant.org_id, tenant.user_id), definition, items)
+    ctx = BulkContext(db.session, tenant.product, tenant.org_id, tenant.user_id)
+    result = RUNNERS[operation](ctx, definition, items)
     db.session.commit()
     return result
 
 
 # --- asynchronous jobs ------------------------------------------------------------------------------
 
-def start_job(definition: EntityDefinition, operation: str, items: list[Any]) -> BulkJob:
-    """Store the request as a pending job and send it to the `bulk` queue once committed."""
-    from app.entities.tasks import run_bulk_job
-    from app.tasks import enqueue_after_commit
-
+def create_job(definition: EntityDefinition, operation: str, items: list[Any]) -> BulkJob:
+    """Add the request as a pending job to the session (app.entities.tasks.start_bulk_job queues and commits it)."""
     check_batch_size(len(items))
     unstorable: dict[int, dict[str, list[str]]] = {}
     for index, item in enumerate(items):
@@ -255,10 +255,8 @@ def start_job(definition: EntityDefinition, operation: str, items: list[Any]) ->
     tenant = current_tenant()
     job = BulkJob(id=new_id(), org_id=tenant.org_id, entity_id=definition.id, entity_name=definition.name,
                   operation=operation, status="pending", payload={"items": items}, user_id=tenant.user_id,
-                  created_at=datetime.now(UTC))
+                  created_at=utcnow())
     db.session.add(job)
-    enqueue_after_commit(db.session, run_bulk_job, job.id, tenant.product)
-    db.session.commit()
     return job
 
 
@@ -268,7 +266,7 @@ def claim_job(job_id: str, product: str) -> bool:
         job = session.get(BulkJob, job_id, with_for_update=True)
         if job is None or job.status in ("succeeded", "failed"):
             return False
-        job.status, job.started_at = "running", datetime.now(UTC)
+        job.status, job.started_at = "running", utcnow()
     return True
 
 
@@ -283,13 +281,13 @@ def execute_job(job_id: str, product: str) -> str:
             if definition is None or definition.org_id != job.org_id or not definition.is_active:
                 raise NotFound(f"Entity '{job.entity_name}' not found.")
             with session.begin_nested():
-                ctx = BulkContext(session, job.org_id, job.user_id)
+                ctx = BulkContext(session, product, job.org_id, job.user_id)
                 job.result = RUNNERS[job.operation](ctx, definition, (job.payload or {}).get("items", []))
             job.status = "succeeded"
         except ApiError as exc:
             job.status = "failed"
             job.error = {"code": exc.code, "message": exc.message, **({"details": exc.details} if exc.details else {})}
-        job.payload, job.finished_at = None, datetime.now(UTC)
+        job.payload, job.finished_at = None, utcnow()
         return job.status
 
 
@@ -298,7 +296,7 @@ def fail_job(job_id: str, product: str, message: str) -> None:
     with db.product_session(product) as session:
         job = session.get(BulkJob, job_id, with_for_update=True)
         if job is not None and job.status not in ("succeeded", "failed"):
-            job.status, job.finished_at = "failed", datetime.now(UTC)
+            job.status, job.finished_at = "failed", utcnow()
             job.error = {"code": "SYSTEM_ERROR", "message": message}
 
 

@@ -6,15 +6,16 @@ Two steps, both pure (no session, no request):
    limits, and returns a tree of `Node`s with values already typed (numbers as Decimal, dates as
    ISO strings, datetimes as aware datetimes). Anything wrong is a `ValidationFailed` (400) whose
    `details.path` points at the offending part (`filters.$or[1].amount.$gt`).
-2. `compile_filters(raw, ctx)` turns the tree into one boolean SQL expression. Field names only ever
+2. `compile_filters(parsed, ctx, similarity)` turns the tree into one boolean SQL expression. Field names only ever
    reach SQL as bound parameters (`fields -> :key`), after they were checked against the schema;
    values are always bound parameters. Every condition compiles to an expression that is never NULL,
    so `$not` and `$ne` have plain two-valued logic (a missing field is "not equal").
 
 `FieldResolver` is the part aggregation (group by, sum over a field) reuses: it gives the typed SQL
 expression of a field or system column. `$similar` (semantic search) is parsed here; what it compiles
-to comes from a hook the embeddings package registers (`register_similarity_hook`). Without an
-enabled `embeddingsConfig` on the definition it matches nothing, as the spec says.
+to is a `SimilarityClause` the caller resolved beforehand (app.entities.query.compile_request_filters
+asks the app's similarity hook, which embeds the query text: the only I/O, kept out of this module).
+Without an enabled `embeddingsConfig` on the definition it matches nothing, as the spec says.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ class FilterContext:
     limits: FilterLimits = field(default_factory=FilterLimits)
     definition_id: str | None = None
     embeddings_config: dict[str, Any] | None = None
+    org_id: str | None = None
 
 
 # --- the parsed tree ------------------------------------------------------------------------------
@@ -182,7 +184,10 @@ class FieldResolver:
         if ref.kind == KIND_DATE:  # ISO dates compare chronologically as bytes
             return case((jt.op("~")(_DATE_RE), jt.collate("C")), else_=None)
         if ref.kind == KIND_DATETIME:
-            return case((jt.op("~")(_DATETIME_RE), cast(jt, TIMESTAMP(timezone=True))), else_=None)
+            # text::timestamptz is only STABLE; on strings with an explicit offset it is immutable, and
+            # the IMMUTABLE wrapper (migration x0001) lets the per-definition index hold this expression
+            return case((jt.op("~")(_DATETIME_RE), func.public.entity_iso_timestamptz(
+                jt, type_=TIMESTAMP(timezone=True))), else_=None)
         if ref.kind == KIND_TEXT:
             return case((kind_of == "string", jt.collate("C")), else_=None)
         return jv
@@ -437,29 +442,19 @@ def parse_filters(raw: Any, ctx: FilterContext) -> ParsedFilter:
 # --- compiling ------------------------------------------------------------------------------------
 
 class SimilarityClause(Protocol):
-    """What the similarity hook compiles `$similar` to."""
+    """What `$similar` compiles to (made by the app's similarity hook, app.entities.hooks)."""
 
-    where: ColumnElement     # which records take part (a current embedding, maxDistance)
-    distance: ColumnElement  # selected as the record's `distance`
+    where: ColumnElement                   # which records take part (a current embedding, maxDistance)
+    distance: ColumnElement                # selected as the record's `distance`
+    index_distance: ColumnElement | None   # the distance expression an ANN index orders by, if any
 
-    def fetch_page(self, session, columns: list, where: list, rank: ColumnElement | None, total: int,
-                   offset: int, limit: int) -> list:
-        """Rows of one page ordered by distance (or fused with `rank`), when the query has no sortBy."""
-
-
-SimilarityHook = Callable[[SimilarSpec, FilterContext], SimilarityClause]
-_similarity_hook: SimilarityHook | None = None
+    def index_scan_settings(self, session, total: int, end: int) -> dict[str, str] | None:
+        """Transaction-local settings for fetching the first `end` of `total` matches through the
+        index, or None when an exact scan is the better plan (app.entities.query pages either way)."""
 
 
-def register_similarity_hook(hook: SimilarityHook | None) -> None:
-    """Semantic search plugs in here: `hook(spec, ctx)` → a `SimilarityClause`.
-
-    Called only when the definition has `embeddingsConfig.enabled`; the distance expression is
-    selected as the record's `distance`, and without a sortBy the clause fetches the page itself
-    (ordered by distance, or by rank fusion with a top-level `$search`).
-    """
-    global _similarity_hook
-    _similarity_hook = hook
+# `hook(spec, ctx)` → a `SimilarityClause`: called only when the definition has `embeddingsConfig.enabled`.
+SimilarityHook = Callable[["SimilarSpec", "FilterContext"], SimilarityClause]
 
 
 @dataclass
@@ -472,9 +467,10 @@ class CompiledFilter:
     similarity: SimilarityClause | None = None
 
 
-def compile_filters(raw: Any, ctx: FilterContext) -> CompiledFilter:
-    """Parse and compile `raw` into a WHERE expression (plus ranking / distance expressions)."""
-    parsed = parse_filters(raw, ctx)
+def compile_filters(raw: Any, ctx: FilterContext, similarity: SimilarityClause | None = None) -> CompiledFilter:
+    """Compile `raw` (a filter object, or one `parse_filters` already checked) into a WHERE expression
+    (plus ranking / distance expressions); `similarity` is what its `$similar` was resolved to."""
+    parsed = raw if isinstance(raw, ParsedFilter) else parse_filters(raw, ctx)
     compiler = _Compiler(FieldResolver(ctx.catalog))
     where = compiler.node(parsed.root)
     out = CompiledFilter(where, parsed.search, similar=parsed.similar)
@@ -482,18 +478,34 @@ def compile_filters(raw: Any, ctx: FilterContext) -> CompiledFilter:
         query = func.websearch_to_tsquery(SEARCH_CONFIG, parsed.search)
         out.rank = func.ts_rank_cd(EntityRecord.__table__.c.search_vector, query)
     if parsed.similar is not None:
-        if not ctx.embeddings_enabled or _similarity_hook is None:
+        if not ctx.embeddings_enabled or similarity is None:
             out.where = false()  # spec: semantic search returns results only with embeddings enabled
         else:
-            clause = _similarity_hook(parsed.similar, ctx)
-            out.where, out.distance, out.similarity = and_(where, clause.where), clause.distance, clause
+            out.where, out.distance = and_(where, similarity.where), similarity.distance
+            out.similarity = similarity
     return out
 
 
 class _Compiler:
+    """Conditions outside any negation are emitted bare (`typed >= 5`, `text ILIKE …`): there a NULL
+    drops the row exactly as false does, and the bare form is what a per-definition expression index
+    (app.entities.indexes) matches. Under a negation they are wrapped in COALESCE(…, false) so that
+    NOT stays two-valued."""
+
     def __init__(self, resolver: FieldResolver):
         self.r = resolver
         self.t = resolver.t
+        self.negated = 0
+
+    def negate(self, build: Callable[[], ColumnElement]) -> ColumnElement:
+        self.negated += 1
+        try:
+            return not_(build())
+        finally:
+            self.negated -= 1
+
+    def true_only(self, expr: ColumnElement) -> ColumnElement:
+        return expr if not self.negated else _true_only(expr)
 
     def node(self, node: Node) -> ColumnElement:
         if isinstance(node, Logical):
@@ -502,7 +514,7 @@ class _Compiler:
                 return true()
             return and_(*parts) if node.op == "and" else or_(*parts)
         if isinstance(node, Negation):
-            return not_(self.node(node.child))
+            return self.negate(lambda: self.node(node.child))
         if isinstance(node, TextSearch):
             return self.text_search(node)
         return self.condition(node)
@@ -521,29 +533,27 @@ class _Compiler:
         if op == "$eq":
             return self.eq(ref, value)
         if op == "$ne":
-            return not_(self.eq(ref, value))
+            return self.negate(lambda: self.eq(ref, value))
         if op == "$in":
             return self.any_of(ref, value)
         if op == "$nin":
-            return not_(self.any_of(ref, value))
+            return self.negate(lambda: self.any_of(ref, value))
         if op in RANGE_OPS:
-            return _true_only(getattr(self.r.typed(ref), RANGE_OPS[op])(value))
+            return self.true_only(getattr(self.r.typed(ref), RANGE_OPS[op])(value))
         if op == "$between":
             typed = self.r.typed(ref)
             lo, hi = value
-            return _true_only(and_(typed >= lo, typed <= hi))
+            return self.true_only(and_(typed >= lo, typed <= hi))
         if op == "$contains" and ref.kind == KIND_ARRAY:
             return self.member(ref, value)
         if op in ("$contains", "$startsWith", "$endsWith"):
             pattern = _like_escape(value)
             pattern = {"$contains": f"%{pattern}%", "$startsWith": f"{pattern}%", "$endsWith": f"%{pattern}"}[op]
-            return _true_only(self.r.text(ref).ilike(pattern, escape="\\"))
+            return self.true_only(self.r.text(ref).ilike(pattern, escape="\\"))
         if op == "$exists":
-            exists = self.exists(ref)
-            return exists if value else not_(exists)
+            return self.exists(ref) if value else self.negate(lambda: self.exists(ref))
         if op == "$empty":
-            empty = self.empty(ref)
-            return empty if value else not_(empty)
+            return self.empty(ref) if value else self.negate(lambda: self.empty(ref))
         raise AssertionError(op)  # pragma: no cover
 
     def eq(self, ref: FieldRef, value: Any) -> ColumnElement:
@@ -557,11 +567,11 @@ class _Compiler:
         if ref.kind == KIND_ARRAY:
             if isinstance(value, str):
                 return self.member(ref, value)
-            return _true_only(self.r.jsonb(ref) == cast(list(value), JSONB))
+            return self.true_only(self.r.jsonb(ref) == cast(list(value), JSONB))
         if isinstance(value, _Json):
-            return _true_only(self.r.jsonb(ref) == cast(value.value, JSONB))
+            return self.true_only(self.r.jsonb(ref) == cast(value.value, JSONB))
         if ref.kind == KIND_DATETIME or (ref.spec is not None and ref.spec.field_type == "currency"):
-            return _true_only(self.r.typed(ref) == value)
+            return self.true_only(self.r.typed(ref) == value)
         # text, number, bool, date: JSONB containment, which the GIN (jsonb_path_ops) index answers
         return self.t.c.fields.contains({ref.name: _json_scalar(value)})
 

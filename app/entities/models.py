@@ -19,7 +19,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db import TenantBase
-from app.ops.models import new_id, utcnow
+from app.wire import new_id, utcnow
 
 __all__ = ["BulkJob", "EntityDefinition", "EntityRecord", "EntityRelationship", "EntityView", "new_id", "utcnow"]
 

@@ -1,4 +1,12 @@
-"""Record query and count: filters → SQL (app.entities.filters), sorting, paging, projection, lookups."""
+"""Record query and count, one way through (the model for reading a domain's records):
+
+1. `definition_context` (app.entities.services.context): the definition, its compiled schema and filter
+   context, built once per request;
+2. `compile_request_filters`: parse the filters, resolve `$similar` through the app's similarity hook
+   (embedding the query text is the only I/O), then compile (pure, app.entities.filters);
+3. `fetch_page`: the one executor of a page (plain order, exact distance, ANN index walk, rank fusion);
+4. shaping: projection, `distance`, lookups.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +14,29 @@ import math
 from typing import Any
 
 from flask import current_app
-from sqlalchemy import func, select
+from sqlalchemy import func, literal, select
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import ClauseElement, ColumnElement
+from sqlalchemy.sql.expression import Executable
 
 from app.db import db
-from app.entities.filters import CompiledFilter, FieldResolver, FilterError, compile_filters
+from app.entities import cursor as cursors
+from app.entities import hooks
+from app.entities.filters import (
+    CompiledFilter,
+    FieldResolver,
+    FilterError,
+    SimilarityClause,
+    SimilarSpec,
+    compile_filters,
+    parse_filters,
+)
 from app.entities.models import EntityDefinition, EntityRecord
-from app.entities.services import RECORD_COLUMNS, compiled_schema, filter_context, iso, record_to_wire
+from app.entities.services.context import DefinitionContext, definition_context
+from app.entities.services.records import RECORD_COLUMNS, record_to_wire
 from app.errors import ValidationFailed
+from app.wire import iso
 
 T = EntityRecord.__table__
 
@@ -22,49 +46,177 @@ def record_scope(definition: EntityDefinition) -> list:
     return [T.c.org_id == definition.org_id, T.c.entity_id == definition.id, T.c.is_active.is_(True)]
 
 
-def count_records(definition: EntityDefinition, filters: Any) -> int:
-    """How many active records of the definition match `filters`."""
-    compiled = compile_filters(filters, filter_context(definition))
-    stmt = select(func.count()).select_from(T).where(*record_scope(definition), compiled.where)
-    return int(db.session.scalar(stmt) or 0)
+def resolve_similarity(similar: SimilarSpec | None, dctx: DefinitionContext) -> SimilarityClause | None:
+    """What `$similar` compiles to, from the app's hook (None: it matches nothing)."""
+    if similar is None or not dctx.filters.embeddings_enabled:
+        return None
+    hook = hooks.current().similarity
+    return hook(similar, dctx.filters) if hook is not None else None
 
 
-def query_records(definition: EntityDefinition, params: dict[str, Any]) -> dict[str, Any]:
-    """One page of records matching the filters, as a PaginatedResult."""
-    schema = compiled_schema(definition)
-    ctx = filter_context(definition, schema)
-    page, page_size = params.get("page", 1), params.get("pageSize", 20)
+def compile_request_filters(raw: Any, dctx: DefinitionContext) -> CompiledFilter:
+    """Parse, resolve `$similar` (before compiling), compile."""
+    parsed = parse_filters(raw, dctx.filters)
+    return compile_filters(parsed, dctx.filters, resolve_similarity(parsed.similar, dctx))
+
+
+COUNT_MODES = ("exact", "planned", "estimated")
+
+
+class _ExplainJson(Executable, ClauseElement):
+    """`EXPLAIN (FORMAT JSON) <select>`, with the select's parameters bound as usual."""
+
+    inherit_cache = False
+
+    def __init__(self, stmt):
+        self.stmt = stmt
+
+
+@compiles(_ExplainJson, "postgresql")
+def _compile_explain(element, compiler, **kw):
+    return "EXPLAIN (FORMAT JSON) " + compiler.process(element.stmt, **kw)
+
+
+def planned_count(where: list) -> int:
+    """The planner's estimate of the matching rows (PostgREST's `count=planned`): no scan at all."""
+    plan = db.session.scalar(_ExplainJson(select(literal(1)).select_from(T).where(*where)))
+    if isinstance(plan, str):
+        import json
+
+        plan = json.loads(plan)
+    return max(0, int(round(plan[0]["Plan"]["Plan Rows"])))
+
+
+def counted(where: list, mode: str = "exact") -> tuple[int, str]:
+    """(count, how it was counted). `estimated` counts exactly while the estimate is at most
+    ENTITY_COUNT_ESTIMATE_ABOVE, and reports the estimate beyond (PostgREST's `count=estimated`)."""
+    if mode in ("planned", "estimated"):
+        estimate = planned_count(where)
+        if mode == "planned" or estimate > current_app.config["ENTITY_COUNT_ESTIMATE_ABOVE"]:
+            return estimate, "planned" if mode == "planned" else "estimated"
+    return int(db.session.scalar(select(func.count()).select_from(T).where(*where)) or 0), "exact"
+
+
+def count_records(definition: EntityDefinition, filters: Any, count_mode: str = "exact") -> tuple[int, str]:
+    """How many active records of the definition match `filters`, and how that number was counted."""
+    compiled = compile_request_filters(filters, definition_context(definition))
+    return counted([*record_scope(definition), compiled.where], count_mode)
+
+
+def query_records(definition: EntityDefinition, params: dict[str, Any], count_mode: str = "exact") -> dict[str, Any]:
+    """One page of records matching the filters, as a PaginatedResult (`countMode` says how
+    `totalCount` was counted: exact unless the caller preferred otherwise)."""
+    dctx = definition_context(definition)
+    schema, ctx = dctx.schema, dctx.filters
+    page, page_size = params.get("page") or 1, params.get("pageSize", 20)
     max_page_size = current_app.config["ENTITY_MAX_PAGE_SIZE"]
     if page_size > max_page_size:
         raise ValidationFailed(f"pageSize is at most {max_page_size}.",
                                {"fields": {"query.pageSize": [f"must be between 1 and {max_page_size}"]}})
-    compiled = compile_filters(params.get("filters") or {}, ctx)
+    compiled = compile_request_filters(params.get("filters") or {}, dctx)
     resolver = FieldResolver(ctx.catalog)
     order_by = _order_by(resolver, compiled, params.get("sortBy"), params.get("sortOrder"))
+    keyset = _keyset(resolver, compiled, params.get("sortBy"), params.get("sortOrder"))
+    digest = cursors.query_digest(params)
+    position = _position(definition, params, keyset, digest)
+    if position is not None:
+        page = position.page
     include, exclude = _projection(resolver, params.get("include"), "include"), \
         _projection(resolver, params.get("exclude"), "exclude")
     lookups = _lookup_specs(schema.catalog, params.get("includeLookups") or [])
 
     where = [*record_scope(definition), compiled.where]
-    total = int(db.session.scalar(select(func.count()).select_from(T).where(*where)) or 0)
+    total, how = counted(where, count_mode)
     rows: list = []
     offset = (page - 1) * page_size
-    if offset < total:
+    if position is not None or offset < total or how != "exact":  # an estimate may be low: fetch anyway
         columns = [T.c[name] for name in RECORD_COLUMNS]
         if compiled.distance is not None:
             columns.append(compiled.distance.label("distance"))
-        if compiled.similarity is not None and not params.get("sortBy"):  # vector index / rank fusion
-            rows = compiled.similarity.fetch_page(db.session, columns, where, compiled.rank, total, offset,
-                                                  page_size)
+        similarity = compiled.similarity if not params.get("sortBy") else None
+        if keyset is not None:
+            columns.append(keyset[0].label("cursor_key"))
+        if position is not None:  # keyset: no OFFSET to walk, stable under concurrent writes
+            rows = fetch_page(db.session, columns, [*where, cursors.after(keyset[0], T.c.id, keyset[1], position)],
+                              order_by, None, None, total, 0, page_size)
         else:
-            stmt = select(*columns).where(*where).order_by(*order_by).limit(page_size).offset(offset)
-            rows = list(db.session.execute(stmt))
+            rows = fetch_page(db.session, columns, where, order_by, similarity, compiled.rank, total, offset,
+                              page_size)
     records = [_shape(row, include, exclude, compiled) for row in rows]
     if lookups:
         _resolve_lookups(definition, records, [row._mapping["fields"] for row in rows], lookups)
+    if how != "exact":  # an estimate never contradicts the page in hand
+        total = max(total, offset + len(records) + (1 if len(records) == page_size else 0))
     total_pages = math.ceil(total / page_size) if total else 0
+    next_cursor = None
+    if keyset is not None and rows and len(rows) == page_size and page < total_pages:
+        last = rows[-1]._mapping
+        next_cursor = cursors.encode(definition.org_id, definition.id, digest,
+                                     cursors.Position(page + 1, last["cursor_key"], last["id"]))
     return {"records": records, "totalCount": total, "currentPage": page, "pageSize": page_size,
-            "totalPages": total_pages, "hasNextPage": page < total_pages, "hasPreviousPage": page > 1}
+            "totalPages": total_pages, "hasNextPage": page < total_pages, "hasPreviousPage": page > 1,
+            "nextCursor": next_cursor, "countMode": how}
+
+
+def _keyset(resolver: FieldResolver, compiled: CompiledFilter, sort_by: str | None, sort_order: int | None):
+    """(sort key, descending) of an order a cursor can follow, or None for relevance orders."""
+    if sort_by:
+        return resolver.sort_key(resolver.resolve(sort_by, "query.sortBy")), sort_order == -1
+    if compiled.distance is not None or compiled.rank is not None:
+        return None
+    return T.c.created_at, sort_order != 1
+
+
+def _position(definition: EntityDefinition, params: dict[str, Any], keyset, digest: str):
+    text = params.get("cursor")
+    if text is None:
+        return None
+    if params.get("page") is not None:
+        raise ValidationFailed("Send either page or cursor, not both.",
+                               {"fields": {"query.cursor": ["cannot be combined with page"]}})
+    if keyset is None:
+        raise ValidationFailed("A cursor cannot follow relevance-ordered results ($similar, or $search without "
+                               "sortBy); use page.", {"fields": {"query.cursor": ["not available for this order"]}})
+    return cursors.decode(text, definition.org_id, definition.id, digest)
+
+
+RRF_K = 60  # reciprocal rank fusion: the constant of Cormack et al. (2009); damps the very top ranks
+
+
+def fetch_page(session: Session, columns: list, where: list, order_by: list, similarity: SimilarityClause | None,
+               rank: ColumnElement | None, total: int, offset: int, limit: int) -> list:
+    """The rows of one page. Without `similarity` (or with a sortBy) in `order_by`; with it, by distance:
+    an exact scan, or the ANN index walk the clause plans (candidates re-sorted by exact distance); with
+    a top-level `$search` as well, by reciprocal rank fusion of distance and text relevance."""
+    if similarity is None:
+        return list(session.execute(select(*columns).where(*where).order_by(*order_by).limit(limit).offset(offset)))
+    if rank is not None:
+        return _fused_page(session, columns, where, similarity, rank, offset, limit)
+    end = offset + limit
+    settings = (similarity.index_scan_settings(session, total, end)
+                if similarity.index_distance is not None else None)
+    if settings is None:
+        stmt = select(*columns).where(*where).order_by(similarity.distance, T.c.id).offset(offset).limit(limit)
+        return list(session.execute(stmt))
+    for name, value in settings.items():
+        session.execute(select(func.set_config(name, value, True)))  # SET LOCAL: this transaction only
+    candidates = (select(*columns).where(*where).order_by(similarity.index_distance).limit(end)
+                  .cte("similar_candidates").prefix_with("MATERIALIZED"))
+    stmt = (select(*[candidates.c[c.name] for c in columns])
+            .order_by(candidates.c.distance, candidates.c.id).offset(offset).limit(limit))
+    return list(session.execute(stmt))
+
+
+def _fused_page(session: Session, columns: list, where: list, similarity: SimilarityClause, rank: ColumnElement,
+                offset: int, limit: int) -> list:
+    ranked = select(*columns,
+                    func.row_number().over(order_by=(similarity.distance, T.c.id)).label("similar_rank"),
+                    func.row_number().over(order_by=(rank.desc(), T.c.id)).label("search_rank"),
+                    ).where(*where).cte("fused")
+    score = 1.0 / (RRF_K + ranked.c.similar_rank) + 1.0 / (RRF_K + ranked.c.search_rank)
+    stmt = (select(*[ranked.c[c.name] for c in columns])
+            .order_by(score.desc(), ranked.c.distance, ranked.c.id).offset(offset).limit(limit))
+    return list(session.execute(stmt))
 
 
 def _order_by(resolver: FieldResolver, compiled: CompiledFilter, sort_by: str | None, sort_order: int | None):

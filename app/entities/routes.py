@@ -6,21 +6,19 @@ from flask import jsonify, request
 from flask.views import MethodView
 
 from app.auth import require_role, require_scopes
-from app.embeddings import hooks as embedding_hooks
-from app.entities import bulk, query, services
-from app.entities import tasks as _tasks  # noqa: F401  (registers the bulk task with the worker)
+from app.entities import bulk, query, reads, tasks
 from app.entities.aggregation_routes import blp as aggregation_blp
 from app.entities.schemas import (
     AdminUpsertResultSchema,
     AdminUpsertSchema,
     BulkDeleteSchema,
     BulkRecordsSchema,
-    BulkUpdateSchema,
     BulkResultSchema,
+    BulkUpdateSchema,
     CountRequestSchema,
+    DefinitionCreateSchema,
     DefinitionDeleteArgsSchema,
     DefinitionEnvelopeSchema,
-    DefinitionCreateSchema,
     DefinitionInputSchema,
     DefinitionListArgsSchema,
     DefinitionListSchema,
@@ -40,11 +38,12 @@ from app.entities.schemas import (
     ViewInputSchema,
     ViewListSchema,
 )
+from app.entities.services import common, definitions, records, relationships, views
 from app.errors import InvalidInput
 from app.extensions import Blueprint, SuccessSchema
+from app.wire import SUCCESS
 
 READ, WRITE = "read:entities", "write:entities"
-SUCCESS = {"success": True}
 
 blp = Blueprint("entities", __name__, url_prefix="/api/v1/entities",
                 description="Entity store: definitions, views, records, relationships, bulk")
@@ -68,13 +67,11 @@ def _refuse_unstorable() -> None:
     if request.endpoint not in SELF_CHECKED and request.is_json:
         body = request.get_json(silent=True)
         if body is not None:
-            services.check_storable(body)
+            common.check_storable(body)
 
 
 for _blueprint in blueprints:
     _blueprint.before_request(_refuse_unstorable)
-
-embedding_hooks.install()  # semantic search: embedding tasks after writes, `$similar` (issue 5)
 
 
 # --- definitions ----------------------------------------------------------------------------------
@@ -86,15 +83,15 @@ class Definitions(MethodView):
     @require_scopes(READ)
     def get(self, args):
         """List entity definitions (optional `module`, `status` = active|inactive)."""
-        found = services.list_definitions(args.get("module"), args.get("status"))
-        return {"definitions": [services.definition_to_wire(d) for d in found]}
+        found = definitions.list_definitions(args.get("module"), args.get("status"))
+        return {"definitions": [definitions.definition_to_wire(d) for d in found]}
 
     @blp.arguments(DefinitionCreateSchema)
     @blp.response(201, IdSchema)
     @require_scopes(WRITE)
     def post(self, data):
         """Create an entity definition; its schema is checked; the name is unique per org (409)."""
-        return {"id": services.create_definition(data).id}
+        return {"id": definitions.create_definition(data).id}
 
 
 @blp.route("/definitions/<string:entityName>")
@@ -103,15 +100,15 @@ class Definition(MethodView):
     @require_scopes(READ)
     def get(self, entityName):
         """Get a definition by name (an inactive one is returned when no active one has the name)."""
-        return {"definition": services.definition_to_wire(
-            services.find_definition(entityName, include_inactive=True))}
+        return {"definition": definitions.definition_to_wire(
+            definitions.find_definition(entityName, include_inactive=True))}
 
     @blp.arguments(DefinitionInputSchema)
     @blp.response(200, SuccessSchema)
     @require_scopes(WRITE)
     def put(self, data, entityName):
         """Update a definition (partial); bumps `version`; a stale `version` is 409."""
-        services.update_definition(entityName, data)
+        definitions.update_definition(entityName, data)
         return SUCCESS
 
     @blp.arguments(DefinitionDeleteArgsSchema, location="query")
@@ -119,7 +116,7 @@ class Definition(MethodView):
     @require_scopes(WRITE)
     def delete(self, args, entityName):
         """Delete a definition: soft by default; `deleteRecords`, `hardDelete` flags."""
-        services.delete_definition(entityName, delete_records=args["deleteRecords"],
+        definitions.delete_definition(entityName, delete_records=args["deleteRecords"],
                                    hard_delete=args["hardDelete"])
         return SUCCESS
 
@@ -131,7 +128,7 @@ class AdminUpsert(MethodView):
     @require_role("admin", "super_admin")
     def post(self, data):
         """Create or update definitions by name in the caller's org (role admin)."""
-        return services.upsert_definitions(data["definitions"])
+        return definitions.upsert_definitions(data["definitions"])
 
 
 # --- views ----------------------------------------------------------------------------------------
@@ -142,15 +139,15 @@ class Views(MethodView):
     @require_scopes(READ)
     def get(self, entityName):
         """List the views of a definition."""
-        definition = services.find_definition(entityName)
-        return {"views": [services.view_to_wire(v, definition) for v in services.list_views(definition)]}
+        definition = definitions.find_definition(entityName)
+        return {"views": [views.view_to_wire(v, definition) for v in views.list_views(definition)]}
 
     @blp.arguments(ViewCreateSchema)
     @blp.response(201, IdSchema)
     @require_scopes(WRITE)
     def post(self, data, entityName):
         """Create a view (columns, filters, sort are checked against the definition)."""
-        return {"id": services.create_view(services.find_definition(entityName), data).id}
+        return {"id": views.create_view(definitions.find_definition(entityName), data).id}
 
 
 @blp.route("/definitions/<string:entityName>/views/<string:viewId>")
@@ -160,14 +157,14 @@ class View(MethodView):
     @require_scopes(WRITE)
     def put(self, data, entityName, viewId):
         """Update a view (partial)."""
-        services.update_view(services.find_definition(entityName), viewId, data)
+        views.update_view(definitions.find_definition(entityName), viewId, data)
         return SUCCESS
 
     @blp.response(200, SuccessSchema)
     @require_scopes(WRITE)
     def delete(self, entityName, viewId):
         """Delete a view."""
-        services.delete_view(services.find_definition(entityName), viewId)
+        views.delete_view(definitions.find_definition(entityName), viewId)
         return SUCCESS
 
 
@@ -180,8 +177,8 @@ class Records(MethodView):
     @require_scopes(WRITE)
     def post(self, data, entityName):
         """Create a record; `fields` are validated against the definition's schema."""
-        record = services.create_record(services.find_definition(entityName), data)
-        return services.record_to_wire(record)
+        record = records.create_record(definitions.find_definition(entityName), data)
+        return records.record_to_wire(record)
 
 
 @blp.route("/<string:entityName>/records/query")
@@ -190,8 +187,13 @@ class RecordQuery(MethodView):
     @blp.response(200, PaginatedResultSchema)
     @require_scopes(READ)
     def post(self, data, entityName):
-        """Query records: filters, $search, sorting, paging, include/exclude, includeLookups."""
-        return query.query_records(services.find_definition(entityName), data["query"])
+        """Query records: filters, $search, sorting, paging, include/exclude, includeLookups.
+
+        `Prefer: count=planned` (the planner's estimate, no counting scan) or `count=estimated` (exact up
+        to ENTITY_COUNT_ESTIMATE_ABOVE matches, the estimate beyond) make `totalCount` approximate;
+        `Preference-Applied: count=…` then says how it was counted. Without it, `totalCount` is exact."""
+        result = query.query_records(definitions.find_definition(entityName), data["query"], _count_preference())
+        return result, 200, _count_applied(result.pop("countMode"))
 
 
 @blp.route("/<string:entityName>/records/count")
@@ -201,8 +203,13 @@ class RecordCount(MethodView):
                                 "content": {"application/json": {"schema": {"type": "integer"}}}}})
     @require_scopes(READ)
     def post(self, data, entityName):
-        """Count the records matching `filters` (the response is a bare number)."""
-        return jsonify(query.count_records(services.find_definition(entityName), data.get("filters")))
+        """Count the records matching `filters` (the response is a bare number; `Prefer: count=planned|
+        estimated` as for the query)."""
+        total, how = query.count_records(definitions.find_definition(entityName), data.get("filters"),
+                                         _count_preference())
+        response = jsonify(total)
+        response.headers.extend(_count_applied(how))
+        return response
 
 
 @blp.route("/<string:entityName>/records/<string:recordId>")
@@ -211,14 +218,14 @@ class Record(MethodView):
     @require_scopes(READ)
     def get(self, entityName, recordId):
         """Get a record (soft-deleted and other orgs' records are 404)."""
-        return services.record_to_wire(services.find_record(services.find_definition(entityName), recordId))
+        return reads.get_record(entityName, recordId)
 
     @blp.arguments(RecordInputSchema)
     @blp.response(200, SuccessSchema)
     @require_scopes(WRITE)
     def put(self, data, entityName, recordId):
         """Update a record: `fields` merge (null removes a key), validated whole; stale `version` is 409."""
-        services.update_record(services.find_definition(entityName), recordId, data)
+        records.update_record(definitions.find_definition(entityName), recordId, data)
         return SUCCESS
 
     @blp.arguments(RecordDeleteArgsSchema, location="query")
@@ -226,21 +233,46 @@ class Record(MethodView):
     @require_scopes(WRITE)
     def delete(self, args, entityName, recordId):
         """Delete a record: soft by default (relationships deactivated); `hardDelete=true` removes it."""
-        services.delete_record(services.find_definition(entityName), recordId, hard_delete=args["hardDelete"])
+        records.delete_record(definitions.find_definition(entityName), recordId, hard_delete=args["hardDelete"])
         return SUCCESS
 
 
 # --- bulk -----------------------------------------------------------------------------------------
 
+def _preferences() -> list[str]:
+    """The tokens of the Prefer header (RFC 7240), lower-cased, parameters dropped."""
+    prefer = ",".join(request.headers.getlist("Prefer"))
+    return [token.strip().split(";")[0].strip().lower() for token in prefer.split(",") if token.strip()]
+
+
+def _count_preference() -> str:
+    """`count=exact|planned|estimated` from Prefer (PostgREST's names); anything else is ignored."""
+    return _asked_count() or "exact"
+
+
+def _asked_count() -> str | None:
+    for token in _preferences():
+        name, _, value = token.partition("=")
+        value = value.strip().strip('"')
+        if name.strip() == "count" and value in query.COUNT_MODES:
+            return value
+    return None
+
+
+def _count_applied(how: str) -> dict[str, str]:
+    """`Preference-Applied: count=<exact|planned|estimated>` when the caller stated a count preference:
+    `exact` whenever the number is exact (also for `estimated` below the threshold)."""
+    return {"Preference-Applied": f"count={how}"} if _asked_count() else {}
+
+
 def _wants_async() -> bool:
-    prefer = request.headers.get("Prefer", "")
-    return any(token.strip().split(";")[0].strip().lower() == "respond-async" for token in prefer.split(","))
+    return "respond-async" in _preferences()
 
 
 def _bulk(entityName: str, operation: str, items: list):
-    definition = services.find_definition(entityName)
+    definition = definitions.find_definition(entityName)
     if _wants_async():
-        job = bulk.start_job(definition, operation, items)
+        job = tasks.start_bulk_job(definition, operation, items)
         response = jsonify({"jobId": job.id})
         response.status_code = 202
         response.headers["Location"] = f"/api/v1/jobs/{job.id}"
@@ -289,8 +321,8 @@ class Relationships(MethodView):
     @require_scopes(READ)
     def get(self, args, entityName, recordId):
         """A record's active relationships (`direction`, `relationshipType`, `targetEntity`)."""
-        found = services.list_relationships(
-            services.find_definition(entityName), recordId, direction=args["direction"],
+        found = relationships.list_relationships(
+            definitions.find_definition(entityName), recordId, direction=args["direction"],
             relationship_type=args.get("relationshipType"), target_entity=args.get("targetEntity"))
         return {"relationships": found}
 
@@ -299,7 +331,7 @@ class Relationships(MethodView):
     @require_scopes(WRITE)
     def post(self, data, entityName, recordId):
         """Link this record to another record of the org."""
-        return services.create_relationship(services.find_definition(entityName), recordId, data)
+        return relationships.create_relationship(definitions.find_definition(entityName), recordId, data)
 
 
 @blp.route("/<string:entityName>/records/<string:recordId>/relationships/<string:relationshipId>")
@@ -308,5 +340,5 @@ class Relationship(MethodView):
     @require_scopes(WRITE)
     def delete(self, entityName, recordId, relationshipId):
         """Delete a relationship of this record."""
-        services.delete_relationship(services.find_definition(entityName), recordId, relationshipId)
+        relationships.delete_relationship(definitions.find_definition(entityName), recordId, relationshipId)
         return SUCCESS

@@ -258,7 +258,10 @@ class QueryParamsSchema(Schema):
     class Meta:
         unknown = RAISE
 
-    page = ma.Integer(load_default=1, validate=validate.Range(min=1, max=1_000_000))
+    page = ma.Integer(allow_none=True, validate=validate.Range(min=1, max=1_000_000),
+                      metadata={"description": "1 when neither page nor cursor is given"})
+    cursor = ma.String(allow_none=True, validate=validate.Length(max=4000),
+                       metadata={"description": "a `nextCursor` of the previous page, in place of `page`"})
     pageSize = ma.Integer(load_default=20, validate=validate.Range(min=1),
                           metadata={"maximum": 500, "description": "at most ENTITY_MAX_PAGE_SIZE (default 500)"})
     filters = ma.Dict(load_default=dict, allow_none=True)
@@ -284,6 +287,9 @@ class PaginatedResultSchema(Schema):
     totalPages = ma.Integer(required=True)
     hasNextPage = ma.Boolean(required=True)
     hasPreviousPage = ma.Boolean(required=True)
+    nextCursor = ma.String(allow_none=True, metadata={
+        "description": "keyset cursor of the next page (send as `query.cursor`); null on the last page or for "
+                       "relevance-ordered results ($similar, ranked $search)"})
 
 
 class CountRequestSchema(Schema):

@@ -6,8 +6,12 @@ import logging
 
 from sqlalchemy.exc import OperationalError
 
+from app.db import db
 from app.entities import bulk
+from app.entities.models import BulkJob, EntityDefinition
 from app.extensions import celery_app
+from app.tasks import enqueue_after_commit, retry_or_give_up
+from app.tenancy import current_tenant
 
 log = logging.getLogger(__name__)
 
@@ -21,13 +25,29 @@ def run_bulk_job(self, job_id: str, product: str) -> str:
         return "skipped"
     try:
         return bulk.execute_job(job_id, product)
-    except OperationalError as exc:  # transient database trouble: retry with backoff
-        if self.request.retries >= self.max_retries:
-            log.error("bulk job %s failed after %s retries: %s", job_id, self.request.retries, exc)
+    except OperationalError as exc:  # transient database trouble: retry (the one policy of app.tasks)
+        outcome = retry_or_give_up(self, exc, self.max_retries)
+        if outcome is exc:
             bulk.fail_job(job_id, product, "The bulk job could not be completed (database unavailable).")
             raise
-        raise self.retry(exc=exc, countdown=2 ** self.request.retries) from exc
+        raise outcome from exc
     except Exception:
         log.exception("bulk job %s failed", job_id)
         bulk.fail_job(job_id, product, "The bulk job failed unexpectedly.")
         raise
+
+
+@celery_app.task(name="bulk.entity_indexes", acks_late=True, reject_on_worker_lost=True)
+def sync_definition_indexes(product: str, definition_id: str) -> dict:
+    """Create/drop a definition's per-field indexes (app.entities.indexes); idempotent."""
+    from app.entities.indexes import sync_definition
+
+    return sync_definition(product, definition_id)
+
+
+def start_bulk_job(definition: EntityDefinition, operation: str, items: list) -> BulkJob:
+    """Store the request as a pending job and send it to the `bulk` queue once committed."""
+    job = bulk.create_job(definition, operation, items)
+    enqueue_after_commit(db.session, run_bulk_job, job.id, current_tenant().product)
+    db.session.commit()
+    return job

@@ -1,4 +1,4 @@
-"""SSRF-safe fetch of reference/mask URLs (docs/security.md, "Reference-URL fetcher").
+"""SSRF-safe fetch of reference/mask URLs (docs/decisions.md, "Image generation", SSRF fetcher).
 
 The URL is checked as text (https, port 443, no userinfo, a DNS name on the allowlist, never an IP
 literal in any encoding), the name is resolved ONCE, every resolved address must be public, and the

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from datetime import datetime
 from decimal import Decimal
 
@@ -10,6 +9,7 @@ from sqlalchemy import DateTime, Index, Integer, Numeric, String, func
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db import TenantBase
+from app.wire import new_id
 
 
 class ImageUsage(TenantBase):
@@ -19,7 +19,7 @@ class ImageUsage(TenantBase):
     __tablename__ = "image_usage"
     __table_args__ = (Index("ix_image_usage_org_created", "org_id", "created_at"),)
 
-    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=lambda: str(uuid.uuid4()))
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
     org_id: Mapped[str] = mapped_column(String(128), nullable=False)
     user_id: Mapped[str | None] = mapped_column(String(128))
     service: Mapped[str] = mapped_column(String(64), nullable=False)  # "image-generation"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from flask.views import MethodView
 
 from app.auth import require_scopes
@@ -11,6 +9,7 @@ from app.extensions import Blueprint, ErrorEnvelopeSchema
 from app.images.schemas import ImageRequestSchema, ImageResponseSchema
 from app.images.services import generate_image
 from app.tenancy import current_tenant
+from app.wire import success_envelope
 
 blp = Blueprint("images", __name__, url_prefix="/api/v1/agents", description="Image generation")
 
@@ -34,4 +33,4 @@ class Images(MethodView):
         Synchronous: the call returns when the image is stored (up to 120 seconds).
         """
         result = generate_image(payload, current_tenant())
-        return {"data": result, "metadata": {"success": True, "timestamp": int(time.time())}}
+        return success_envelope(result)

@@ -31,6 +31,7 @@ from app.images.fetcher import REFUSED_MESSAGE, ReferenceFetcher, ReferenceRefus
 from app.images.imaging import ImageInfo, NotAnImage, inspect_image
 from app.images.models import ImageUsage
 from app.images.providers import Budget, ImageJob, ImageProvider, get_provider
+from app.registry import find_service
 from app.storage import BlobStore, get_blob_store
 from app.storage.base import BlobNotFound, BlobStoreError
 from app.storage.keys import image_key
@@ -94,13 +95,14 @@ def generate_image(payload: dict[str, Any], tenant: Tenant) -> dict[str, Any]:
     return result
 
 
+def build_fetcher(config) -> ReferenceFetcher:
+    """The reference fetcher: our own blob host plus IMAGE_REF_ALLOWED_HOSTS."""
+    return ReferenceFetcher([get_blob_store().public_host, *csv_setting(config["IMAGE_REF_ALLOWED_HOSTS"])])
+
+
 def get_fetcher() -> ReferenceFetcher:
-    """The app's reference fetcher (tests install one with a loopback-only resolver/connector)."""
-    fetcher = current_app.extensions.get("image_fetcher")
-    if fetcher is None:
-        allowed = [get_blob_store().public_host, *csv_setting(current_app.config["IMAGE_REF_ALLOWED_HOSTS"])]
-        fetcher = current_app.extensions["image_fetcher"] = ReferenceFetcher(allowed)
-    return fetcher
+    """The app's reference fetcher (service `image_fetcher`; tests override it with a loopback-only one)."""
+    return find_service("image_fetcher")
 
 
 # -- validation (no I/O beyond base64 decoding) --------------------------------------------------

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from flask import Blueprint, jsonify
 from flask.views import MethodView
-from flask_smorest import Blueprint as ApiBlueprint
 
+from app.extensions import Blueprint as ApiBlueprint
 from app.ops.schemas import IdentitySchema
 from app.ops.services import health_report
 from app.tenancy import current_tenant

@@ -10,14 +10,3 @@ class IdentitySchema(Schema):
     role = fields.String(allow_none=True)
     scopes = fields.List(fields.String(), required=True)
     product = fields.String(required=True)
-
-
-class HealthCheckSchema(Schema):
-    status = fields.String(required=True)
-    error = fields.String()
-    latencyMs = fields.Float()
-
-
-class HealthSchema(Schema):
-    status = fields.String(required=True, metadata={"description": "ok or degraded"})
-    checks = fields.Dict(keys=fields.String(), values=fields.Nested(HealthCheckSchema))

@@ -1,10 +1,8 @@
-"""Operational tasks and the failed-task recorder."""
+"""Operational tasks and the failed-task recorder (connected by `init_celery`, not at import)."""
 
 from __future__ import annotations
 
 import logging
-
-from celery.signals import task_failure
 
 from app.extensions import celery_app
 
@@ -17,11 +15,10 @@ def ping(value: str = "pong") -> str:
     return value
 
 
-@task_failure.connect
 def record_failed_task(sender=None, task_id=None, exception=None, args=None, kwargs=None, **_):
     """A task that failed for good (retries exhausted or not retryable) lands in platform.failed_tasks."""
     from app.db import db
-    from app.ops.models import FailedTask
+    from app.platform_models import FailedTask
 
     try:
         with db.product_session(db.default_product) as session:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from flask import current_app
-
+from app.registry import find_service
 from app.storage.base import BlobNotFound, BlobStore, BlobStoreError
 
 __all__ = ["BlobStore", "BlobStoreError", "BlobNotFound", "get_blob_store", "build_blob_store"]
@@ -23,8 +22,5 @@ def build_blob_store(config) -> BlobStore:
 
 
 def get_blob_store() -> BlobStore:
-    """The app's blob store (built once per app)."""
-    store = current_app.extensions.get("blob_store")
-    if store is None:
-        store = current_app.extensions["blob_store"] = build_blob_store(current_app.config)
-    return store
+    """The app's blob store (service `blob_store`, app.registry)."""
+    return find_service("blob_store")

@@ -80,14 +80,6 @@ def without_server_fields(doc: dict) -> dict:
     return {k: v for k, v in doc.items() if k not in SERVER_FIELDS}
 
 
-def assert_error(resp, status: int, code: str) -> dict:
-    assert resp.status_code == status, resp.get_data(as_text=True)
-    body = resp.get_json()
-    assert body["error"]["code"] == code, body
-    assert body["metadata"]["success"] is False
-    return body
-
-
 class Registry:
     """Short-hands for the registry routes with one set of headers."""
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.functional.agents_support import Registry, agent_body, assert_error, skill_body, tool_definition_body
+from tests.functional.agents_support import Registry, agent_body, skill_body, tool_definition_body
+from tests.support import assert_error
 
 
 @pytest.fixture()

@@ -10,11 +10,11 @@ from tests.functional.agents_support import (
     Registry,
     agent_body,
     agent_tool,
-    assert_error,
     concurrently,
     rich_agent_body,
     without_server_fields,
 )
+from tests.support import assert_error
 
 
 @pytest.fixture()

@@ -8,11 +8,11 @@ from tests.functional.agents_support import (
     Registry,
     agent_body,
     agent_tool,
-    assert_error,
     concurrently,
     skill_body,
     tool_definition_body,
 )
+from tests.support import assert_error
 
 
 @pytest.fixture()

@@ -10,11 +10,11 @@ from tests.functional.agents_support import (
     Registry,
     agent_body,
     agent_tool,
-    assert_error,
     rich_agent_body,
     unique,
     without_server_fields,
 )
+from tests.support import assert_error
 
 CUSTOM_TOOL = {"toolId": "custom-crm-lookup", "toolName": "crm_lookup", "title": "CRM lookup", "type": "api",
                "inputSchema": {"type": "object", "properties": {"email": {"type": "string"}}},

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from tests.conftest import wait_for
+from tests.support import assert_error
 
 API = "/api/v1/analytics"
 DAY = "2026-03-10"
@@ -100,13 +101,6 @@ def test_inline_ingest_feeds_every_dashboard(client, auth):
     assert len(events) == 17 and events[-1]["eventType"] == "page_view"
     assert set(events[0]) == {"eventId", "orgId", "sessionId", "userId", "eventType", "eventCategory",
                               "pagePath", "timestamp", "properties"}
-
-
-def assert_error(resp, status, code):
-    assert resp.status_code == status, resp.get_json()
-    body = resp.get_json()
-    assert body["error"]["code"] == code and body["metadata"]["success"] is False
-    return body
 
 
 @pytest.fixture(scope="module")

@@ -14,13 +14,11 @@ from tests.functional.entities_support import (
     org_headers,
     query,
 )
+from tests.support import assert_error
 
 
 def error(resp, status, code="VALIDATION_ERROR"):
-    assert resp.status_code == status, resp.get_json()
-    body = resp.get_json()
-    assert body["error"]["code"] == code and body["metadata"]["success"] is False
-    return body["error"]
+    return assert_error(resp, status, code)["error"]
 
 
 # --- definitions ----------------------------------------------------------------------------------

@@ -198,7 +198,7 @@ def test_pagination_edges(dataset):
     assert past["hasNextPage"] is False and past["hasPreviousPage"] is True
     empty = query(client, headers, "items", filters={"qty": 12345}).get_json()
     assert empty == {"records": [], "totalCount": 0, "currentPage": 1, "pageSize": 20, "totalPages": 0,
-                     "hasNextPage": False, "hasPreviousPage": False}
+                     "hasNextPage": False, "hasPreviousPage": False, "nextCursor": None}
     default = client.post(f"{BASE}/items/records/query", json={}, headers=headers).get_json()
     assert default["currentPage"] == 1 and default["pageSize"] == 20 and len(default["records"]) == 5
     for bad in ({"pageSize": 501}, {"pageSize": 0}, {"page": 0}, {"page": "x"}, {"sortOrder": 2},

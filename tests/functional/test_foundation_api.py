@@ -4,22 +4,13 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import time
 
 import jwt
 import pytest
 
-from tests.support import AUDIENCE, ISSUER, TEST_SECRET, bearer, token
-
-
-def assert_envelope(resp, status, code):
-    assert resp.status_code == status, resp.get_data(as_text=True)
-    body = resp.get_json()
-    assert body["error"]["code"] == code
-    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
-    assert body["metadata"]["success"] is False
-    assert isinstance(body["metadata"]["timestamp"], int)
-    return body
+from tests.support import AUDIENCE, ISSUER, TEST_SECRET, assert_error, bearer, token
 
 
 def _claims(org="org-x", **over):
@@ -56,14 +47,14 @@ NEGATIVE_TOKENS = {
 @pytest.mark.parametrize("case", sorted(NEGATIVE_TOKENS))
 def test_negative_tokens_are_401(client, case):
     resp = client.get("/api/v1/me", headers=bearer(NEGATIVE_TOKENS[case]()))
-    assert_envelope(resp, 401, "UNAUTHORIZED")
+    assert_error(resp, 401, "UNAUTHORIZED")
 
 
 @pytest.mark.parametrize("header", ["", "Bearer", "Basic abc", "Bearer a b", "Bearer a,b",
                                     "Bearer " + "x" * 9000])
 def test_malformed_authorization_headers_are_401(client, header):
     headers = {"Authorization": header} if header else {}
-    assert_envelope(client.get("/api/v1/me", headers=headers), 401, "UNAUTHORIZED")
+    assert_error(client.get("/api/v1/me", headers=headers), 401, "UNAUTHORIZED")
 
 
 def test_me_returns_verified_identity(client, org_id):
@@ -86,9 +77,9 @@ def test_spoofed_identity_headers_are_overwritten(client, org_id):
 def test_product_claim_selects_product_and_unknown_is_403(client, org_id):
     ok = client.get("/api/v1/me", headers=bearer(token(org=org_id, product="other")))
     assert ok.get_json()["product"] == "other"
-    assert_envelope(client.get("/api/v1/me", headers=bearer(token(org=org_id, product="nope"))),
+    assert_error(client.get("/api/v1/me", headers=bearer(token(org=org_id, product="nope"))),
                     403, "FORBIDDEN")
-    assert_envelope(client.get("/api/v1/me", headers=bearer(token(org=org_id, product="../x"))),
+    assert_error(client.get("/api/v1/me", headers=bearer(token(org=org_id, product="../x"))),
                     403, "FORBIDDEN")
 
 
@@ -107,7 +98,7 @@ def test_scope_matrix(client, org_id, scopes, role, status):
     resp = client.get("/api/v1/_test/scoped", headers=bearer(token(org=org_id, scopes=scopes, role=role)))
     assert resp.status_code == status
     if status == 403:
-        assert_envelope(resp, 403, "FORBIDDEN")
+        assert_error(resp, 403, "FORBIDDEN")
 
 
 @pytest.mark.parametrize("scopes,role,status", [
@@ -118,10 +109,10 @@ def test_admin_route_requires_role(client, org_id, scopes, role, status):
 
 
 def test_envelope_for_unknown_route_and_wrong_method(client, org_id):
-    assert_envelope(client.get("/api/v1/does-not-exist"), 404, "NOT_FOUND")
-    assert_envelope(client.get("/nowhere"), 404, "NOT_FOUND")
+    assert_error(client.get("/api/v1/does-not-exist"), 404, "NOT_FOUND")
+    assert_error(client.get("/nowhere"), 404, "NOT_FOUND")
     resp = client.delete("/api/v1/me", headers=bearer(token(org=org_id)))
-    assert_envelope(resp, 405, "INVALID_INPUT")
+    assert_error(resp, 405, "INVALID_INPUT")
     assert "GET" in resp.headers["Allow"]
 
 
@@ -129,12 +120,12 @@ def test_oversized_body_is_413(client, app, org_id):
     limit = app.config["MAX_CONTENT_LENGTH"]
     resp = client.post("/api/v1/_test/echo", data=b"x" * (limit + 1),
                        headers=bearer(token(org=org_id)) | {"Content-Type": "application/octet-stream"})
-    assert_envelope(resp, 413, "PAYLOAD_TOO_LARGE")
+    assert_error(resp, 413, "PAYLOAD_TOO_LARGE")
 
 
 def test_unexpected_exception_is_500_without_trace(client, org_id):
     resp = client.get("/api/v1/_test/boom", headers=bearer(token(org=org_id)))
-    body = assert_envelope(resp, 500, "SYSTEM_ERROR")
+    body = assert_error(resp, 500, "SYSTEM_ERROR")
     text = resp.get_data(as_text=True)
     assert "secret internal detail" not in text and "Traceback" not in text
     assert body["error"]["details"]["requestId"] == resp.headers["X-Request-ID"]
@@ -168,3 +159,23 @@ def test_openapi_document_and_docs_page(client):
     assert doc["components"]["securitySchemes"]["bearerAuth"]["scheme"] == "bearer"
     assert "/api/v1/me" in doc["paths"]
     assert client.get("/api/v1/docs").status_code == 200
+
+
+def test_every_operation_documents_its_access_rules(app, client):
+    """Who may call an operation is documented where it is enforced (app.extensions.Blueprint)."""
+    doc = client.get("/api/v1/openapi.json").get_json()
+    seen = 0
+    for path, operations in doc["paths"].items():
+        for method, operation in operations.items():
+            if method == "parameters":
+                continue
+            seen += 1
+            assert operation["security"] == [{"bearerAuth": []}], (method, path)
+            assert "401" in operation["responses"], (method, path)
+            rule = next(r for r in app.url_map.iter_rules()
+                        if re.sub(r"<(?:[^:<>]+:)?([^<>]+)>", r"{\1}", r.rule) == path and method.upper() in r.methods)
+            view = app.view_functions[rule.endpoint]
+            handler = getattr(getattr(view, "view_class", None), method, view)
+            declared = getattr(handler, "_required_scopes", None) or getattr(handler, "_required_roles", None)
+            assert ("403" in operation["responses"]) == bool(declared), (method, path)
+    assert seen > 50

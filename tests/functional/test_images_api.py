@@ -19,8 +19,12 @@ from sqlalchemy import select
 from app.db import db
 from app.images.fetcher import REFUSED_MESSAGE, ReferenceFetcher, public_address_allowed
 from app.images.models import ImageUsage
+from app.registry import find_service, override_service, registry_of
 from app.storage.local import LocalBlobStore
 from tests.images_fakes import (
+    RESOLUTION_CASES,
+    TEXT_CASES,
+    TRANSFER_CASES,
     FakeAzureImages,
     FakeImagen,
     LoopbackNet,
@@ -32,7 +36,7 @@ from tests.images_fakes import (
     png_bytes,
     service_account_file,
 )
-from tests.unit.images.test_fetcher import RESOLUTION_CASES, TEXT_CASES, TRANSFER_CASES
+from tests.support import assert_error
 
 URL = "/api/v1/agents/images"
 SCOPE = "write:image-gen"
@@ -82,18 +86,19 @@ def configured(app, fakes):
     }
     saved = {k: app.config.get(k) for k in settings}
     app.config.update(settings)
-    app.extensions.pop("image_providers", None)
-    with app.app_context():
+    registry_of(app).drop("image_provider")
+
+    def loopback_fetcher(config):
         from app.storage import get_blob_store
 
-        own_host = get_blob_store().public_host
-    app.extensions["image_fetcher"] = ReferenceFetcher(
-        [own_host, *REF_HOSTS], resolver=fakes.net.resolve, connector=fakes.net.connect,
-        address_allowed=LoopbackNet.policy, ssl_context=fakes.tls.client_context())
-    yield app
+        return ReferenceFetcher([get_blob_store().public_host, *REF_HOSTS], resolver=fakes.net.resolve,
+                                connector=fakes.net.connect, address_allowed=LoopbackNet.policy,
+                                ssl_context=fakes.tls.client_context())
+
+    with override_service(app, "image_fetcher", loopback_fetcher):
+        yield app
     app.config.update(saved)
-    for key in ("image_providers", "image_fetcher"):
-        app.extensions.pop(key, None)
+    registry_of(app).drop("image_provider")
 
 
 @pytest.fixture(autouse=True)
@@ -119,11 +124,7 @@ def ok(resp):
 
 
 def error(resp, status, code):
-    assert resp.status_code == status, resp.get_data(as_text=True)
-    body = resp.get_json()
-    assert body["error"]["code"] == code and body["error"]["message"]
-    assert body["metadata"] == {"success": False, "timestamp": body["metadata"]["timestamp"]}
-    return body["error"]
+    return assert_error(resp, status, code)["error"]
 
 
 def blob_path(url: str) -> str:
@@ -218,13 +219,10 @@ def test_provider_b_service_account_token_is_minted_once_and_reused(app, post, f
 
     config = dict(app.config, PROVIDER_B_ACCESS_TOKEN="",
                   PROVIDER_B_CREDENTIALS=service_account_file(f"{fakes.b.url}/token"))
-    app.extensions.setdefault("image_providers", {})["provider-b"] = ImagenProvider.from_config(config)
-    try:
+    with override_service(app, "image_provider", lambda _config, name: ImagenProvider.from_config(config)):
         ok(post(IMAGEN))
         ok(post(IMAGEN))
-    finally:
-        app.extensions.setdefault("image_providers", {}).pop("provider-b")
-        os.unlink(config["PROVIDER_B_CREDENTIALS"])
+    os.unlink(config["PROVIDER_B_CREDENTIALS"])
     assert fakes.b.issued_tokens == ["sa-token-1"]
     predicts = [r for r in fakes.b.received if r.path.endswith(":predict")]
     assert [r.headers["Authorization"] for r in predicts] == ["Bearer sa-token-1"] * 2
@@ -235,15 +233,12 @@ def test_provider_b_token_rejected_is_503_and_the_next_call_mints_a_new_one(app,
 
     config = dict(app.config, PROVIDER_B_ACCESS_TOKEN="",
                   PROVIDER_B_CREDENTIALS=service_account_file(f"{fakes.b.url}/token"))
-    app.extensions.setdefault("image_providers", {})["provider-b"] = ImagenProvider.from_config(config)
-    try:
+    with override_service(app, "image_provider", lambda _config, name: ImagenProvider.from_config(config)):
         ok(post(IMAGEN))
         fakes.b.reply(Reply(401, {"error": {"code": 401, "status": "UNAUTHENTICATED", "message": "expired"}}))
         err = error(post(IMAGEN), 503, "SERVICE_UNAVAILABLE")
         ok(post(IMAGEN))
-    finally:
-        app.extensions.setdefault("image_providers", {}).pop("provider-b")
-        os.unlink(config["PROVIDER_B_CREDENTIALS"])
+    os.unlink(config["PROVIDER_B_CREDENTIALS"])
     assert err["details"] == {"provider": "provider-b", "upstreamStatus": 401}
     assert fakes.b.issued_tokens == ["sa-token-1", "sa-token-2"]
 
@@ -450,10 +445,10 @@ def reconfigure(app, monkeypatch):
     def apply(**settings):
         for key, value in settings.items():
             monkeypatch.setitem(app.config, key, value)
-        app.extensions.setdefault("image_providers", {}).clear()
+        registry_of(app).drop("image_provider")
 
     yield apply
-    app.extensions.setdefault("image_providers", {}).clear()  # rebuilt lazily from the restored settings
+    registry_of(app).drop("image_provider")  # rebuilt lazily from the restored settings
 
 
 def test_unconfigured_provider_is_503(post, fakes, reconfigure):
@@ -580,13 +575,9 @@ def test_upstream_bytes_that_are_not_an_image_are_503(post, fakes):
 def test_blob_store_failure_is_500(app, post, tmp_path):
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("x")
-    saved = app.extensions.get("blob_store")
-    app.extensions["blob_store"] = LocalBlobStore(str(blocker / "blobs"), "platform-images",
-                                                  "http://gateway.test/blobs/platform-images")
-    try:
+    with override_service(app, "blob_store", lambda _config: LocalBlobStore(
+            str(blocker / "blobs"), "platform-images", "http://gateway.test/blobs/platform-images")):
         err = error(post(GENERAL), 500, "SYSTEM_ERROR")
-    finally:
-        app.extensions["blob_store"] = saved
     assert err["message"] == "Storing the generated image failed."
 
 
@@ -601,7 +592,7 @@ SSRF_URLS = ([("text", u) for u in TEXT_CASES if u]
 def test_ssrf_payloads_get_one_uniform_refusal(app, post, fakes, monkeypatch, kind, value):
     if kind == "resolve":
         # the production policy: here not even the loopback test server may be contacted
-        monkeypatch.setattr(app.extensions["image_fetcher"], "address_allowed", public_address_allowed)
+        monkeypatch.setattr(fetcher_of(app), "address_allowed", public_address_allowed)
         fakes.net.answers["rebind.example.com"] = RESOLUTION_CASES[value]
         url = "https://rebind.example.com/ok.png"
     elif kind == "transfer":
@@ -620,10 +611,15 @@ def test_ssrf_payloads_get_one_uniform_refusal(app, post, fakes, monkeypatch, ki
 
 @pytest.mark.parametrize("path", ["/drip", "/drip-headers"])
 def test_slow_drip_reference_is_refused(app, post, fakes, monkeypatch, path):
-    fetcher = app.extensions["image_fetcher"]
+    fetcher = fetcher_of(app)
     monkeypatch.setattr(fetcher, "deadline_seconds", 1.0)  # the 10 s rule, scaled down
     resp = post(EDIT_B | {"referenceImage": {"url": f"https://cdn.example.com{path}", "mimeType": "image/png"}})
     assert resp.get_json()["error"]["message"] == REFUSED_MESSAGE and fakes.upstream_requests() == 0
+
+
+def fetcher_of(app):
+    with app.app_context():
+        return find_service("image_fetcher")
 
 
 # -- the gcs backend end to end ------------------------------------------------------------------
@@ -634,11 +630,10 @@ def gcs_backend(app):
     from tests.images_fakes import GcsEmulator
 
     emulator = GcsEmulator()
-    saved = app.extensions.get("blob_store")
-    app.extensions["blob_store"] = build_blob_store(dict(app.config, BLOB_BACKEND="gcs", BLOB_PUBLIC_BASE_URL="",
-                                                         GCS_ENDPOINT=emulator.endpoint))
-    yield app.extensions["blob_store"]
-    app.extensions["blob_store"] = saved
+    store = build_blob_store(dict(app.config, BLOB_BACKEND="gcs", BLOB_PUBLIC_BASE_URL="",
+                                  GCS_ENDPOINT=emulator.endpoint))
+    with override_service(app, "blob_store", lambda _config: store):
+        yield store
     emulator.close()
 
 

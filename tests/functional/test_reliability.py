@@ -1,4 +1,4 @@
-"""Reliability rules from docs/security.md that the foundation owns."""
+"""Reliability rules the foundation owns (docs/operations.md, "Failure behaviour")."""
 
 from __future__ import annotations
 

@@ -4,9 +4,8 @@ stored JSON documents, locks, and turning constraint violations into 409s."""
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Text, cast, func, select
@@ -15,21 +14,10 @@ from sqlalchemy.exc import IntegrityError
 from app.db import db
 from app.errors import Conflict, NotFound, ValidationFailed
 from app.tenancy import current_tenant, tenant_select
+from app.wire import SUCCESS, iso, new_id, utcnow
 
-SUCCESS = {"success": True}
-
-
-def new_id() -> str:
-    return str(uuid.uuid4())
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-def iso(moment: datetime) -> str:
-    """ISO 8601 UTC with a Z suffix, e.g. 2026-11-22T10:00:00Z (the wire convention)."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+# ids, the clock, the timestamp format and SUCCESS are the wire layer's (app.wire), used by every resource module
+__all__ = ["SUCCESS", "iso", "new_id", "utcnow"]
 
 
 def prune(doc: dict[str, Any]) -> dict[str, Any]:

@@ -13,9 +13,10 @@ import pytest
 from flask import Flask
 
 from app.config import load_config
-from app.embeddings import EmbedderConfigError, EmbedderError, build_embedder, get_embedder
+from app.embeddings import EmbedderConfigError, EmbedderError, build_embedder, build_embedder_service, get_embedder
 from app.embeddings import local as local_backend
 from app.embeddings.local import DEFAULT_LOCAL_MODEL, LocalEmbedder, bundled_model_path
+from app.registry import init_registry
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -90,6 +91,7 @@ def test_model_is_shared_within_the_process(embedder):
 def test_get_embedder_returns_one_instance_per_app():
     app = Flask(__name__)
     app.config.update(load_config({"EMBEDDINGS_BACKEND": "local"}))
+    init_registry(app, {"embedder": build_embedder_service})
     with app.app_context():
         first = get_embedder()
         assert get_embedder("text-embedding-3-large", 1024) is first  # local: one model for every definition

@@ -8,7 +8,8 @@ import pytest
 from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
 
-from app.embeddings.pipeline import config_fingerprint, on_definition_changed, on_records_written, setup_of
+from app.embeddings.hooks import on_definition_changed, on_records_written
+from app.embeddings.pipeline import config_fingerprint, setup_of
 
 ON = {"enabled": True, "fields": ["body"]}
 
@@ -39,16 +40,16 @@ def definition(config):
     (None, None, False),
 ])
 def test_definition_changes_that_backfill(session, previous, current, backfills):
-    on_definition_changed(session, definition(current), previous)
+    on_definition_changed(session, "acme", definition(current), previous)
     expected = [("embeddings.backfill", ("acme", "org-1", "def-1", config_fingerprint(current), ""))]
     assert queued(session) == (expected if backfills else [])
 
 
 def test_records_are_queued_in_chunks_only_when_enabled(session):
     ids = [f"r{i:04d}" for i in range(600)]
-    on_records_written(session, definition({**ON, "enabled": False}), ids)
+    on_records_written(session, "acme", definition({**ON, "enabled": False}), ids)
     assert queued(session) == []
-    on_records_written(session, definition(ON), ids)
+    on_records_written(session, "acme", definition(ON), ids)
     tasks = queued(session)
     assert [name for name, _ in tasks] == ["embeddings.records"] * 3
     assert [args[3] for _, args in tasks] == [ids[:256], ids[256:512], ids[512:]]

@@ -8,7 +8,6 @@ from types import SimpleNamespace
 import pytest
 from sqlalchemy.dialects import postgresql
 
-from app.entities import filters as filters_module
 from app.entities.fieldtypes import compile_definition_schema
 from app.entities.filters import (
     Condition,
@@ -18,7 +17,6 @@ from app.entities.filters import (
     Negation,
     compile_filters,
     parse_filters,
-    register_similarity_hook,
 )
 from app.errors import ValidationFailed
 
@@ -87,13 +85,24 @@ def test_similar_without_embeddings_matches_nothing_and_hook_plugs_in():
         seen.append(spec)
         return SimpleNamespace(where=literal(True), distance=literal(0.25), fetch_page=lambda *a: [])
 
-    installed = filters_module._similarity_hook  # the embeddings package's, when the app was built
-    register_similarity_hook(hook)
-    try:
-        compiled = compile_filters({"$similar": {"query": "cats", "maxDistance": 0.4}, "qty": 1}, enabled)
-        assert compiled.distance is not None and seen[0].query == "cats" and seen[0].max_distance == 0.4
-        assert compiled.similarity is not None
-        register_similarity_hook(None)
-        assert "false" in sql({"$similar": "hello"}, enabled).lower()  # enabled but no hook: still nothing
-    finally:
-        register_similarity_hook(installed)
+    parsed = parse_filters({"$similar": {"query": "cats", "maxDistance": 0.4}, "qty": 1}, enabled)
+    compiled = compile_filters(parsed, enabled, hook(parsed.similar, enabled))
+    assert compiled.distance is not None and seen[0].query == "cats" and seen[0].max_distance == 0.4
+    assert compiled.similarity is not None
+    assert "false" in sql({"$similar": "hello"}, enabled).lower()  # enabled but no hook: still nothing
+
+
+@pytest.mark.parametrize("condition", [
+    {"qty": {"$gte": 5}}, {"title": {"$contains": "x"}}, {"at": {"$lt": "2026-01-01T00:00:00Z"}},
+    {"due": {"$between": ["2026-01-01", "2026-02-01"]}}])
+def test_conditions_are_bare_outside_negations_and_two_valued_inside(condition):
+    """Bare, a per-definition expression index can answer the condition (NULL drops the row as false
+    does); under $not / $ne / $nin the COALESCE keeps NOT two-valued."""
+    assert "coalesce" not in sql(condition).lower()
+    assert "coalesce" not in sql({"$or": [condition, {"qty": 1}]}).lower()
+    assert "coalesce" in sql({"$not": condition}).lower()
+    assert "coalesce" in sql({"$not": {"$and": [condition, {"qty": 1}]}}).lower()
+
+
+def test_datetimes_compare_through_the_immutable_cast():
+    assert "public.entity_iso_timestamptz" in sql({"at": {"$gte": "2026-01-01T00:00:00Z"}})

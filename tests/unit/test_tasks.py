@@ -1,26 +1,13 @@
-"""Start-up refusal, scope logic and the send-after-commit helper."""
+"""The Celery integration (app.tasks): send-after-commit, eager tasks in the caller's app, the retry policy."""
 
 from __future__ import annotations
 
-import pytest
+from types import SimpleNamespace
+
 from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
 
-from app.auth import scope_satisfies
-from app.tasks import enqueue_after_commit
-
-
-def test_weak_secret_refuses_start(make_app):
-    with pytest.raises(RuntimeError, match="at least 32 bytes"):
-        make_app(JWT_SECRET="short-secret")
-
-
-@pytest.mark.parametrize("held,required,ok", [
-    ("read", "read:agents", True), ("write", "write:entities", True), ("admin", "admin:x", True),
-    ("read", "write:agents", False), ("read:agents", "read:entities", False),
-    ("read:agents", "read:agents", True), ("*", "anything", True)])
-def test_scope_satisfies(held, required, ok):
-    assert scope_satisfies(held, required) is ok
+from app.tasks import MAX_BACKOFF_SECONDS, enqueue_after_commit, retry_countdown, retry_or_give_up
 
 
 class RecordingTask:
@@ -74,3 +61,25 @@ def test_eager_task_runs_in_the_calling_apps_context(make_app, app):
         assert which_app.apply().get() == "http://second.test"
     with app.app_context():
         assert which_app.apply().get() == app.config["PUBLIC_BASE_URL"]
+
+
+def test_retry_countdown_is_exponential_with_jitter_capped_and_honours_retry_after():
+    for retries in range(4):
+        assert 2 ** retries <= retry_countdown(retries) <= 1.5 * 2 ** retries
+    assert retry_countdown(20) == MAX_BACKOFF_SECONDS
+    assert retry_countdown(0, retry_after=7) == 7 and retry_countdown(0, retry_after=10_000) == MAX_BACKOFF_SECONDS
+
+
+def test_retry_or_give_up():
+    scheduled = []
+
+    def retry(**kwargs):
+        scheduled.append(kwargs)
+        return RuntimeError("retry scheduled")
+
+    exc = ValueError("db down")
+    task = SimpleNamespace(name="t", request=SimpleNamespace(retries=1), retry=retry)
+    assert str(retry_or_give_up(task, exc, 3)) == "retry scheduled"
+    assert scheduled[0]["exc"] is exc and scheduled[0]["max_retries"] == 3 and 2 <= scheduled[0]["countdown"] <= 3
+    task.request.retries = 3
+    assert retry_or_give_up(task, exc, 3) is exc and len(scheduled) == 1

@@ -1,23 +1,16 @@
-"""Tables of the `platform` schema: organizations, users, products, artifacts, failed tasks."""
+"""Tables of the `platform` schema (shared by every product): products, organizations, users, artifacts,
+failed tasks. The tenancy layer (app.tenancy) reads `products`."""
 
 from __future__ import annotations
 
-import uuid
-from datetime import UTC, datetime
+from datetime import datetime
 
 from sqlalchemy import DateTime, Integer, String, Text, UniqueConstraint
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db import PlatformBase
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-def new_id() -> str:
-    return str(uuid.uuid4())
+from app.wire import new_id, utcnow
 
 
 class Product(PlatformBase):

@@ -4,7 +4,7 @@ import os
 
 from app.config import SETTINGS, load_config
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_every_setting_is_in_the_readme():

@@ -1,0 +1,59 @@
+"""Building blocks of the entity store services: timestamps, version checks, unique-constraint
+409s and the storable-payload check (no NUL, no NaN)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+
+from app.db import db
+from app.errors import Conflict, ValidationFailed
+
+
+def flatten_messages(messages: Any, prefix: str = "") -> str:
+    if isinstance(messages, dict):
+        return "; ".join(flatten_messages(v, f"{prefix}{k}: " if not prefix else f"{prefix[:-2]}.{k}: ")
+                         for k, v in messages.items())
+    if isinstance(messages, list):
+        return prefix + ", ".join(str(m) for m in messages)
+    return f"{prefix}{messages}"
+
+
+def check_version(sent: Any, current: int, what: str) -> None:
+    if sent is not None and sent != current:
+        raise Conflict(f"The {what} was changed by someone else (version {current}, you sent {sent}); "
+                       "reload and retry.", {"currentVersion": current})
+
+
+def flush_unique(message: str) -> None:
+    try:
+        db.session.flush()
+    except IntegrityError:
+        raise Conflict(message) from None  # the request (or the upsert's savepoint) rolls back
+
+def unstorable_errors(value: Any, path: str, out: dict[str, list[str]]) -> None:
+    """PostgreSQL text and JSONB cannot hold U+0000, JSONB no NaN/Infinity: name each place."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            out.setdefault(path, []).append("must not contain the NUL character")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            out.setdefault(path, []).append("must be a finite number")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str) and "\x00" in key:
+                out.setdefault(path, []).append("keys must not contain the NUL character")
+            unstorable_errors(item, f"{path}.{key}" if path else str(key), out)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            unstorable_errors(item, f"{path}[{i}]", out)
+
+
+def check_storable(payload: Any, what: str = "Request") -> None:
+    """400 naming every NUL character or non-finite number in a payload (never a database error)."""
+    errors: dict[str, list[str]] = {}
+    unstorable_errors(payload, "", errors)
+    if errors:
+        raise ValidationFailed(f"{what} contains values that cannot be stored.", {"fields": errors})

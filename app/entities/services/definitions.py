@@ -1,0 +1,210 @@
+"""Entity definitions: list, find, create, update (with the embeddings hook), delete, admin upsert."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from marshmallow import ValidationError
+from sqlalchemy import delete, func, select, update
+
+from app.db import db
+from app.entities import hooks
+from app.entities.fieldtypes import CompiledSchema, compile_definition_schema
+from app.entities.models import EntityDefinition, EntityRecord, EntityView
+from app.entities.services.common import (
+    check_version,
+    flatten_messages,
+    flush_unique,
+)
+from app.entities.services.records import (
+    deactivate_relationships_of,
+    delete_relationships_of,
+)
+from app.entities.services.views import owned_view
+from app.errors import ApiError, Conflict, NotFound, ValidationFailed
+from app.tenancy import current_tenant, tenant_select
+from app.wire import iso, utcnow
+
+
+def definition_to_wire(d: EntityDefinition) -> dict[str, Any]:
+    return {
+        "id": d.id, "name": d.name, "displayName": d.display_name, "module": d.module,
+        "description": d.description, "schema": d.schema, "defaultViewId": d.default_view_id,
+        "metadata": d.metadata_, "createdAt": iso(d.created_at), "updatedAt": iso(d.updated_at),
+        "createdBy": d.created_by, "updatedBy": d.updated_by, "isActive": d.is_active, "version": d.version,
+        "embeddingsConfig": d.embeddings_config, "artifactVersion": d.artifact_version,
+        "forkedFromVersion": d.forked_from_version, "product": d.product, "source": d.source, "orgId": d.org_id,
+    }
+
+
+def list_definitions(module: str | None = None, status: str | None = None) -> list[EntityDefinition]:
+    """Definitions of the caller's org, optionally by module and status (active / inactive)."""
+    stmt = tenant_select(EntityDefinition).order_by(EntityDefinition.name, EntityDefinition.created_at)
+    if module is not None:
+        stmt = stmt.where(EntityDefinition.module == module)
+    if status is not None:
+        stmt = stmt.where(EntityDefinition.is_active.is_(status == "active"))
+    return list(db.session.scalars(stmt))
+
+
+def find_definition(name: str, *, include_inactive: bool = False, lock: bool = False) -> EntityDefinition:
+    """The org's active definition named `name` (or, if asked, its latest soft-deleted one); else 404."""
+    stmt = tenant_select(EntityDefinition).where(EntityDefinition.name == name)
+    if not include_inactive:
+        stmt = stmt.where(EntityDefinition.is_active.is_(True))
+    stmt = stmt.order_by(EntityDefinition.is_active.desc(), EntityDefinition.updated_at.desc()).limit(1)
+    if lock:
+        stmt = stmt.with_for_update()
+    definition = db.session.scalars(stmt).first()
+    if definition is None:
+        raise NotFound(f"Entity '{name}' not found.")
+    return definition
+
+def _check_embeddings_config(config: dict | None, compiled: CompiledSchema) -> None:
+    if not config:
+        return
+    unknown = [f for f in config.get("fields", []) if compiled.catalog.get(f) is None and f != "name"]
+    if unknown:
+        raise ValidationFailed("Invalid embeddingsConfig.", {"fields": {
+            "embeddingsConfig.fields": [f"unknown field(s): {', '.join(unknown)}"]}})
+
+
+_DEFINITION_ATTRS = {"displayName": "display_name", "module": "module", "description": "description",
+                     "defaultViewId": "default_view_id", "metadata": "metadata_",
+                     "embeddingsConfig": "embeddings_config", "isActive": "is_active"}
+_PROVENANCE_ATTRS = {"artifactVersion": "artifact_version", "forkedFromVersion": "forked_from_version",
+                     "source": "source"}
+
+
+def _apply_definition(definition: EntityDefinition, data: dict, *, provenance: bool) -> None:
+    if "schema" in data:
+        compiled = compile_definition_schema(data["schema"])
+        definition.schema = data["schema"]
+    else:
+        compiled = compile_definition_schema(definition.schema or {})
+    _check_embeddings_config(data.get("embeddingsConfig"), compiled)
+    attrs = dict(_DEFINITION_ATTRS, **(_PROVENANCE_ATTRS if provenance else {}))
+    for key, attr in attrs.items():
+        if key in data:
+            setattr(definition, attr, data[key])
+    if "name" in data:
+        definition.name = data["name"]
+    if "defaultViewId" in data and data["defaultViewId"] is not None:
+        try:
+            owned_view(definition, data["defaultViewId"])
+        except NotFound:
+            raise ValidationFailed("defaultViewId does not name a view of this entity.",
+                                   {"fields": {"defaultViewId": ["unknown view"]}}) from None
+    if "defaultViewId" in data and definition.id is not None:  # keep the views' isDefault in step
+        db.session.execute(update(EntityView).where(
+            EntityView.org_id == definition.org_id, EntityView.entity_id == definition.id)
+            .values(is_default=EntityView.id == data["defaultViewId"] if data["defaultViewId"] else False))
+
+
+def create_definition(data: dict, *, provenance: bool = False, commit: bool = True) -> EntityDefinition:
+    """A new definition of the caller's org; the name is unique among the org's active ones (409)."""
+    if not data.get("name"):
+        raise ValidationFailed("Request validation failed.", {"fields": {"name": ["Missing data for required "
+                                                                                 "field."]}})
+    tenant = current_tenant()
+    data = dict(data)
+    data.setdefault("schema", {"type": "object", "properties": {}})
+    data.pop("defaultViewId", None)  # no views exist yet
+    definition = EntityDefinition(org_id=tenant.org_id, name=data["name"], display_name=data["name"],
+                                  product=tenant.product, created_by=tenant.user_id, updated_by=tenant.user_id,
+                                  is_active=True, version=1, created_at=utcnow())
+    definition.updated_at = definition.created_at
+    _apply_definition(definition, data, provenance=provenance)
+    if definition.is_active is False:
+        raise ValidationFailed("A definition is created active.", {"fields": {"isActive": ["must be true"]}})
+    db.session.add(definition)
+    flush_unique(f"An entity named '{definition.name}' already exists.")
+    if commit:
+        db.session.commit()
+    return definition
+
+
+def update_definition(name: str, data: dict, *, provenance: bool = False, commit: bool = True) -> EntityDefinition:
+    """Apply a partial definition; bumps `version`; a stale numeric `version` is 409."""
+    definition = find_definition(name, include_inactive=True, lock=True)
+    check_version(data.get("version"), definition.version, "definition")
+    previous_embeddings, previous_schema = definition.embeddings_config, definition.schema
+    _apply_definition(definition, data, provenance=provenance)
+    definition.version += 1
+    definition.updated_at = utcnow()
+    definition.updated_by = current_tenant().user_id
+    flush_unique(f"An entity named '{definition.name}' already exists.")
+    changed = hooks.current().definition_changed
+    if changed is not None:
+        changed(db.session, current_tenant().product, definition, previous_embeddings)
+    if definition.schema != previous_schema or "isActive" in data:
+        from app.entities.indexes import schedule_sync
+
+        # per-field indexes follow the schema (built off the request path)
+        schedule_sync(db.session, current_tenant().product, definition.id)
+    # Records are not re-validated against a changed schema: they are checked when next written.
+    if commit:
+        db.session.commit()
+    return definition
+
+
+def delete_definition(name: str, *, delete_records: bool = False, hard_delete: bool = False) -> None:
+    """Soft delete (isActive false) by default; `deleteRecords` deletes (or soft-deletes) the records
+    too; `hardDelete` removes the definition row, and refuses (409) while records would be orphaned."""
+    definition = find_definition(name, include_inactive=hard_delete, lock=True)
+    records = select(EntityRecord.id).where(EntityRecord.org_id == definition.org_id,
+                                            EntityRecord.entity_id == definition.id)
+    if hard_delete:
+        if not delete_records and db.session.scalar(select(func.count()).select_from(records.subquery())):
+            raise Conflict(f"Entity '{name}' still has records; pass deleteRecords=true to delete them too.")
+        delete_relationships_of(records)
+        db.session.execute(delete(EntityRecord).where(EntityRecord.org_id == definition.org_id,
+                                                      EntityRecord.entity_id == definition.id))
+        db.session.delete(definition)
+    else:
+        if delete_records:
+            deactivate_relationships_of(records)
+            db.session.execute(update(EntityRecord).where(
+                EntityRecord.org_id == definition.org_id, EntityRecord.entity_id == definition.id,
+                EntityRecord.is_active.is_(True)).values(is_active=False, updated_at=utcnow()))
+        definition.is_active = False
+        definition.version += 1
+        definition.updated_at = utcnow()
+    from app.entities.indexes import schedule_sync
+
+    schedule_sync(db.session, current_tenant().product, definition.id)  # drops the per-field indexes
+    db.session.commit()
+
+
+def upsert_definitions(items: list[dict]) -> dict[str, Any]:
+    """Admin: create or update each definition by name; one readable error per rejected one."""
+    from app.entities.schemas import DefinitionInputSchema
+
+    created = updated = 0
+    errors: list[str] = []
+    for index, raw in enumerate(items):
+        label = f"definitions[{index}]"
+        if isinstance(raw, dict) and isinstance(raw.get("name"), str):
+            label += f" ({raw['name']})"
+        try:
+            data = DefinitionInputSchema().load(raw)
+            if "name" not in data:
+                raise ValidationFailed("name is required.", {"fields": {"name": ["Missing data for required "
+                                                                                "field."]}})
+            data.pop("version", None)
+            with db.session.begin_nested():
+                exists = db.session.scalar(tenant_select(EntityDefinition).where(
+                    EntityDefinition.name == data["name"], EntityDefinition.is_active.is_(True)))
+                if exists:
+                    update_definition(data["name"], data, provenance=True, commit=False)
+                    updated += 1
+                else:
+                    create_definition(data, provenance=True, commit=False)
+                    created += 1
+        except ValidationError as exc:
+            errors.append(f"{label}: {flatten_messages(exc.messages)}")
+        except ApiError as exc:
+            errors.append(f"{label}: {exc.message}" + (f" {flatten_messages(exc.details['fields'])}"
+                                                       if exc.details and "fields" in exc.details else ""))
+    db.session.commit()
+    return {"created": created, "updated": updated, "errors": errors}

@@ -1,0 +1,112 @@
+"""Saved views of a definition."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import update
+
+from app.db import db
+from app.entities.filters import FieldResolver, parse_filters
+from app.entities.models import EntityDefinition, EntityView
+from app.entities.services.context import filter_context
+from app.errors import NotFound, ValidationFailed
+from app.tenancy import current_tenant, tenant_select
+from app.wire import iso, new_id, utcnow
+
+
+def view_to_wire(v: EntityView, definition: EntityDefinition) -> dict[str, Any]:
+    return {"id": v.id, "entityId": v.entity_id, "entityName": definition.name, "name": v.name, "type": v.type,
+            "description": v.description, "columns": v.columns, "filters": v.filters, "sortBy": v.sort_by,
+            "sortOrder": v.sort_order, "pageSize": v.page_size, "isDefault": v.is_default, "config": v.config,
+            "createdAt": iso(v.created_at), "updatedAt": iso(v.updated_at), "createdBy": v.created_by,
+            "updatedBy": v.updated_by}
+
+
+def list_views(definition: EntityDefinition) -> list[EntityView]:
+    stmt = tenant_select(EntityView).where(EntityView.entity_id == definition.id).order_by(
+        EntityView.created_at, EntityView.id)
+    return list(db.session.scalars(stmt))
+
+
+def owned_view(definition: EntityDefinition, view_id: str) -> EntityView:
+    view = db.session.scalar(tenant_select(EntityView).where(EntityView.id == view_id,
+                                                             EntityView.entity_id == definition.id))
+    if view is None:
+        raise NotFound("View not found.")
+    return view
+
+
+def _check_view(definition: EntityDefinition, data: dict) -> None:
+    """Columns, sort field and filters must make sense for the definition (400 naming the problem)."""
+    ctx = filter_context(definition)
+    resolver = FieldResolver(ctx.catalog)
+    problems: dict[str, list[str]] = {}
+    for column in data.get("columns") or []:
+        try:
+            resolver.resolve(column)
+        except ValidationFailed:
+            problems.setdefault("columns", []).append(f"unknown field '{column}'")
+    if data.get("sortBy"):
+        try:
+            resolver.resolve(data["sortBy"])
+        except ValidationFailed:
+            problems.setdefault("sortBy", []).append(f"unknown field '{data['sortBy']}'")
+    if problems:
+        raise ValidationFailed("Invalid view.", {"fields": problems})
+    if "filters" in data:
+        parse_filters(data["filters"], ctx)
+
+
+_VIEW_ATTRS = {"name": "name", "type": "type", "description": "description", "columns": "columns",
+               "filters": "filters", "sortBy": "sort_by", "sortOrder": "sort_order", "pageSize": "page_size",
+               "config": "config"}
+
+
+def _apply_view(definition: EntityDefinition, view: EntityView, data: dict) -> None:
+    _check_view(definition, data)
+    for key, attr in _VIEW_ATTRS.items():
+        if key in data:
+            setattr(view, attr, data[key])
+    view.updated_at = utcnow()
+    view.updated_by = current_tenant().user_id
+    if data.get("isDefault") is True:
+        db.session.execute(update(EntityView).where(
+            EntityView.org_id == definition.org_id, EntityView.entity_id == definition.id,
+            EntityView.id != view.id).values(is_default=False))
+        view.is_default = True
+        definition.default_view_id = view.id
+    elif data.get("isDefault") is False:
+        view.is_default = False
+        if definition.default_view_id == view.id:
+            definition.default_view_id = None
+
+
+def create_view(definition: EntityDefinition, data: dict) -> EntityView:
+    """A saved view of the definition; `isDefault` makes it the definition's defaultViewId."""
+    if not data.get("name"):
+        raise ValidationFailed("Request validation failed.", {"fields": {"name": ["Missing data for required "
+                                                                                 "field."]}})
+    tenant = current_tenant()
+    _check_view(definition, data)
+    view = EntityView(id=new_id(), org_id=tenant.org_id, entity_id=definition.id, name=data["name"], type="table",
+                      columns=[], filters={}, sort_order=-1, config={}, is_default=False, created_by=tenant.user_id,
+                      created_at=utcnow())
+    db.session.add(view)
+    _apply_view(definition, view, data)
+    db.session.commit()
+    return view
+
+
+def update_view(definition: EntityDefinition, view_id: str, data: dict) -> None:
+    view = owned_view(definition, view_id)
+    _apply_view(definition, view, data)
+    db.session.commit()
+
+
+def delete_view(definition: EntityDefinition, view_id: str) -> None:
+    view = owned_view(definition, view_id)
+    if definition.default_view_id == view.id:
+        definition.default_view_id = None
+    db.session.delete(view)
+    db.session.commit()

@@ -1,0 +1,313 @@
+"""Entity store at scale: per-definition indexes (built by the index task) and `Prefer: count=…`."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import text
+
+from app.entities.fieldtypes import compile_definition_schema
+from app.entities.indexes import PREFIX, definition_key, plan_indexes
+from tests.functional.entities_support import (
+    ALL_TYPES_SCHEMA,
+    BASE,
+    FIXED_RECORDS,
+    create_definition,
+    create_record,
+    names,
+    org_headers,
+    query,
+)
+
+
+def definition_indexes(app, definition_id: str) -> dict[str, str]:
+    from app.db import db
+
+    with app.app_context(), db.engine.connect() as conn:
+        rows = conn.execute(text("SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'product_default' "
+                                 "AND indexname LIKE :p"), {"p": f"{PREFIX}{definition_key(definition_id)}%"})
+        return dict(rows.all())
+
+
+# --- index planning (pure) ----------------------------------------------------------------------
+
+def test_plan_indexes_covers_scalar_fields_with_the_compilers_expressions():
+    planned = plan_indexes("def-1", compile_definition_schema(ALL_TYPES_SCHEMA).catalog)
+    by_field: dict[str, list] = {}
+    for p in planned:
+        by_field.setdefault(p.field, []).append(p)
+    # numbers, dates, datetimes, short text: a b-tree; short text (not dropdowns) also a trigram GIN
+    assert {p.method for p in by_field["title"]} == {"btree", "gin"}
+    assert [p.method for p in by_field["status"]] == ["btree"]
+    assert [p.method for p in by_field["qty"]] == ["btree"]
+    assert "DESC NULLS LAST" in by_field["due"][0].definition
+    assert "public.entity_iso_timestamptz" in by_field["at"][0].definition
+    assert "gin_trgm_ops" in [p for p in by_field["title"] if p.method == "gin"][0].definition
+    # the definition's own copies of the generic GINs; long text, booleans, lists and JSON use them
+    assert sorted(p.definition for p in by_field[""]) == ["(fields jsonb_path_ops)", "(search_vector)"]
+    for name in ("body", "notes", "active", "labels", "watchers", "meta", "attachment", "photo"):
+        assert name not in by_field
+    # stable, unique names of at most 63 characters, tied to the definition
+    assert len({p.name for p in planned}) == len(planned)
+    assert all(len(p.name) <= 63 and p.name.startswith(f"{PREFIX}{definition_key('def-1')}_") for p in planned)
+    assert [p.name for p in planned] == [p.name for p in plan_indexes("def-1", compile_definition_schema(
+        ALL_TYPES_SCHEMA).catalog)]
+    ddl = planned[0].ddl('"product_x".entity_records', "def-'1", concurrently=True)
+    assert ddl.startswith("CREATE INDEX CONCURRENTLY IF NOT EXISTS ") and ddl.endswith("WHERE entity_id = 'def-''1'")
+
+
+# --- the index task -----------------------------------------------------------------------------
+
+@pytest.fixture()
+def indexing_app(make_app):
+    """Tasks in-process (no Redis), so the index task has run when the request returns."""
+    return make_app(ENTITY_INDEX_MIN_RECORDS=3, REDIS_URL="")
+
+
+def bulk_create(client, headers, entity, records):
+    resp = client.post(f"{BASE}/{entity}/records/bulk/create", json={"records": records}, headers=headers)
+    assert resp.status_code == 200, resp.get_json()
+
+
+def test_index_task_builds_after_growth_follows_the_schema_and_drops_on_delete(indexing_app):
+    client = indexing_app.test_client()
+    _org, headers = org_headers()
+    definition_id = create_definition(client, headers)
+    bulk_create(client, headers, "items", FIXED_RECORDS[:2])
+    assert definition_indexes(indexing_app, definition_id) == {}  # below the threshold: none
+
+    bulk_create(client, headers, "items", FIXED_RECORDS[2:])
+    built = definition_indexes(indexing_app, definition_id)
+    planned = plan_indexes(definition_id, compile_definition_schema(ALL_TYPES_SCHEMA).catalog)
+    assert set(built) == {p.name for p in planned}
+    assert all(f"WHERE ((entity_id)::text = '{definition_id}'::text)" in d for d in built.values())
+
+    # results are those of the reference data set, with the indexes in place
+    assert names(query(client, headers, "items", filters={"qty": {"$gte": 5}})) == {"Beta", "Gamma", "Epsilon"}
+    assert names(query(client, headers, "items", filters={"title": {"$contains": "HELLO"}})) == {"Alpha", "Beta"}
+    assert names(query(client, headers, "items", filters={"$not": {"qty": {"$gte": 5}}})) == {"Alpha", "Delta"}
+    assert names(query(client, headers, "items", filters={"at": {"$gte": "2026-01-10T11:00:00Z"}})) == {"Epsilon"}
+
+    # a field leaves the schema: its indexes go, the others stay
+    schema = {**ALL_TYPES_SCHEMA, "properties": {k: v for k, v in ALL_TYPES_SCHEMA["properties"].items()
+                                                  if k != "title"}, "required": []}
+    resp = client.put(f"{BASE}/definitions/items", json={"schema": schema}, headers=headers)
+    assert resp.status_code == 200, resp.get_json()
+    after = definition_indexes(indexing_app, definition_id)
+    assert set(after) == {p.name for p in planned if p.field != "title"} and len(after) < len(built)
+
+    resp = client.delete(f"{BASE}/definitions/items", headers=headers)
+    assert resp.status_code == 200, resp.get_json()
+    assert definition_indexes(indexing_app, definition_id) == {}
+
+
+def test_cli_syncs_definitions_that_grew_without_a_bulk_create(indexing_app):
+    client = indexing_app.test_client()
+    org, headers = org_headers()
+    definition_id = create_definition(client, headers)
+    for r in FIXED_RECORDS:  # single creates send no index task
+        create_record(client, headers, "items", r)
+    assert definition_indexes(indexing_app, definition_id) == {}
+    result = indexing_app.test_cli_runner().invoke(args=["entities", "sync-indexes", "--org", org])
+    assert result.exit_code == 0, result.output
+    assert "1 definition(s) checked" in result.output and "created 0" not in result.output
+    assert len(definition_indexes(indexing_app, definition_id)) == len(
+        plan_indexes(definition_id, compile_definition_schema(ALL_TYPES_SCHEMA).catalog))
+    again = indexing_app.test_cli_runner().invoke(args=["entities", "sync-indexes", "--org", org])
+    assert "created 0, dropped 0" in again.output  # idempotent
+
+
+def test_index_task_replaces_an_invalid_index(indexing_app):
+    from app.db import db
+    from app.entities.indexes import sync_definition
+
+    client = indexing_app.test_client()
+    _org, headers = org_headers()
+    definition_id = create_definition(client, headers)
+    bulk_create(client, headers, "items", FIXED_RECORDS)
+    name = sorted(definition_indexes(indexing_app, definition_id))[0]
+    with indexing_app.app_context(), db.engine.connect() as conn:  # what an interrupted CONCURRENTLY leaves
+        conn.execute(text("UPDATE pg_index SET indisvalid = false WHERE indexrelid = "
+                          "('product_default.' || :n)::regclass"), {"n": name})
+        conn.commit()
+    with indexing_app.app_context():
+        result = sync_definition("default", definition_id)
+    assert name in result["dropped"] and name in result["created"]
+    with indexing_app.app_context(), db.engine.connect() as conn:
+        assert conn.scalar(text("SELECT indisvalid FROM pg_index WHERE indexrelid = "
+                                "('product_default.' || :n)::regclass"), {"n": name}) is True
+
+
+# --- Prefer: count=… ----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def counted(app):
+    client = app.test_client()
+    _org, headers = org_headers()
+    create_definition(client, headers)
+    for r in FIXED_RECORDS:
+        create_record(client, headers, "items", r)
+    return client, headers
+
+
+def post_query(client, headers, prefer=None, **params):
+    extra = {"Prefer": prefer} if prefer else {}
+    return client.post(f"{BASE}/items/records/query", json={"query": params}, headers={**headers, **extra})
+
+
+def test_count_is_exact_without_a_preference(counted):
+    client, headers = counted
+    resp = post_query(client, headers, filters={"qty": {"$gte": 5}})
+    assert resp.get_json()["totalCount"] == 3 and "Preference-Applied" not in resp.headers
+    resp = post_query(client, headers, prefer="count=exact", filters={"qty": {"$gte": 5}})
+    assert resp.get_json()["totalCount"] == 3 and resp.headers["Preference-Applied"] == "count=exact"
+
+
+def test_count_planned_is_an_estimate_with_the_same_records(counted):
+    client, headers = counted
+    exact = post_query(client, headers, pageSize=2, filters={"status": "open"}).get_json()
+    resp = post_query(client, headers, prefer="count=planned", pageSize=2, filters={"status": "open"})
+    body = resp.get_json()
+    assert resp.status_code == 200 and resp.headers["Preference-Applied"] == "count=planned"
+    assert body["records"] == exact["records"]
+    assert isinstance(body["totalCount"], int) and body["totalCount"] >= len(body["records"])
+    # a full page is never reported as the last one
+    assert body["hasNextPage"] is True and body["totalPages"] >= 2
+
+
+def test_count_estimated_is_exact_below_the_threshold_and_an_estimate_above(counted, make_app):
+    client, headers = counted
+    resp = post_query(client, headers, prefer="count=estimated", filters={"qty": {"$gte": 5}})
+    assert resp.get_json()["totalCount"] == 3 and resp.headers["Preference-Applied"] == "count=exact"
+    low = make_app(ENTITY_COUNT_ESTIMATE_ABOVE=0).test_client()
+    resp = post_query(low, headers, prefer="respond-async, count=estimated", filters={})
+    assert resp.status_code == 200 and resp.headers["Preference-Applied"] == "count=estimated"
+    assert resp.get_json()["totalCount"] >= len(resp.get_json()["records"])
+
+
+def test_count_endpoint_honours_the_preference(counted):
+    client, headers = counted
+    url = f"{BASE}/items/records/count"
+    resp = client.post(url, json={"filters": {"status": "open"}}, headers={**headers, "Prefer": "count=planned"})
+    assert resp.status_code == 200 and resp.headers["Preference-Applied"] == "count=planned"
+    assert isinstance(resp.get_json(), int)
+    resp = client.post(url, json={"filters": {"status": "open"}}, headers=headers)
+    assert resp.get_json() == 2 and "Preference-Applied" not in resp.headers
+
+
+@pytest.mark.parametrize("prefer", ["count=bogus", "count", "count=planned;x=1=2", "count=PLANNED ", "=,,;"])
+def test_unknown_or_malformed_count_preferences_are_ignored(counted, prefer):
+    client, headers = counted
+    resp = post_query(client, headers, prefer=prefer, filters={"qty": {"$gte": 5}})
+    assert resp.status_code == 200
+    applied = resp.headers.get("Preference-Applied")
+    if applied is None:
+        assert resp.get_json()["totalCount"] == 3
+    else:  # "count=planned;x=1=2" and "count=PLANNED " are count=planned (parameters dropped, case folded)
+        assert applied == "count=planned"
+
+
+# --- keyset cursor --------------------------------------------------------------------------------
+
+@pytest.fixture()
+def paged(app):
+    client = app.test_client()
+    _org, headers = org_headers()
+    create_definition(client, headers)
+    for i in range(23):
+        fields = {"title": f"t{i:02d}", "qty": i % 5} if i % 4 else {"title": f"t{i:02d}"}  # some qty missing
+        create_record(client, headers, "items", {"name": f"r{i:02d}", "fields": fields})
+    return client, headers
+
+
+def walk(client, headers, **params) -> tuple[list[list[str]], list[dict]]:
+    pages, bodies, cursor = [], [], None
+    while True:
+        body = post_query(client, headers, **params, **({"cursor": cursor} if cursor else {})).get_json()
+        assert "records" in body, body
+        bodies.append(body)
+        pages.append([r["name"] for r in body["records"]])
+        cursor = body["nextCursor"]
+        if cursor is None:
+            return pages, bodies
+
+
+@pytest.mark.parametrize("order", [{}, {"sortOrder": 1}, {"sortBy": "qty", "sortOrder": -1},
+                                   {"sortBy": "qty", "sortOrder": 1}, {"sortBy": "title"},
+                                   {"sortBy": "created_at", "sortOrder": -1}])
+def test_cursor_pages_equal_numbered_pages(paged, order):
+    client, headers = paged
+    pages, bodies = walk(client, headers, pageSize=5, **order)
+    numbered = [[r["name"] for r in post_query(client, headers, page=n, pageSize=5, **order).get_json()["records"]]
+                for n in range(1, 6)]
+    assert pages == numbered and sum(map(len, pages)) == 23
+    assert [b["currentPage"] for b in bodies] == [1, 2, 3, 4, 5]
+    assert bodies[-1]["hasNextPage"] is False and bodies[1]["hasPreviousPage"] is True
+
+
+def test_cursor_with_filters_and_stable_under_inserts(paged):
+    client, headers = paged
+    params = {"pageSize": 4, "filters": {"qty": {"$gte": 1}}}
+    first = post_query(client, headers, **params).get_json()
+    before = [r["name"] for r in post_query(client, headers, page=2, **params).get_json()["records"]]
+    for i in range(3):  # newer records: page numbers shift, a cursor does not
+        create_record(client, headers, "items", {"name": f"new{i}", "fields": {"title": "n", "qty": 3}})
+    shifted = [r["name"] for r in post_query(client, headers, page=2, **params).get_json()["records"]]
+    followed = post_query(client, headers, cursor=first["nextCursor"], **params).get_json()
+    assert [r["name"] for r in followed["records"]] == before != shifted
+    assert followed["totalCount"] == first["totalCount"] + 3
+
+
+def test_cursor_is_signed_and_bound_to_its_query(paged):
+    client, headers = paged
+    cursor = post_query(client, headers, pageSize=5).get_json()["nextCursor"]
+    body, mac = cursor.split(".")
+
+    def rejected(resp, reason):
+        assert resp.status_code == 400, resp.get_json()
+        error = resp.get_json()["error"]
+        assert error["code"] == "VALIDATION_ERROR" and reason in error["details"]["fields"]["query.cursor"][0]
+
+    import base64
+    import json
+    payload = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+    forged = base64.urlsafe_b64encode(json.dumps({**payload, "p": 9}).encode()).rstrip(b"=").decode()
+    rejected(post_query(client, headers, pageSize=5, cursor=f"{forged}.{mac}"), "altered")
+    rejected(post_query(client, headers, pageSize=5, cursor=cursor[:-2] + ("AA" if cursor[-2:] != "AA" else "BB")),
+             "altered")
+    for junk in ("", "x", "a.b.c", "!!!.???", "." * 10):
+        rejected(post_query(client, headers, pageSize=5, cursor=junk), "")
+    rejected(post_query(client, headers, pageSize=6, cursor=cursor), "different")
+    rejected(post_query(client, headers, pageSize=5, filters={"qty": 1}, cursor=cursor), "different")
+    rejected(post_query(client, headers, pageSize=5, page=2, cursor=cursor), "page")
+    rejected(post_query(client, headers, pageSize=5, filters={"$search": "t01"}, cursor=cursor), "order")
+    _other, other_headers = org_headers()
+    create_definition(client, other_headers)
+    rejected(post_query(client, other_headers, pageSize=5, cursor=cursor), "another entity")
+
+
+# --- single-record GET in one statement ----------------------------------------------------------
+
+def test_record_get_answers_and_names_what_is_missing(app):
+    client = app.test_client()
+    _org, headers = org_headers()
+    create_definition(client, headers)
+    create_definition(client, headers, name="others")
+    rec = create_record(client, headers, "items", FIXED_RECORDS[0])
+    other = create_record(client, headers, "others", FIXED_RECORDS[1])
+    got = client.get(f"{BASE}/items/records/{rec['id']}", headers=headers)
+    assert got.status_code == 200 and got.get_json() == rec
+
+    def missing(url, message):
+        resp = client.get(url, headers=headers)
+        assert resp.status_code == 404 and resp.get_json()["error"]["message"] == message, resp.get_json()
+
+    missing(f"{BASE}/nope/records/{rec['id']}", "Entity 'nope' not found.")
+    missing(f"{BASE}/items/records/{other['id']}", "Record not found.")  # a record of another entity
+    missing(f"{BASE}/items/records/{'x' * 500}", "Record not found.")
+    _org2, headers2 = org_headers()
+    resp = client.get(f"{BASE}/items/records/{rec['id']}", headers=headers2)
+    assert resp.status_code == 404 and resp.get_json()["error"]["message"] == "Entity 'items' not found."
+    assert client.delete(f"{BASE}/items/records/{rec['id']}", headers=headers).status_code == 200
+    missing(f"{BASE}/items/records/{rec['id']}", "Record not found.")  # soft-deleted
+    assert client.delete(f"{BASE}/definitions/others", headers=headers).status_code == 200
+    missing(f"{BASE}/others/records/{other['id']}", "Entity 'others' not found.")  # soft-deleted definition

@@ -1,0 +1,69 @@
+"""Token and scope logic (app.auth) without HTTP: start-up refusal, claims → tenant, scope matching."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from app.auth import has_any_scope, require_role, require_scopes, scope_satisfies, tenant_from_claims
+from app.errors import Forbidden, Unauthorized
+from app.tenancy import Tenant
+
+
+def test_weak_secret_refuses_start(make_app):
+    with pytest.raises(RuntimeError, match="at least 32 bytes"):
+        make_app(JWT_SECRET="short-secret")
+
+
+@pytest.mark.parametrize("held,required,ok", [
+    ("read", "read:agents", True), ("write", "write:entities", True), ("admin", "admin:x", True),
+    ("read", "write:agents", False), ("read:agents", "read:entities", False),
+    ("read:agents", "read:agents", True), ("*", "anything", True)])
+def test_scope_satisfies(held, required, ok):
+    assert scope_satisfies(held, required) is ok
+
+
+def tenant(scopes=(), role=None):
+    return Tenant(org_id="o", user_id="u", email=None, role=role, scopes=tuple(scopes))
+
+
+def test_any_one_scope_suffices_and_admin_roles_and_star_bypass():
+    assert has_any_scope(tenant(["read:entities"]), ["write:entities", "read:entities"])
+    assert not has_any_scope(tenant(["read:entities"]), ["write:entities"])
+    assert has_any_scope(tenant([], role="admin"), ["write:entities"])
+    assert has_any_scope(tenant([], role="super_admin"), ["write:entities"])
+    assert has_any_scope(tenant(["*"]), ["write:entities"])
+    assert not has_any_scope(tenant([], role="user"), ["read"])
+
+
+def test_route_decorators_declare_what_authorize_request_enforces():
+    @require_scopes("read:x", "read")
+    def view():
+        return "ok"
+
+    @require_role("admin")
+    def admin_view():
+        return "ok"
+
+    assert view._required_scopes == ("read:x", "read") and view.__name__ == "view"
+    assert admin_view._required_roles == ("admin",)
+
+
+def test_claims_become_a_tenant(app):
+    with app.app_context():
+        t = tenant_from_claims({"org_id": "o1", "user_id": "u1", "email": "a@b.c", "role": "user",
+                                "scopes": "read write", "product": "Other"})
+        assert (t.org_id, t.user_id, t.scopes, t.product) == ("o1", "u1", ("read", "write"), "other")
+        assert tenant_from_claims({"org_id": "o1", "user_id": "u1"}).product == app.config["DEFAULT_PRODUCT"]
+
+
+@pytest.mark.parametrize("claims,error", [
+    ({"user_id": "u"}, Unauthorized), ({"org_id": "o", "user_id": ""}, Unauthorized),
+    ({"org_id": "o", "user_id": "u", "scopes": [1]}, Unauthorized),
+    ({"org_id": "o", "user_id": "u", "iat": time.time() + 3600}, Unauthorized),
+    ({"org_id": "o", "user_id": "u", "product": "???"}, Forbidden),
+])
+def test_bad_claims_are_refused(app, claims, error):
+    with app.app_context(), pytest.raises(error):
+        tenant_from_claims(claims)

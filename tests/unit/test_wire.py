@@ -1,0 +1,38 @@
+"""The wire layer's helpers (app.wire): one timestamp format, ids, envelopes."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+
+from app.errors import envelope
+from app.wire import iso, new_id, success_envelope, utcnow
+
+ISO_MS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
+
+
+@pytest.mark.parametrize("moment,text", [
+    (datetime(2026, 11, 23, 16, 25, 2, 123456, tzinfo=UTC), "2026-11-23T16:25:02.123Z"),
+    (datetime(2026, 11, 23, 16, 25, 2, tzinfo=UTC), "2026-11-23T16:25:02.000Z"),
+    (datetime(2026, 11, 23, 18, 25, 2, 999999, tzinfo=timezone(timedelta(hours=2))), "2026-11-23T16:25:02.999Z"),
+    (datetime(2026, 11, 23, 16, 25, 2, 5000), "2026-11-23T16:25:02.005Z"),  # naive: taken as UTC
+])
+def test_one_timestamp_format(moment, text):
+    assert iso(moment) == text and ISO_MS.match(text)
+
+
+def test_none_stays_none_and_now_is_stored_at_wire_precision():
+    assert iso(None) is None
+    now = utcnow()
+    assert now.tzinfo is UTC and now.microsecond % 1000 == 0
+    assert datetime.fromisoformat(iso(now).replace("Z", "+00:00")) == now  # what is returned is what is stored
+
+
+def test_ids_and_envelopes():
+    assert len({new_id() for _ in range(100)}) == 100 and len(new_id()) == 36
+    ok = success_envelope({"a": 1})
+    assert ok["data"] == {"a": 1} and ok["metadata"]["success"] is True and isinstance(ok["metadata"]["timestamp"], int)
+    err = envelope("NOT_FOUND", "gone")
+    assert err["error"] == {"code": "NOT_FOUND", "message": "gone"} and err["metadata"]["success"] is False
