@@ -21,7 +21,9 @@ API_INFO = {
     "OPENAPI_URL_PREFIX": "/api/v1",
     "OPENAPI_JSON_PATH": "openapi.json",
     "OPENAPI_SWAGGER_UI_PATH": "docs",
-    "OPENAPI_SWAGGER_UI_URL": "https://cdn.jsdelivr.net/npm/swagger-ui-dist@5/",
+    # Served by app/console from the flask-swagger-ui wheel; app/templates/swagger_ui.html replaces
+    # flask-smorest's page (whose inline script a Content-Security-Policy would block).
+    "OPENAPI_SWAGGER_UI_URL": "/api/v1/docs/assets/",
     "API_SPEC_OPTIONS": {
         "components": {"securitySchemes": {
             "bearerAuth": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}}},
@@ -82,7 +84,7 @@ def _domain_route_modules():
     """Each domain package's routes module, in a fixed order; missing domains are skipped."""
     import importlib
 
-    for name in ("entities", "agents", "images", "analytics", "email", "storage"):
+    for name in ("entities", "agents", "images", "analytics", "email", "storage", "console"):
         try:
             yield importlib.import_module(f"app.{name}.routes")
         except ModuleNotFoundError as exc:
