@@ -20,11 +20,12 @@
   // ---------------------------------------------------------------- formatting
   var integer = new Intl.NumberFormat("en-US", { maximumFractionDigits: 0 });
   var decimal = new Intl.NumberFormat("en-US", { maximumFractionDigits: 2 });
-  var money = new Intl.NumberFormat("en-US", { style: "currency", currency: "USD", minimumFractionDigits: 2, maximumFractionDigits: 4 });
+  var money = new Intl.NumberFormat("en-US", { style: "currency", currency: "USD" });
+  var cents = new Intl.NumberFormat("en-US", { style: "currency", currency: "USD", minimumFractionDigits: 2, maximumFractionDigits: 4 });
 
   function num(value) { var n = Number(value); return isFinite(n) ? n : 0; }
   function fmtInt(value) { return integer.format(num(value)); }
-  function fmtCost(value) { return money.format(num(value)); }
+  function fmtCost(value) { var n = num(value); return (Math.abs(n) < 1 ? cents : money).format(n); }
   function fmtDuration(seconds) {
     var s = Math.round(num(seconds));
     if (s < 60) { return s + "s"; }
@@ -274,6 +275,7 @@
     this.rowKey = rowKey;
     var self = this;
     Array.prototype.forEach.call(table.querySelectorAll("th[data-key]"), function (th) {
+      if (th.getAttribute("data-type") !== "text") { th.className = "num"; }
       var button = document.createElement("button");
       button.type = "button";
       button.className = "sort";
