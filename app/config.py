@@ -28,6 +28,13 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "REDIS_URL": ("", str, "Redis URL for Celery broker/results; empty = tasks run eagerly in-process"),
     "CELERY_KEY_PREFIX": ("", str, "Prefix of every Celery key in Redis (isolates deployments/test runs "
                                    "sharing one Redis database)"),
+    # Analytics ingest (buffer drained by the `analytics.flush` task)
+    "ANALYTICS_BATCH_SIZE": (2000, int, "Events stored per ingest transaction"),
+    "ANALYTICS_FLUSH_BUDGET_SECONDS": (20, int, "How long one flush task drains the buffer before re-arming"),
+    "ANALYTICS_FLUSH_TTL_SECONDS": (60, int, "Lifetime of the flush-pending flag (a lost flush task is "
+                                              "replaced after this long)"),
+    "ANALYTICS_INFLIGHT_STALE_SECONDS": (120, int, "An in-flight batch older than this (its worker died) "
+                                                   "is put back into the buffer"),
     # Auth and tenancy
     "JWT_SECRET": ("", str, "HS256 secret, at least 32 bytes; empty = generated into VAR_DIR/jwt-secret (dev)"),
     "JWT_ISSUER": ("platform-gateway", str, "Required `iss` claim"),
