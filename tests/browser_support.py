@@ -39,6 +39,9 @@ def live_server(app):
     """Serve `app` on 127.0.0.1 and a free port in a thread; yields the base URL."""
     from werkzeug.serving import make_server
 
+    import logging
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no access log per asset
     server = make_server("127.0.0.1", 0, app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, name="live-server", daemon=True)
     thread.start()

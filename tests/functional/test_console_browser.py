@@ -75,7 +75,6 @@ def browser_product(database_url):
 
     from migrations.runner import create_product
 
-    pytest.importorskip("app.analytics.routes", reason="the analytics API is not on this branch yet")
     chromium_paths()  # skip (or fail under REQUIRE_SERVICES) before doing any work
     engine = create_engine(database_url)
     slug = create_product(engine, f"console_{uuid.uuid4().hex[:8]}")
@@ -109,18 +108,27 @@ def console(make_app, browser_product):
     return build
 
 
-@pytest.fixture()
-def orgs(console, browser_product):
-    """Ingest the chats of org A and org B through the public ingest API; returns their ids."""
-    app, _ = console()
-    client = app.test_client()
+@pytest.fixture(scope="module")
+def orgs(app, database_url, browser_product):
+    """Ingest the chats of org A and org B through the public ingest API, once for the module
+    (written inline: no REDIS_URL); returns their ids."""
+    from app import create_app
+    from app.extensions import celery_app
+    from app.tasks import init_celery
+    from tests.conftest import app_config
+
+    writer = create_app(app_config(database_url, REDIS_URL=""))
+    client = writer.test_client()
     org_a, org_b = f"org-a-{uuid.uuid4().hex[:8]}", f"org-b-{uuid.uuid4().hex[:8]}"
-    for org, chats in ((org_a, CHATS_A), (org_b, CHATS_B)):
-        headers = bearer(token(org=org, scopes=("write",), product=browser_product))
-        for chat in chats:
-            for event in chat_events(chat):
-                resp = client.post("/api/v1/analytics/events", json=event, headers=headers)
-                assert resp.status_code == 202, resp.get_data(as_text=True)
+    try:
+        for org, chats in ((org_a, CHATS_A), (org_b, CHATS_B)):
+            headers = bearer(token(org=org, scopes=("write",), product=browser_product))
+            for chat in chats:
+                for event in chat_events(chat):
+                    resp = client.post("/api/v1/analytics/events", json=event, headers=headers)
+                    assert resp.status_code == 202, resp.get_data(as_text=True)
+    finally:
+        init_celery(celery_app, app)  # Celery is process-global: give it back to the test app
     return org_a, org_b
 
 
