@@ -326,9 +326,21 @@ def test_platform_view_for_admins_shows_orgs_and_channels(console, orgs, browser
         assert dict(zip(bars["labels"], bars["datasets"][0]["data"])) == {"web": 3, "whatsapp": 1}
         screenshot(browser, "console-global.png")
 
+        # Drill into a channel: its days and its organizations.
+        assert not browser.find_element(By.ID, "channel-detail").is_displayed()
+        browser.find_element(By.CSS_SELECTOR, "#channels-table tr[data-id=web] button.pick").click()
+        wait_loaded(browser, "global", day(-29), day(0) + ":web")
+        assert browser.find_element(By.ID, "channel-title").text == "Channel: web"
+        per_day = chart(browser, "channel-daily-chart")
+        chats_by_day = dict(zip(per_day["labels"], per_day["datasets"][0]["data"]))
+        assert {k: v for k, v in chats_by_day.items() if v} == {day(-20): 1, day(-2): 1, day(-1): 1}
+        on_web = {row[0]: row[2] for row in table(browser, "channel-orgs-table")}
+        assert on_web == {org_a: "2", org_b: "1"}
+
         browser.find_element(By.CSS_SELECTOR, ".range-presets button[data-days='7']").click()
-        wait_loaded(browser, "global", day(-6), day(0))
+        wait_loaded(browser, "global", day(-6), day(0) + ":web")
         assert totals(browser, "global-totals")["total_chats"][1] == "3"
+        assert {row[0]: row[2] for row in table(browser, "channel-orgs-table")} == {org_a: "1", org_b: "1"}
         assert severe_console_errors(browser) == []
 
 

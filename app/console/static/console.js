@@ -11,7 +11,7 @@
   var ADMIN_ROLES = ["admin", "super_admin"];
 
   var auth = { token: null, mode: null, refreshTimer: null, warnTimer: null, refreshing: null };
-  var state = { view: "org", days: 30, from: null, to: null, isAdmin: false, loadSeq: 0 };
+  var state = { view: "org", days: 30, from: null, to: null, isAdmin: false, channel: null, loadSeq: 0 };
   var charts = {};
   var tables = {};
 
@@ -267,8 +267,9 @@
   }
 
   // ---------------------------------------------------------------- tables
-  function SortableTable(table, rowKey) {
+  function SortableTable(table, rowKey, onPick) {
     this.table = table;
+    this.onPick = onPick || null;
     this.rows = [];
     this.sortKey = null;
     this.sortDir = -1;
@@ -302,7 +303,7 @@
   SortableTable.prototype.render = function () {
     var key = this.sortKey, dir = this.sortDir, columns = this.columns();
     var type = (columns.filter(function (c) { return c.key === key; })[0] || {}).type;
-    var rowKey = this.rowKey;
+    var rowKey = this.rowKey, onPick = this.onPick;
     this.rows.sort(function (a, b) {
       var x = a[key], y = b[key];
       if (type === "text") {
@@ -325,7 +326,17 @@
         var td = document.createElement("td");
         var value = row[c.key];
         if (c.type === "text" && (value === null || value === undefined || value === "")) { value = row[rowKey]; }
-        td.textContent = FORMATS[c.type || "text"](value);
+        var text = FORMATS[c.type || "text"](value);
+        if (onPick && c === columns[0]) {
+          var pick = document.createElement("button");
+          pick.type = "button";
+          pick.className = "link pick";
+          pick.textContent = text;
+          pick.addEventListener("click", function () { onPick(row); });
+          td.appendChild(pick);
+        } else {
+          td.textContent = text;
+        }
         if (c.type !== "text") { td.className = "num"; td.setAttribute("data-value", value === null || value === undefined ? "" : String(value)); }
         tr.appendChild(td);
       });
@@ -398,6 +409,25 @@
     });
   }
 
+  function drawChannelDaily(rows, range) {
+    var byDay = {};
+    rows.forEach(function (row) { byDay[String(row.date).slice(0, 10)] = row; });
+    var days = daysBetween(range.from, range.to);
+    function series(field) { return days.map(function (d) { return byDay[d] ? num(byDay[d][field]) : 0; }); }
+    drawChart("channel-daily-chart", {
+      type: "line",
+      data: {
+        labels: days,
+        datasets: [
+          { label: "Chats", data: series("total_chats"), borderColor: PALETTE[0], backgroundColor: PALETTE[0], tension: 0.2 },
+          { label: "Messages", data: series("total_messages"), borderColor: PALETTE[1], backgroundColor: PALETTE[1], tension: 0.2 },
+          { label: "Users", data: series("unique_users"), borderColor: PALETTE[3], backgroundColor: PALETTE[3], tension: 0.2 }
+        ]
+      },
+      options: { interaction: { mode: "index", intersect: false }, scales: { y: { beginAtZero: true } } }
+    });
+  }
+
   function fillTotals(containerId, summary) {
     Array.prototype.forEach.call($(containerId).querySelectorAll("[data-metric]"), function (el) {
       var key = el.getAttribute("data-metric");
@@ -431,6 +461,10 @@
     $("range-to").value = range.to;
     $("range-label").textContent = rangeLabel(range);
     var seq = ++state.loadSeq;
+    // What the page shows once this load settles (tests and people wait for it).
+    var loadKey = state.view + ":" + range.from + ":" + range.to
+      + (state.view === "global" && state.channel ? ":" + state.channel : "");
+    body.removeAttribute("data-loaded");
     var params = { from: range.from, to: range.to };
     setBusy(true);
     setStatus("Loading analytics…", "loading");
@@ -438,7 +472,7 @@
     return work.then(function (empty) {
       if (seq !== state.loadSeq) { return; }
       setStatus(empty ? "No data in this date range. Try a longer range." : "", empty ? "empty" : "");
-      body.setAttribute("data-loaded", state.view + ":" + range.from + ":" + range.to);
+      body.setAttribute("data-loaded", loadKey);
     }).catch(function (failure) {
       if (seq !== state.loadSeq) { return; }
       setStatus(explain(failure), "error");
@@ -468,7 +502,7 @@
     });
   }
 
-  function loadGlobal(params) {
+  function loadGlobal(params, range) {
     show($("org-view"), false);
     show($("global-view"), true);
     return Promise.all([
@@ -482,8 +516,29 @@
       tables.channels.setRows(channels, "total_chats");
       drawChannels(channels);
       show($("channels-empty"), channels.length === 0);
-      return orgs.length === 0 && channels.length === 0;
+      show($("channels-hint"), channels.length > 0);
+      var picked = channels.some(function (c) { return c.channel === state.channel; });
+      show($("channel-detail"), picked);
+      return (picked ? loadChannel(state.channel, params, range) : Promise.resolve()).then(function () {
+        return orgs.length === 0 && channels.length === 0;
+      });
     });
+  }
+
+  function loadChannel(channel, params, range) {
+    var base = "/analytics/global/channels/" + encodeURIComponent(channel);
+    return Promise.all([api(base + "/daily", params), api(base + "/orgs", params)]).then(function (answers) {
+      $("channel-title").textContent = "Channel: " + channel;
+      drawChannelDaily(answers[0].data || [], range);
+      tables.channelOrgs.setRows(answers[1].data || [], "total_chats");
+      show($("channel-detail"), true);
+      body.setAttribute("data-channel", channel);
+    });
+  }
+
+  function pickChannel(row) {
+    state.channel = row.channel;
+    load();
   }
 
   // ---------------------------------------------------------------- controls
@@ -522,7 +577,8 @@
     tables.agents = new SortableTable($("agents-table"), "agent_id");
     tables.usage = new SortableTable($("usage-table"), "model");
     tables.orgs = new SortableTable($("orgs-table"), "org_id");
-    tables.channels = new SortableTable($("channels-table"), "channel");
+    tables.channels = new SortableTable($("channels-table"), "channel", pickChannel);
+    tables.channelOrgs = new SortableTable($("channel-orgs-table"), "org_id");
     bindSignIn();
     bindControls();
     if (!DEV_SIGNIN) { showSignIn(); return; }
