@@ -93,8 +93,10 @@ def _domain_route_modules():
 
 
 def _register_cli(app: Flask) -> None:
+    from app.analytics.demo import analytics_cli
     from app.cli import db_cli, embeddings_cli, products_cli, token_cli
 
+    app.cli.add_command(analytics_cli)
     app.cli.add_command(db_cli)
     app.cli.add_command(embeddings_cli)
     app.cli.add_command(products_cli)
