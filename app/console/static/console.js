@@ -25,7 +25,10 @@
 
   function num(value) { var n = Number(value); return isFinite(n) ? n : 0; }
   function fmtInt(value) { return integer.format(num(value)); }
-  function fmtCost(value) { var n = num(value); return (Math.abs(n) < 1 ? cents : money).format(n); }
+  function fmtCost(value) {
+    var n = num(value);  // cents, unless a sum is under one cent and would read as $0.00
+    return (n !== 0 && Math.abs(n) < 0.01 ? cents : money).format(n);
+  }
   function fmtDuration(seconds) {
     var s = Math.round(num(seconds));
     if (s < 60) { return s + "s"; }
