@@ -15,9 +15,11 @@ DRIVER_CANDIDATES = ("chromedriver",)
 
 def _which(names) -> str | None:
     for name in names:
-        path = shutil.which(name) or (f"/usr/lib/chromium/{name}" if os.path.exists(f"/usr/lib/chromium/{name}") else None)
+        path = shutil.which(name)
         if path:
             return path
+        if os.path.exists(f"/usr/lib/chromium/{name}"):  # Debian's layout when /usr/bin is not on PATH
+            return f"/usr/lib/chromium/{name}"
     return None
 
 
@@ -37,9 +39,9 @@ def chromium_paths() -> tuple[str, str]:
 @contextlib.contextmanager
 def live_server(app):
     """Serve `app` on 127.0.0.1 and a free port in a thread; yields the base URL."""
-    from werkzeug.serving import make_server
-
     import logging
+
+    from werkzeug.serving import make_server
 
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no access log per asset
     server = make_server("127.0.0.1", 0, app, threaded=True)

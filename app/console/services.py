@@ -29,7 +29,7 @@ COOKIE_PATH = "/console"
 # `read` or `read:analytics`; the global view is granted by the role, not a scope).
 TOKEN_SCOPES = ("read:analytics",)
 ROLES = ("admin", "super_admin")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:-]{0,127}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@:-]{0,127}")
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class ConsoleIdentity:
 
 def valid_name(value: str) -> bool:
     """Org, user and product names a console session accepts (the characters ids use)."""
-    return bool(_NAME.match(value))
+    return _NAME.fullmatch(value) is not None  # fullmatch: `$` would let a trailing newline in
 
 
 def _serializer(secret: str) -> URLSafeTimedSerializer:

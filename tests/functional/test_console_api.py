@@ -265,6 +265,7 @@ def test_malformed_sign_in_json_is_400(dev_client, raw):
     ({"orgId": "a b"}, "orgId"),
     ({"orgId": "x" * 129}, "orgId"),
     ({"orgId": "acme\u0000"}, "orgId"),
+    ({"orgId": "acme\n"}, "orgId"),
     ({"orgId": 42}, "orgId"),
     ({"orgId": "acme", "role": "owner"}, "role"),
     ({"orgId": "acme", "userId": "../etc"}, "userId"),

@@ -22,7 +22,7 @@ from tests.browser_support import chromium_driver, chromium_paths, live_server
 from tests.conftest import ROOT
 from tests.support import bearer, token
 
-TODAY = dt.datetime.now(dt.timezone.utc).date()
+TODAY = dt.datetime.now(dt.UTC).date()
 
 
 def day(offset: int) -> str:
@@ -231,10 +231,10 @@ def test_org_dashboard_shows_the_api_numbers_and_the_date_picker_changes_them(co
 
         daily = chart(browser, "daily-chart")
         assert daily["labels"] == [day(n) for n in range(-29, 1)]
-        chats_by_day = dict(zip(daily["labels"], daily["datasets"][0]["data"]))
+        chats_by_day = dict(zip(daily["labels"], daily["datasets"][0]["data"], strict=True))
         assert [d["label"] for d in daily["datasets"]] == ["Chats", "Messages", "Tokens"]
         assert {k: v for k, v in chats_by_day.items() if v} == {day(-20): 1, day(-3): 1, day(-1): 1}
-        tokens_by_day = dict(zip(daily["labels"], daily["datasets"][2]["data"]))
+        tokens_by_day = dict(zip(daily["labels"], daily["datasets"][2]["data"], strict=True))
         assert (tokens_by_day[day(-1)], tokens_by_day[day(-3)], tokens_by_day[day(-20)]) == (400, 75, 60)
         assert not browser.find_element(By.ID, "daily-empty").is_displayed()
 
@@ -323,7 +323,7 @@ def test_platform_view_for_admins_shows_orgs_and_channels(console, orgs, browser
         assert set(channels) == {"web", "whatsapp"}
         assert (channels["web"][2], channels["web"][3]) == ("2", "3")  # orgs, chats
         bars = chart(browser, "channels-chart")
-        assert dict(zip(bars["labels"], bars["datasets"][0]["data"])) == {"web": 3, "whatsapp": 1}
+        assert dict(zip(bars["labels"], bars["datasets"][0]["data"], strict=True)) == {"web": 3, "whatsapp": 1}
         screenshot(browser, "console-global.png")
 
         # Drill into a channel: its days and its organizations.
@@ -332,7 +332,7 @@ def test_platform_view_for_admins_shows_orgs_and_channels(console, orgs, browser
         wait_loaded(browser, "global", day(-29), day(0) + ":web")
         assert browser.find_element(By.ID, "channel-title").text == "Channel: web"
         per_day = chart(browser, "channel-daily-chart")
-        chats_by_day = dict(zip(per_day["labels"], per_day["datasets"][0]["data"]))
+        chats_by_day = dict(zip(per_day["labels"], per_day["datasets"][0]["data"], strict=True))
         assert {k: v for k, v in chats_by_day.items() if v} == {day(-20): 1, day(-2): 1, day(-1): 1}
         on_web = {row[0]: row[2] for row in table(browser, "channel-orgs-table")}
         assert on_web == {org_a: "2", org_b: "1"}
