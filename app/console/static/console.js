@@ -356,11 +356,19 @@
     charts[id] = new window.Chart($(id), config);
   }
 
-  function drawDaily(rows, range) {
+  function perDay(rows, range) {
+    // Every day of the range, a day the API did not list counting as 0.
     var byDay = {};
     rows.forEach(function (row) { byDay[String(row.date).slice(0, 10)] = row; });
     var days = daysBetween(range.from, range.to);
-    function series(field) { return days.map(function (d) { return byDay[d] ? num(byDay[d][field]) : 0; }); }
+    return {
+      days: days,
+      series: function (field) { return days.map(function (d) { return byDay[d] ? num(byDay[d][field]) : 0; }); }
+    };
+  }
+
+  function drawDaily(rows, range) {
+    var daily = perDay(rows, range), days = daily.days, series = daily.series;
     var chats = series("total_chats"), messages = series("total_messages"), tokens = series("total_tokens");
     drawChart("daily-chart", {
       type: "line",
@@ -413,10 +421,7 @@
   }
 
   function drawChannelDaily(rows, range) {
-    var byDay = {};
-    rows.forEach(function (row) { byDay[String(row.date).slice(0, 10)] = row; });
-    var days = daysBetween(range.from, range.to);
-    function series(field) { return days.map(function (d) { return byDay[d] ? num(byDay[d][field]) : 0; }); }
+    var daily = perDay(rows, range), days = daily.days, series = daily.series;
     drawChart("channel-daily-chart", {
       type: "line",
       data: {
