@@ -392,3 +392,40 @@ def test_a_short_lived_token_is_refreshed_before_it_expires(console, orgs, brows
     later = [(status, tok) for path, status, tok in seen[refreshed_at:] if path.startswith("/api/v1/analytics")]
     assert len(later) == 4
     assert all(status == 200 and tok != first_token for status, tok in later)
+
+
+def test_pasted_tokens_and_the_messages_people_see(make_app, orgs, browser, browser_product):
+    """Without the development sign-in the page takes a pasted token (e.g. `flask token mint`), and
+    says in words what is wrong with one that cannot be used."""
+    from selenium.webdriver.common.by import By
+
+    org_a, _ = orgs
+    app = make_app()  # CONSOLE_DEV_SIGNIN off
+
+    def paste(value):
+        form = browser.find_element(By.ID, "token-form")
+        form.find_element(By.NAME, "token").send_keys(value)
+        form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+
+    with live_server(app) as base:
+        browser.get(base + "/console/analytics")
+        wait(browser, lambda d: d.find_element(By.ID, "signin").is_displayed())
+        assert browser.find_elements(By.ID, "dev-signin-form") == []
+
+        paste(token(org=org_a, scopes=("read",), product=browser_product, ttl=-120))  # expired
+        wait(browser, lambda d: d.find_element(By.ID, "signin-error").is_displayed())
+        assert "access token has expired or is not valid" in browser.find_element(By.ID, "signin-error").text
+        assert browser.find_element(By.NAME, "token").get_attribute("value") == ""  # not left in the form
+
+        paste(token(org=org_a, scopes=("write:agents",), product=browser_product))  # no analytics scope
+        wait(browser, lambda d: "may not read analytics" in d.find_element(By.ID, "status").text)
+        assert "read or read:analytics" in browser.find_element(By.ID, "status").text
+
+        browser.find_element(By.ID, "sign-out").click()
+        paste(token(org=org_a, scopes=("read:analytics",), product=browser_product))
+        wait_loaded(browser, "org", day(-29), day(0))
+        assert totals(browser, "org-totals")["total_chats"][1] == "3"
+        assert browser.find_element(By.ID, "status").text == ""
+        # nothing of the token is kept where another page or a later visit could read it
+        assert browser.execute_script("return window.localStorage.length + window.sessionStorage.length") == 0
+        assert browser.execute_script("return document.cookie") == ""
