@@ -429,3 +429,21 @@ def test_pasted_tokens_and_the_messages_people_see(make_app, orgs, browser, brow
         # nothing of the token is kept where another page or a later visit could read it
         assert browser.execute_script("return window.localStorage.length + window.sessionStorage.length") == 0
         assert browser.execute_script("return document.cookie") == ""
+
+
+def test_swagger_ui_renders_from_local_assets_under_the_csp(make_app, browser):
+    """/api/v1/docs draws every operation with only this origin's files; a CSP violation or a
+    failed load would show up as a SEVERE console message."""
+    from selenium.webdriver.common.by import By
+
+    with live_server(make_app()) as base:
+        browser.get(base + "/api/v1/docs")
+        wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, ".opblock")) > 0)
+        paths = browser.execute_script(
+            "return Array.from(document.querySelectorAll('.opblock-summary-path')).map(function (e) {"
+            "  return e.getAttribute('data-path'); });")
+        assert "/api/v1/analytics/summary" in paths and "/api/v1/me" in paths
+        loaded = browser.execute_script(
+            "return performance.getEntriesByType('resource').map(function (e) { return e.name; });")
+        assert loaded and all(url.startswith(base + "/") for url in loaded), loaded
+        assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []

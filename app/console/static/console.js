@@ -256,6 +256,7 @@
       adoptPastedToken(token);
       startDashboard().catch(function (failure) {
         auth.token = null;
+        clearTimers();
         signInFailed(failure);
       });
     });
