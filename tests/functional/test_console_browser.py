@@ -369,7 +369,7 @@ def test_an_expired_token_is_refreshed_from_the_session_and_the_call_retried(con
     assert (api_calls[0][1], api_calls[0][2]) == (401, stale)  # the expired token was refused…
     assert any(path == "/console/token" and status == 200 for path, status, _ in seen)  # …refreshed…
     assert {tok for _, status, tok in api_calls if status == 200} == {fresh}  # …and every call retried
-    assert len(issued) == 2  # one refresh shared by the calls that failed together
+    assert len(issued) == 2  # the sign-in token and exactly one refresh
 
 
 def test_a_short_lived_token_is_refreshed_before_it_expires(console, orgs, browser, browser_product):
