@@ -447,3 +447,32 @@ def test_swagger_ui_renders_from_local_assets_under_the_csp(make_app, browser):
             "return performance.getEntriesByType('resource').map(function (e) { return e.name; });")
         assert loaded and all(url.startswith(base + "/") for url in loaded), loaded
         assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def test_the_page_shows_that_it_is_loading_until_the_answers_arrive(console, orgs, browser, browser_product):
+    from selenium.webdriver.common.by import By
+
+    org_a, _ = orgs
+    app, _seen = console()
+    gate = threading.Event()
+    gate.set()
+
+    @app.before_request
+    def hold_analytics():  # the test decides when the analytics answers may leave
+        from flask import request
+
+        if request.path.startswith("/api/v1/analytics/"):
+            gate.wait(30)
+
+    with live_server(app) as base:
+        sign_in(browser, base, org_a, browser_product)
+        wait_loaded(browser, "org", day(-29), day(0))
+        gate.clear()
+        browser.find_element(By.CSS_SELECTOR, ".range-presets button[data-days='90']").click()
+        wait(browser, lambda d: d.find_element(By.ID, "status").text == "Loading analytics…")
+        assert browser.find_element(By.ID, "org-view").get_attribute("aria-busy") == "true"
+        assert browser.execute_script("return document.body.getAttribute('data-loaded')") is None
+        gate.set()
+        wait_loaded(browser, "org", day(-89), day(0))
+        assert browser.find_element(By.ID, "status").text == ""
+        assert browser.find_element(By.ID, "org-view").get_attribute("aria-busy") == "false"
