@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 
 from sqlalchemy import create_engine, text
 
@@ -20,6 +19,7 @@ from tests.conftest import ROOT, _database_url, app_config
 
 OUT = os.path.join(ROOT, "docs", "images")
 ORGS = (("acme", 420), ("globex", 180), ("initech", 70))
+PRODUCT = "demo"  # a product of the test database, made and dropped by this script
 
 
 def _fill(app, product: str) -> None:
@@ -63,7 +63,8 @@ def main() -> None:
     url = _database_url()
     engine = create_engine(url)
     upgrade_all(engine, "default")
-    product = create_product(engine, f"console_shots_{uuid.uuid4().hex[:6]}")
+    _drop(engine, PRODUCT)  # left over from an interrupted run
+    product = create_product(engine, PRODUCT)
     try:
         app = create_app(app_config(url, CONSOLE_DEV_SIGNIN=True, REDIS_URL=""))
         _fill(app, product)
@@ -91,10 +92,14 @@ def main() -> None:
             finally:
                 driver.quit()
     finally:
-        with engine.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA IF EXISTS "product_{product}" CASCADE'))
-            conn.execute(text("DELETE FROM platform.products WHERE slug = :s"), {"s": product})
+        _drop(engine, product)
         engine.dispose()
+
+
+def _drop(engine, product: str) -> None:
+    with engine.begin() as conn:
+        conn.execute(text(f'DROP SCHEMA IF EXISTS "product_{product}" CASCADE'))
+        conn.execute(text("DELETE FROM platform.products WHERE slug = :s"), {"s": product})
 
 
 if __name__ == "__main__":
