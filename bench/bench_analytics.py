@@ -36,6 +36,8 @@ from bench.common import ROOT, BENCH_SECRET, bench_app, bench_database_url, benc
 
 SCHEMA = "product_default"
 EVENTS = int(os.environ.get("BENCH_ANALYTICS_EVENTS", "100000"))
+SINGLE = int(os.environ.get("BENCH_ANALYTICS_SINGLE", str(EVENTS // 5)))
+PER_POST = 100
 FACTS = int(os.environ.get("BENCH_ANALYTICS_FACTS", "5000000"))
 BIG = "bench-big"
 ORGS = [BIG] + [f"bench-org-{i:03d}" for i in range(199)]
@@ -88,11 +90,12 @@ def _bodies(prefix: str, n: int, orgs: int = 20) -> list[tuple[str, dict]]:
     return out
 
 
-def _client(port: int, items: list[tuple[str, bytes]], headers: dict[str, dict], lat: list[float]) -> None:
+def _client(port: int, items: list[tuple[str, bytes]], headers: dict[str, dict], lat: list[float],
+            path: str = "/api/v1/analytics/events") -> None:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     for org, body in items:
         start = time.perf_counter()
-        conn.request("POST", "/api/v1/analytics/events", body=body, headers=headers[org])
+        conn.request("POST", path, body=body, headers=headers[org])
         resp = conn.getresponse()
         resp.read()
         lat.append((time.perf_counter() - start) * 1000)
@@ -111,6 +114,7 @@ def ingest() -> dict:
     pg = psycopg.connect(_pg_url(url))
     _purge(pg, "bench-ingest-")
     _purge(pg, "bench-drain-")
+    _purge(pg, "bench-single-")
     web = subprocess.Popen([os.path.join(bindir, "gunicorn"), "-c", "docker/gunicorn.conf.py", "--access-logfile",
                             "/dev/null", "wsgi:app"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
@@ -119,41 +123,57 @@ def ingest() -> dict:
                                f"bench-{uuid.uuid4().hex[:6]}@%h"], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
+        single = _bodies("bench-single-", SINGLE)
         bodies = _bodies("bench-ingest-", EVENTS)
         headers = {org: {"Authorization": f"Bearer {bench_token(org)}", "Content-Type": "application/json"}
-                   for org in {o for o, _ in bodies}}
-        encoded = [(org, json.dumps(body).encode()) for org, body in bodies]
+                   for org in {o for o, _ in bodies + single}}
         _wait_http(port)
         warm: list[float] = []
         _client(port, [(o, json.dumps({"sessionId": "w", "userId": "w", "eventType": "warm",
                                        "eventCategory": "bench"}).encode()) for o in list(headers)[:5]] * 10,
                 headers, warm)
         time.sleep(2)
-        base = _count(pg, "bench-ingest-")
-        lat: list[float] = []
-        slices = [encoded[i::THREADS] for i in range(THREADS)]
-        threads = [threading.Thread(target=_client, args=(port, s, headers, lat)) for s in slices]
-        start = time.monotonic()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        posted = time.monotonic() - start
-        while _count(pg, "bench-ingest-") < base + EVENTS:
-            if time.monotonic() - start > 1800:
-                raise RuntimeError("ingest did not finish in 30 minutes")
-            time.sleep(0.2)
-        persisted = time.monotonic() - start
+        # (1a) one event per POST
+        encoded = [(org, json.dumps(body).encode()) for org, body in single]
+        lat1, posted1, persisted1 = _run(pg, port, "bench-single-", encoded, headers, "/api/v1/analytics/events", SINGLE)
+        # (1b) 100 events per POST (/events/batch)
+        by_org: dict[str, list] = {}
+        for org, body in bodies:
+            by_org.setdefault(org, []).append(body)
+        encoded = [(org, json.dumps({"events": evs[i:i + PER_POST]}).encode())
+                   for org, evs in by_org.items() for i in range(0, len(evs), PER_POST)]
+        random.Random(2).shuffle(encoded)
+        lat, posted, persisted = _run(pg, port, "bench-ingest-", encoded, headers, "/api/v1/analytics/events/batch",
+                                      EVENTS)
         drain = _drain(pg, prefix, redis_url, port, headers)
         copy = _copy_floor(pg, drain.pop("rows"))
         exact = _check_ingested(url, [o for o in headers])
-        return {"posted": posted, "persisted": persisted, "lat": lat, **drain, "copy": copy, "exact": exact}
+        return {"posted": posted, "persisted": persisted, "lat": lat, "posted1": posted1, "persisted1": persisted1,
+                "lat1": lat1, **drain, "copy": copy, "exact": exact}
     finally:
         web.terminate()
         worker.terminate()
         web.wait(40)
         worker.wait(40)
         pg.close()
+
+
+def _run(pg, port, prefix, encoded, headers, path, expected):
+    base = _count(pg, prefix)
+    lat: list[float] = []
+    slices = [encoded[i::THREADS] for i in range(THREADS)]
+    threads = [threading.Thread(target=_client, args=(port, s, headers, lat, path)) for s in slices]
+    start = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    posted = time.monotonic() - start
+    while _count(pg, prefix) < base + expected:
+        if time.monotonic() - start > 1800:
+            raise RuntimeError("ingest did not finish in 30 minutes")
+        time.sleep(0.2)
+    return lat, posted, time.monotonic() - start
 
 
 def _wait_http(port: int) -> None:
@@ -465,13 +485,15 @@ def main() -> str:
     load = os.getloadavg()[0]
     print(f"== ingest {EVENTS} events", flush=True)
     ing = ingest()
-    lat = summary(ing["lat"])
+    lat, lat1 = summary(ing["lat"]), summary(ing["lat1"])
     ingest_table = table(
         ["measure", "value"],
-        [("events POSTed", EVENTS),
-         ("HTTP accept rate (events/s)", EVENTS / ing["posted"]),
-         ("persisted through HTTP → Redis → worker → PostgreSQL (events/s)", EVENTS / ing["persisted"]),
-         ("POST /events latency p50 (ms)", lat["p50"]), ("POST /events latency p99 (ms)", lat["p99"]),
+        [(f"one event per POST /events: {SINGLE} events, accepted (events/s)", SINGLE / ing["posted1"]),
+         ("… persisted through HTTP → Redis → worker → PostgreSQL (events/s)", SINGLE / ing["persisted1"]),
+         ("… POST /events latency p50 (ms)", lat1["p50"]), ("… POST /events latency p99 (ms)", lat1["p99"]),
+         (f"{PER_POST} events per POST /events/batch: {EVENTS} events, accepted (events/s)", EVENTS / ing["posted"]),
+         ("… persisted through HTTP → Redis → worker → PostgreSQL (events/s)", EVENTS / ing["persisted"]),
+         ("… POST /events/batch latency p50 (ms)", lat["p50"]), ("… POST /events/batch latency p99 (ms)", lat["p99"]),
          ("worker drain, buffer → PostgreSQL incl. rollups (events/s)", EVENTS / ing["drain"]),
          ("raw COPY of the same rows into a copy of the events table (events/s, floor)", EVENTS / ing["copy"]),
          ("worker drain / COPY", (EVENTS / ing["drain"]) / (EVENTS / ing["copy"])),

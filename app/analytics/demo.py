@@ -80,8 +80,8 @@ def ingest_bodies(bodies: list[dict[str, Any]], org: str, product: str) -> int:
     schema = AnalyticsEventSchema()
     events = [services.normalise_event(schema.load(body), tenant) for body in bodies]
     if current_app.config.get("REDIS_URL"):
-        for event in events:
-            tasks.submit(event)
+        for i in range(0, len(events), 500):
+            tasks.submit_many(events[i:i + 500])
         return len(events)
     return sum(tasks.write_inline(events[i:i + 2000]) for i in range(0, len(events), 2000))
 

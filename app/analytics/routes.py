@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+
+from flask import request
 from flask.views import MethodView
 
 from app.analytics import services, tasks
@@ -11,11 +14,13 @@ from app.analytics.schemas import (
     AnalyticsEventOutSchema,
     AnalyticsEventSchema,
     AnalyticsSummarySchema,
+    BatchAcceptedSchema,
     ChannelDailySchema,
     ChatAnalyticsSchema,
     ChatsArgsSchema,
     DailyAnalyticsSchema,
     DateFilterSchema,
+    EventBatchSchema,
     EventsArgsSchema,
     GlobalAnalyticsSummarySchema,
     GlobalChannelSummarySchema,
@@ -34,6 +39,21 @@ ADMIN = ("admin", "super_admin")  # or scope `*`
 
 blp = Blueprint("analytics", __name__, url_prefix="/api/v1/analytics",
                 description="Analytics: event ingest, per-org dashboards, global and per-channel roll-ups")
+
+
+def _parseable_body() -> None:
+    """A JSON body Python's parser refuses for reasons other than syntax (an integer literal over 4 300
+    digits, nesting too deep) is a 400 like any malformed body, never a 500."""
+    if request.method == "POST" and request.is_json:
+        try:
+            json.loads(request.get_data(cache=True) or b"null")
+        except json.JSONDecodeError:
+            pass  # reported by the body parser
+        except (ValueError, RecursionError):
+            raise InvalidInput("Request body is not valid JSON (a number too long or nesting too deep).") from None
+
+
+blp.before_request(_parseable_body)
 
 
 def _window(args):
@@ -58,7 +78,7 @@ class Events(MethodView):
         stores it in a batch. Idempotent per org by `eventId` (assigned when absent); `orgId` in the
         body is ignored. Chat facts: `eventCategory` `chat` (DESIGN §12)."""
         event = services.normalise_event(data, current_tenant())
-        tasks.submit(event)
+        tasks.submit_many([event])
         return {"success": True, "eventId": event["event_id"]}
 
     @blp.arguments(EventsArgsSchema, location="query")
@@ -70,6 +90,18 @@ class Events(MethodView):
         window = _window(args)
         found, more = services.events(current_tenant().org_id, window, args, args["limit"], args["offset"])
         return _ok(found, window, **_page(args, more))
+
+
+@blp.route("/events/batch", methods=["POST"])
+@blp.arguments(EventBatchSchema)
+@blp.response(202, BatchAcceptedSchema)
+def post_batch(data):
+    """Record up to 500 events in one request (`{events: [AnalyticsEvent…]}`, any valid token): every
+    event is validated first and one invalid event rejects the request (400, details by index)."""
+    tenant = current_tenant()
+    events = [services.normalise_event(body, tenant) for body in data["events"]]
+    tasks.submit_many(events)
+    return {"success": True, "accepted": len(events), "eventIds": [e["event_id"] for e in events]}
 
 
 @blp.route("/summary")

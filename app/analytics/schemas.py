@@ -7,7 +7,7 @@ import json
 import math
 from typing import Any
 
-from marshmallow import EXCLUDE, Schema, ValidationError, fields, validate, validates_schema
+from marshmallow import EXCLUDE, Schema, ValidationError, fields, pre_load, validate, validates_schema
 
 from app.agents.fields import NulFree, text
 
@@ -75,6 +75,16 @@ class AnalyticsEventSchema(NulFree):
     class Meta:
         unknown = EXCLUDE
 
+    @pre_load
+    def _refuse_lone_surrogates(self, data, **_):
+        try:
+            json.dumps(data, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValidationError("Text must be valid Unicode (no lone surrogate escapes).") from None
+        except (TypeError, ValueError):
+            pass  # not JSON-shaped: the fields report it
+        return data
+
     sessionId = text(256, min_length=1, required=True)
     userId = text(256, min_length=1, required=True)
     eventType = text(128, min_length=1, required=True,
@@ -113,6 +123,22 @@ class AnalyticsEventSchema(NulFree):
             errors.update(chat_property_errors(data["eventType"], props or {}))
         if errors:
             raise ValidationError(errors)
+
+
+MAX_BATCH = 500
+
+
+class EventBatchSchema(Schema):
+    """Several events in one request (beyond the spec; PostHog's /batch): all valid, or none stored."""
+
+    events = fields.List(fields.Nested(AnalyticsEventSchema), required=True,
+                         validate=validate.Length(min=1, max=MAX_BATCH))
+
+
+class BatchAcceptedSchema(Schema):
+    success = fields.Boolean(required=True, metadata={"example": True})
+    accepted = fields.Integer(required=True)
+    eventIds = fields.List(fields.String(), required=True)
 
 
 class DateFilterSchema(Schema):

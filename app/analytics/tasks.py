@@ -73,21 +73,21 @@ def redis_client():
     return client
 
 
-def submit(event: dict[str, Any]) -> None:
-    """Hand one normalised event to the ingest path (buffer + flush task, or inline)."""
+def submit_many(events: list[dict[str, Any]]) -> None:
+    """Hand normalised events to the ingest path (buffer + flush task, or inline), in one round trip."""
     client = redis_client()
     if client is not None:
         try:
             pipe = client.pipeline(transaction=False)
-            pipe.rpush(key("buffer"), json.dumps(event, separators=(",", ":")))
+            pipe.rpush(key("buffer"), *[json.dumps(e, separators=(",", ":")) for e in events])
             pipe.set(key("flush-pending"), "1", nx=True, ex=_config("ANALYTICS_FLUSH_TTL_SECONDS"))
             _, scheduled = pipe.execute()
             if scheduled:
                 flush.apply_async()
             return
-        except Exception:  # Redis down: store it now rather than lose it
-            log.warning("analytics buffer unavailable; writing the event inline", exc_info=True)
-    write_inline([event])
+        except Exception:  # Redis down: store them now rather than lose them
+            log.warning("analytics buffer unavailable; writing %s event(s) inline", len(events), exc_info=True)
+    write_inline(events)
 
 
 def write_inline(events: list[dict[str, Any]]) -> int:

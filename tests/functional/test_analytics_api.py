@@ -174,6 +174,16 @@ def test_hostile_bodies_are_400_never_500(client, auth):
                     b'"properties":{"x":NaN}}', headers={**h, "Content-Type": "application/json"})
     assert r.status_code == 400
     assert client.post(f"{API}/events", data="x", headers={**h, "Content-Type": "text/plain"}).status_code in (400, 415)
+    huge_int = b'{"sessionId":"s","userId":"u","eventType":"t","eventCategory":"c","properties":{"n":1' + b"0" * 5000 + b"}}"
+    assert_error(client.post(f"{API}/events", data=huge_int, headers={**h, "Content-Type": "application/json"}),
+                 400, "INVALID_INPUT")
+    surrogate = b'{"sessionId":"s","userId":"u","eventType":"t","eventCategory":"c","properties":{"a":"\\ud800"}}'
+    assert_error(client.post(f"{API}/events", data=surrogate, headers={**h, "Content-Type": "application/json"}),
+                 400, "VALIDATION_ERROR")
+    assert_error(client.post(f"{API}/events", json={**GOOD, "timestamp": "0001-01-01T00:00:00+01:00"}, headers=h),
+                 400, "VALIDATION_ERROR")
+    for path in ("chats?agent_id=a%00b", "events?eventType=%00", "global/channels/a%00/daily"):
+        assert client.get(f"{API}/{path}", headers=auth("read", role="admin")).status_code == 400
     exactly = {**GOOD, "properties": {"blob": "x" * (32 * 1024 - 11)}}  # {"blob":"…"} is exactly 32 KB
     assert client.post(f"{API}/events", json=exactly, headers=h).status_code == 202
 
@@ -442,3 +452,19 @@ def test_demo_command_fills_the_dashboards(inline_app, client, auth, org_id):
     assert {a["agent_name"] for a in get(client, h, "agents")} <= {"Support Bot", "Sales Assistant", "Onboarding Guide"}
     assert sum(d["total_chats"] for d in get(client, h, "daily")) == 40
     assert any(e["eventType"] == "page_view" for e in get(client, h, "events", limit=1000))
+
+
+def test_batch_ingest_is_all_or_nothing(client, auth):
+    h = auth()
+    events = chat_events("b1") + chat_events("b2", user="u2")
+    r = client.post(f"{API}/events/batch", json={"events": events}, headers=h)
+    assert r.status_code == 202 and r.get_json()["accepted"] == len(events)
+    assert r.get_json()["eventIds"] == [e["eventId"] for e in events]
+    assert get(client, h, "summary", **WINDOW)["total_chats"] == 2
+    bad = [{**GOOD, "eventId": "ok-1"}, {**GOOD, "userId": None}]
+    body = assert_error(client.post(f"{API}/events/batch", json={"events": bad}, headers=h), 400, "VALIDATION_ERROR")
+    assert "1" in str(body["error"]["details"])
+    assert [e for e in get(client, h, "events", **WINDOW) if e["eventId"] == "ok-1"] == []
+    for payload in ({"events": []}, {"events": [GOOD] * 501}, {"events": GOOD}, [GOOD]):
+        assert client.post(f"{API}/events/batch", json=payload, headers=h).status_code == 400
+    assert_error(client.post(f"{API}/events/batch", json={"events": [GOOD]}), 401, "UNAUTHORIZED")
