@@ -303,6 +303,10 @@ def test_platform_view_for_admins_shows_orgs_and_channels(console, orgs, browser
     org_a, org_b = orgs
     app, _ = console()
     with live_server(app) as base:
+        sign_in(browser, base, "not an id", browser_product, role="admin")  # refused, saying why
+        wait(browser, lambda d: d.find_element(By.ID, "signin-error").is_displayed())
+        assert "orgId: Use 1-128 letters" in browser.find_element(By.ID, "signin-error").text
+        browser.get_log("browser")  # reading the log empties it: that 400 was expected
         sign_in(browser, base, org_a, browser_product, role="admin")
         wait_loaded(browser, "org", day(-29), day(0))
         browser.find_element(By.ID, "global-tab").click()

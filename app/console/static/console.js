@@ -80,8 +80,19 @@
     show(el, !!text);
   }
 
-  function ApiFailure(status, code, message, requestId) {
+  function ApiFailure(status, code, message, requestId, details) {
     this.status = status; this.code = code; this.message = message; this.requestId = requestId;
+    this.details = details || null;
+  }
+
+  function withDetails(failure) {
+    // "Request validation failed." alone helps nobody: name the fields and what is wrong with them.
+    var fields = failure.details && failure.details.fields;
+    if (!fields || typeof fields !== "object") { return failure.message; }
+    return failure.message + " " + Object.keys(fields).map(function (name) {
+      var problems = fields[name];
+      return name + ": " + (Array.isArray(problems) ? problems.join(" ") : JSON.stringify(problems));
+    }).join("; ");
   }
 
   function explain(failure) {
@@ -98,7 +109,7 @@
         + (state.view === "global" ? ", and the platform view needs the admin role." : ".");
     }
     if (failure.status === 400) {
-      return "The service did not accept this request: " + failure.message;
+      return "The service did not accept this request: " + withDetails(failure);
     }
     if (failure.status >= 500) {
       return "The service had a problem answering (" + failure.status + "). Try again in a moment"
@@ -167,7 +178,7 @@
       if (response.ok) { return data; }
       var error = (data && data.error) || {};
       throw new ApiFailure(response.status, error.code, error.message || response.statusText,
-                           response.headers.get("X-Request-ID"));
+                           response.headers.get("X-Request-ID"), error.details);
     });
   }
 
@@ -219,7 +230,7 @@
   function signInFailed(failure) {
     var el = $("signin-error");
     el.textContent = failure instanceof ApiFailure && failure.status !== 401
-      ? (failure.message || explain(failure)) : explain(failure);
+      ? (withDetails(failure) || explain(failure)) : explain(failure);
     show(el, true);
   }
 
