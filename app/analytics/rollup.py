@@ -16,8 +16,8 @@ Durations are integer microseconds and costs Decimals with 6 places, so sums and
 
 from __future__ import annotations
 
-from collections import defaultdict
-from dataclasses import dataclass, field, replace
+import copy
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
@@ -42,7 +42,7 @@ def utc_day(ts: datetime) -> date:
     return ts.astimezone(UTC).date()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ChatFact:
     """One chat-category event, reduced to what the rollups need."""
 
@@ -62,10 +62,11 @@ class ChatFact:
     output_tokens: int = 0
     cost: Decimal = Decimal(0)
     score: int | None = None
+    day: date | None = None
 
-    @property
-    def day(self) -> date:
-        return utc_day(self.at)
+    def __post_init__(self) -> None:
+        if self.day is None:
+            object.__setattr__(self, "day", utc_day(self.at))
 
     @property
     def order(self) -> tuple[datetime, str]:
@@ -74,23 +75,21 @@ class ChatFact:
 
 def chat_fact(event: dict[str, Any]) -> ChatFact | None:
     """The chat fact of a normalised event (see services.normalise_event), or None for other events."""
-    if event["event_category"] != CHAT_CATEGORY or event["event_type"] not in CHAT_TYPES:
+    kind = event["event_type"]
+    if event["event_category"] != CHAT_CATEGORY or kind not in CHAT_TYPES:
         return None
     props = event.get("properties") or {}
-    kind = event["event_type"]
-    fact = ChatFact(
-        org_id=event["org_id"], event_id=event["event_id"], event_type=kind, chat_id=props["chatId"],
-        user_id=event["user_id"], at=event["occurred_at"], agent_id=props.get("agentId") or "",
-        agent_name=props.get("agentName"), channel=props.get("channel") or DEFAULT_CHANNEL)
-    if kind == "message":
-        fact = replace(fact, inbound=props.get("direction") == "inbound",
-                       service=props.get("service") or DEFAULT_SERVICE,
-                       model=props.get("model") or DEFAULT_MODEL,
-                       input_tokens=int(props.get("inputTokens") or 0),
-                       output_tokens=int(props.get("outputTokens") or 0), cost=money(props.get("cost")))
-    elif kind == "csat":
-        fact = replace(fact, score=int(props["score"]))
-    return fact
+    message = kind == "message"
+    return ChatFact(
+        event["org_id"], event["event_id"], kind, props["chatId"], event["user_id"], event["occurred_at"],
+        props.get("agentId") or "", props.get("agentName"), props.get("channel") or DEFAULT_CHANNEL,
+        message and props.get("direction") == "inbound",
+        (props.get("service") or DEFAULT_SERVICE) if message else DEFAULT_SERVICE,
+        (props.get("model") or DEFAULT_MODEL) if message else DEFAULT_MODEL,
+        int(props.get("inputTokens") or 0) if message else 0,
+        int(props.get("outputTokens") or 0) if message else 0,
+        money(props.get("cost")) if message else Decimal(0),
+        int(props["score"]) if kind == "csat" else None)
 
 
 @dataclass
@@ -189,7 +188,7 @@ def plan_batch(facts: list[ChatFact], existing: dict[tuple[str, str], ChatState]
         state = touched.get(key)
         if state is None:
             old = existing.get(key)
-            state = touched[key] = replace(old) if old is not None else ChatState()
+            state = touched[key] = copy.copy(old) if old is not None else ChatState()
         state.absorb(fact)
     for key, state in touched.items():
         old = existing.get(key)

@@ -189,10 +189,9 @@ def write_batch(session: Session, events: Iterable[dict[str, Any]]) -> int:
     for event in events:
         key = (event["org_id"], event["event_id"])
         if key not in rows:
-            row = {k: v for k, v in event.items() if k != "product"}
-            if isinstance(row["occurred_at"], str):
-                row["occurred_at"] = parse_instant(row["occurred_at"])
-            rows[key] = row
+            if isinstance(event["occurred_at"], str):
+                event = {**event, "occurred_at": parse_instant(event["occurred_at"])}
+            rows[key] = event
     if not rows:
         return 0
     inserted = _insert_new(session, [rows[k] for k in sorted(rows)])

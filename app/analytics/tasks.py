@@ -82,12 +82,25 @@ def submit_many(events: list[dict[str, Any]]) -> None:
             pipe.rpush(key("buffer"), *[json.dumps(e, separators=(",", ":")) for e in events])
             pipe.set(key("flush-pending"), "1", nx=True, ex=_config("ANALYTICS_FLUSH_TTL_SECONDS"))
             _, scheduled = pipe.execute()
-            if scheduled:
-                flush.apply_async()
-            return
         except Exception:  # Redis down: store them now rather than lose them
             log.warning("analytics buffer unavailable; writing %s event(s) inline", len(events), exc_info=True)
+            write_inline(events)
+            return
+        if scheduled:
+            _schedule_flush(client)
+        return
     write_inline(events)
+
+
+def _schedule_flush(client) -> None:
+    try:
+        flush.apply_async()
+    except Exception:  # the events wait in the buffer; the next request tries to schedule again
+        log.warning("analytics: could not send the flush task", exc_info=True)
+        try:
+            client.delete(key("flush-pending"))
+        except Exception:
+            pass
 
 
 def write_inline(events: list[dict[str, Any]]) -> int:
@@ -168,5 +181,5 @@ def flush(self) -> int:
     client.delete(key("flush-pending"))
     if client.llen(key("buffer")) and client.set(key("flush-pending"), "1", nx=True,
                                                  ex=_config("ANALYTICS_FLUSH_TTL_SECONDS")):
-        flush.apply_async()
+        _schedule_flush(client)
     return stored

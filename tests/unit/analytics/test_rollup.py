@@ -8,6 +8,7 @@ computation over the distinct raw events gives, for every bucket.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -103,7 +104,7 @@ def incremental(batches: list[list[ChatFact]]):
 @given(st.lists(fact_strategy, min_size=1, max_size=40), st.randoms(use_true_random=False),
        st.integers(1, 6), st.integers(0, 10))
 def test_incremental_rollups_equal_the_reference(raw, rnd, n_batches, n_duplicates):
-    facts = [ChatFact(**{**f.__dict__, "event_id": f"e{i:03d}"}) for i, f in enumerate(raw)]
+    facts = [dataclasses.replace(f, event_id=f"e{i:03d}") for i, f in enumerate(raw)]
     arrivals = facts + [rnd.choice(facts) for _ in range(n_duplicates)]  # retries and redeliveries
     rnd.shuffle(arrivals)                                                # late events
     cuts = sorted(rnd.randint(0, len(arrivals)) for _ in range(n_batches - 1))
