@@ -21,7 +21,9 @@ API_INFO = {
     "OPENAPI_URL_PREFIX": "/api/v1",
     "OPENAPI_JSON_PATH": "openapi.json",
     "OPENAPI_SWAGGER_UI_PATH": "docs",
-    "OPENAPI_SWAGGER_UI_URL": "https://cdn.jsdelivr.net/npm/swagger-ui-dist@5/",
+    # Served by app/console from the flask-swagger-ui wheel; app/templates/swagger_ui.html replaces
+    # flask-smorest's page (whose inline script a Content-Security-Policy would block).
+    "OPENAPI_SWAGGER_UI_URL": "/api/v1/docs/assets/",
     "API_SPEC_OPTIONS": {
         "components": {"securitySchemes": {
             "bearerAuth": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}}},
@@ -77,7 +79,7 @@ def create_app(overrides: dict[str, Any] | None = None) -> Flask:
 
 # The domains, in a fixed order. Each is a package `app/<name>/` whose `routes` module exports `blp`
 # or `blueprints` (flask-smorest) and optionally `plain_blueprints`; a missing module is an error.
-DOMAINS = ("entities", "agents", "images", "email", "storage", "analytics")
+DOMAINS = ("entities", "agents", "images", "email", "storage", "analytics", "console")
 
 
 def _register_blueprints(api, app: Flask) -> None:

@@ -42,6 +42,12 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "JWT_LEEWAY_SECONDS": (30, int, "Clock skew tolerated on exp/iat"),
     "DEFAULT_PRODUCT": ("default", str, "Product used when a token has no `product` claim"),
     "INTERNAL_API_TOKEN": ("", str, "Shared token for /internal/* calls (X-Internal-Token)"),
+    # Console (/console)
+    "CONSOLE_DEV_SIGNIN": (False, bool, "Development sign-in on /console (trusts the typed identity; never "
+                                        "enable where real data lives)"),
+    "CONSOLE_TOKEN_TTL_SECONDS": (900, int, "Lifetime of the access tokens the console's session hands its "
+                                            "page (refreshed about 5 minutes before expiry)"),
+    "CONSOLE_SESSION_TTL_SECONDS": (28800, int, "Lifetime of a console session cookie"),
     # Blob storage
     "BLOB_BACKEND": ("local", str, "`local` (files under VAR_DIR/blobs, served at /blobs) or `gcs`"),
     "BLOB_CONTAINER": ("platform-images", str, "Container (local folder / GCS bucket) for stored images"),
