@@ -7,7 +7,6 @@ org + time). Both parts have the same columns and are summed in one query, so an
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -16,11 +15,8 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
-    Column,
     Date,
-    MetaData,
     Numeric,
-    Table,
     and_,
     case,
     cast,
@@ -30,8 +26,6 @@ from sqlalchemy import (
     select,
     union_all,
 )
-from sqlalchemy.dialects.postgresql import ARRAY
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from app.analytics.models import (
@@ -50,9 +44,6 @@ from app.analytics.rollup import (
     DEFAULT_SERVICE,
     ROLLUP_COLUMNS,
     USAGE_COLUMNS,
-    ChatState,
-    chat_fact,
-    plan_batch,
 )
 from app.db import db
 from app.errors import InvalidInput
@@ -178,104 +169,12 @@ def normalise_event(data: dict[str, Any], tenant: Tenant, received: datetime | N
 
 def write_batch(session: Session, events: Iterable[dict[str, Any]]) -> int:
     """Store one batch of normalised events (one product) in the session's transaction and fold the
-    newly stored ones into the rollups. Returns how many were new; duplicates change nothing."""
-    rows: dict[tuple[str, str], dict[str, Any]] = {}
-    for event in events:
-        key = (event["org_id"], event["event_id"])
-        if key not in rows:
-            if isinstance(event["occurred_at"], str):
-                event = {**event, "occurred_at": parse_instant(event["occurred_at"])}
-            rows[key] = event
-    if not rows:
-        return 0
-    inserted = _insert_new(session, [rows[k] for k in sorted(rows)])
-    facts = [f for f in (chat_fact(rows[k]) for k in sorted(inserted)) if f is not None]
-    if facts:
-        _apply_facts(session, facts)
-    return len(inserted)
+    newly stored ones into the rollups (`app.analytics.writer`). Returns how many were new; duplicates
+    change nothing."""
+    from app.analytics.writer import encode, write_lines
 
-
-_STAGE_COLUMNS = ("org_id", "event_id", "session_id", "user_id", "event_type", "event_category", "page_path",
-                  "properties", "occurred_at")
-_STAGE = Table("analytics_stage", MetaData(), *[Column(c, E.c[c].type) for c in _STAGE_COLUMNS])
-_STAGE_DDL = ("CREATE TEMP TABLE IF NOT EXISTS analytics_stage (org_id text, event_id text, session_id text, "
-              "user_id text, event_type text, event_category text, page_path text, properties jsonb, "
-              "occurred_at timestamptz) ON COMMIT DELETE ROWS")
-
-
-def _insert_new(session: Session, rows: list[dict[str, Any]]) -> set[tuple[str, str]]:
-    """COPY the batch into a per-connection temporary stage, then INSERT … SELECT … ON CONFLICT DO
-    NOTHING RETURNING: the keys of the events stored for the first time."""
-    connection = session.connection()
-    raw = connection.connection.driver_connection
-    with raw.cursor() as cur:
-        cur.execute(_STAGE_DDL)
-        with cur.copy(f"COPY analytics_stage ({', '.join(_STAGE_COLUMNS)}) FROM STDIN") as copy:
-            for r in rows:
-                props = r["properties"]
-                copy.write_row((r["org_id"], r["event_id"], r["session_id"], r["user_id"], r["event_type"],
-                                r["event_category"], r["page_path"],
-                                None if props is None else json.dumps(props, separators=(",", ":")),
-                                r["occurred_at"]))
-    stmt = pg_insert(E).from_select(list(_STAGE_COLUMNS), select(_STAGE)).on_conflict_do_nothing(
-        index_elements=["org_id", "event_id"]).returning(E.c.org_id, E.c.event_id)
-    return {tuple(r) for r in session.execute(stmt).all()}
-
-
-def _unnest(table, columns: list[str], rows: list[tuple]):
-    """`SELECT * FROM unnest(<one array per column>)`: a whole batch in one statement with one bound
-    array per column (no per-row parameters to parse)."""
-    arrays = [cast(literal(list(values), ARRAY(table.c[c].type)), ARRAY(table.c[c].type))
-              for c, values in zip(columns, zip(*rows, strict=True), strict=True)]
-    tv = func.unnest(*arrays).table_valued(*columns).render_derived()
-    return select(*[tv.c[c] for c in columns])
-
-
-def _insert_rows(table, columns: list[str], rows: list[tuple]):
-    return pg_insert(table).from_select(columns, _unnest(table, columns, rows))
-
-
-def _apply_facts(session: Session, facts) -> None:
-    keys = sorted({(f.org_id, f.chat_id) for f in facts})
-    session.execute(_insert_rows(C, ["org_id", "chat_id"], keys).on_conflict_do_nothing(
-        index_elements=["org_id", "chat_id"]))
-    state_columns = list(ChatState.__dataclass_fields__)
-    wanted = _unnest(C, ["org_id", "chat_id"], keys).subquery()
-    found = session.execute(
-        select(C).join(wanted, and_(C.c.org_id == wanted.c.org_id, C.c.chat_id == wanted.c.chat_id))
-        .order_by(C.c.org_id, C.c.chat_id).with_for_update(of=C)).mappings()
-    existing = {(row["org_id"], row["chat_id"]): ChatState(**{c: row[c] for c in state_columns}) for row in found}
-    plan = plan_batch(facts, existing)
-
-    columns = ["org_id", "chat_id", *state_columns]
-    stmt = _insert_rows(C, columns, [(*k, *(getattr(s, c) for c in state_columns))
-                                     for k, s in sorted(plan.chats.items())])
-    session.execute(stmt.on_conflict_do_update(index_elements=["org_id", "chat_id"],
-                                               set_={c: stmt.excluded[c] for c in state_columns}))
-    _add_rows(session, R, ["org_id", "day", "agent_id", "channel"], ROLLUP_COLUMNS, plan.rollup)
-    _add_rows(session, USAGE, ["org_id", "day", "service", "model"], USAGE_COLUMNS, plan.usage)
-    if plan.users:
-        session.execute(_insert_rows(U, ["org_id", "day", "agent_id", "channel", "user_id"],
-                                     sorted(plan.users)).on_conflict_do_nothing())
-    if plan.agent_names:
-        stmt = _insert_rows(NAMES, ["org_id", "agent_id", "agent_name"],
-                            [(o, a, n) for (o, a), n in sorted(plan.agent_names.items())])
-        session.execute(stmt.on_conflict_do_update(index_elements=["org_id", "agent_id"],
-                                                   set_={"agent_name": stmt.excluded.agent_name}))
-
-
-def _add_rows(session: Session, table, key_columns: list[str], columns: tuple[str, ...], deltas: dict) -> None:
-    rows = [(*key, *(values[c] for c in columns)) for key, values in sorted(deltas.items()) if any(values.values())]
-    if not rows:
-        return
-    stmt = _insert_rows(table, [*key_columns, *columns], rows)
-    session.execute(stmt.on_conflict_do_update(
-        index_elements=key_columns, set_={c: table.c[c] + stmt.excluded[c] for c in columns}))
-
-
-def _chunks(items: list, size: int):
-    for i in range(0, len(items), size):
-        yield items[i:i + size]
+    stored, _ = write_lines(session, encode(events))
+    return stored
 
 
 # --- fact sources for the dashboards ---------------------------------------------------------------

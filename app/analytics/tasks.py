@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 import uuid
 from collections import defaultdict
@@ -107,20 +108,45 @@ def _schedule_flush(client) -> None:
 
 
 def write_inline(events: list[dict[str, Any]]) -> int:
-    stored = 0
-    by_product: dict[str, list] = defaultdict(list)
-    for event in events:
-        by_product[event["product"]].append(event)
-    for product, group in sorted(by_product.items()):
-        with db.product_session(product) as session:
-            stored += _write(session, group)
+    from app.analytics.writer import encode
+
+    stored, _ = write_lines_by_product(encode(events))
     return stored
 
 
-def _write(session, events) -> int:
-    from app.analytics.services import write_batch
+_PRODUCT = re.compile(rb'^\{"product":"([A-Za-z0-9_.-]{1,128})",')
 
-    return write_batch(session, events)
+
+def _product_of(line: bytes) -> str | None:
+    """The product of a buffer line: normalised events start with it, so most lines need no parsing."""
+    found = _PRODUCT.match(line)
+    if found:
+        return found.group(1).decode()
+    try:
+        product = json.loads(line).get("product")
+    except (ValueError, AttributeError):
+        return None
+    return product if isinstance(product, str) else None
+
+
+def write_lines_by_product(lines: list[bytes]) -> tuple[int, list[bytes]]:
+    """Store buffer lines, one transaction per product (sorted). Returns (stored, unusable lines)."""
+    from app.analytics.writer import write_lines
+
+    stored, dead = 0, []
+    by_product: dict[str, list[bytes]] = defaultdict(list)
+    for line in lines:
+        product = _product_of(line)
+        if product is None:
+            dead.append(line)
+        else:
+            by_product[product].append(line)
+    for product, group in sorted(by_product.items()):
+        with db.product_session(product) as session:
+            new, bad = write_lines(session, group)
+        stored += new
+        dead.extend(bad)
+    return stored, dead
 
 
 def requeue_stale(client, older_than: float) -> int:
@@ -140,14 +166,9 @@ def flush_once(client, batch_size: int) -> int:
     items = client.eval(_TAKE, 3, key("buffer"), batch_key, key("inflight"), batch_size, time.time())
     if not items:
         return 0
-    events, dead = [], []
-    for raw in items:
-        try:
-            events.append(json.loads(raw))
-        except ValueError:
-            dead.append(raw)
+    dead: list[bytes] = []
     try:
-        write_inline(events)
+        _, dead = write_lines_by_product(items)
     except (OperationalError, DBAPIError) as exc:
         if isinstance(exc, OperationalError) or getattr(exc, "connection_invalidated", False):
             client.eval(_REQUEUE, 3, key("buffer"), batch_key, key("inflight"))  # transient: retry later
