@@ -70,7 +70,7 @@ def _page(args, has_more: bool) -> dict:
 
 @blp.route("/events")
 class Events(MethodView):
-    @blp.arguments(AnalyticsEventSchema)
+    @blp.arguments(AnalyticsEventSchema())  # an instance: a class is instantiated per request (measured)
     @blp.response(202, AcceptedSchema)
     def post(self, data):
         """Record an event (any valid token). Answers 202 at once; a worker of the `analytics` queue
@@ -92,7 +92,7 @@ class Events(MethodView):
 
 
 @blp.route("/events/batch", methods=["POST"])
-@blp.arguments(EventBatchSchema)
+@blp.arguments(EventBatchSchema())
 @blp.response(202, BatchAcceptedSchema)
 def post_batch(data):
     """Record up to 500 events in one request (`{events: [AnalyticsEvent…]}`, any valid token): every
