@@ -1,7 +1,7 @@
-"""Rollup arithmetic, pure Python (no database): what one ingest batch adds to the rollups.
-
-The batch writer stores the batch's events with INSERT … ON CONFLICT DO NOTHING RETURNING, so only
-events stored for the first time reach `plan_batch`; duplicates and redeliveries add nothing.
+"""Rollup arithmetic, pure Python (no database): the reference definitions of what one ingest batch
+adds to the rollups. The batch writer (`app.analytics.writer`) does the same in SQL over the staged
+batch; the tests check it against `plan_batch` and a from-scratch computation. Only events stored for
+the first time reach the planner; duplicates and redeliveries add nothing.
 
 Definitions (also what the reference in the tests and the benchmark computes from raw facts):
 - message metrics (messages, inbound, tokens, cost, usage per service/model) belong to the message

@@ -5,7 +5,7 @@ storing the event does, and Celery has no batching of its own. So POST /events a
 JSON to a Redis list (one round trip, with the flag below) and only schedules `analytics.flush` when
 no flush is pending (`SET flag NX`). The flush task moves up to ANALYTICS_BATCH_SIZE events at a time
 into an in-flight list (atomically, in Lua), stores them in one transaction per product
-(`services.write_batch`: multi-row INSERT … ON CONFLICT DO NOTHING RETURNING, then the rollups), and
+(`app.analytics.writer`: COPY of the JSON lines, then set-based SQL for the events and rollups), and
 deletes the in-flight list. A worker that dies mid-batch leaves the list behind; the next flush puts
 lists older than ANALYTICS_INFLIGHT_STALE_SECONDS back into the buffer. Re-storing them is harmless:
 ingest is idempotent by (org, eventId). No lost wake-up: the flusher clears the flag *then* re-checks
