@@ -29,8 +29,9 @@ worker: migrate                 ## a Celery worker on every queue (needs REDIS_U
 beat: install
 	$(BIN)/celery -A workers beat --loglevel INFO
 
-flower: install                 ## Flower dashboard on :5555 (needs REDIS_URL)
-	$(BIN)/celery -A workers flower --port=5555
+flower: install                 ## Flower on 127.0.0.1:$${FLOWER_PORT:-5555} (needs REDIS_URL and FLOWER_BASIC_AUTH=user:password)
+	@test -n "$$FLOWER_BASIC_AUTH" || { echo "set FLOWER_BASIC_AUTH=user:password (Flower is never served without a login)"; exit 1; }
+	$(BIN)/celery -A workers flower --address=127.0.0.1 --port=$${FLOWER_PORT:-5555}
 
 test: install                   ## the whole suite against real PostgreSQL (+ Redis when REDIS_URL is set)
 	$(BIN)/python -m pytest

@@ -16,7 +16,11 @@ task_soft_time_limit = 540
 result_expires = 24 * 3600
 broker_connection_retry_on_startup = True
 # Fail fast when Redis is down: a request that enqueues must not hang.
-broker_transport_options = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2,
+# visibility_timeout: a task taken by a worker that died unacknowledged is redelivered after this many
+# seconds. It must exceed the longest a task may hold its message: task_time_limit (600 s) and the longest
+# retry countdown (300 s, embeddings), else a live task would be delivered twice. Jobs with a status row
+# are re-queued much sooner by the lease reaper (JOB_LEASE_SECONDS).
+broker_transport_options = {"visibility_timeout": 900, "max_retries": 1, "interval_start": 0, "interval_step": 0.2,
                             "interval_max": 0.5, "socket_timeout": 2, "socket_connect_timeout": 2}
 task_publish_retry_policy = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2,
                              "interval_max": 0.2}
@@ -32,7 +36,7 @@ task_send_sent_event = True
 
 # Every module that defines tasks, imported by `init_celery` for each app (API, worker, CLI): a task
 # is never registered as a side effect of importing routes. A new domain adds its tasks module here.
-include = ("app.ops.tasks", "app.entities.tasks", "app.embeddings.tasks", "app.analytics.tasks")
+include = ("app.ops.tasks", "app.entities.tasks", "app.embeddings.tasks", "app.email.tasks", "app.analytics.tasks")
 
 task_default_queue = "default"
 task_routes = {

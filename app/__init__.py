@@ -26,7 +26,8 @@ API_INFO = {
     "OPENAPI_SWAGGER_UI_URL": "/api/v1/docs/assets/",
     "API_SPEC_OPTIONS": {
         "components": {"securitySchemes": {
-            "bearerAuth": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}}},
+            "bearerAuth": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"},
+            "internalToken": {"type": "apiKey", "in": "header", "name": "X-Internal-Token"}}},
         "security": [{"bearerAuth": []}],
         "info": {"description": "Multi-tenant AI platform API. Every call carries a Bearer JWT "
                                 "(HS256) whose claims select the organization and product.\n\n"
@@ -44,6 +45,9 @@ API_INFO = {
 def create_app(overrides: dict[str, Any] | None = None) -> Flask:
     """Build the Flask app. `overrides` replace configuration values (tests)."""
     app = Flask(__name__)
+    from app.jsonbody import SafeJSONProvider
+
+    app.json = SafeJSONProvider(app)  # request.get_json() parses through app.jsonbody.loads
     app.config.update(API_INFO)
     app.config.update(load_config(overrides))
     _configure_logging(app)
@@ -59,19 +63,25 @@ def create_app(overrides: dict[str, Any] | None = None) -> Flask:
     # 2. database (embedded PostgreSQL when DATABASE_URL is unset); the lazily built services
     db.init_app(app)
     init_registry(app, service_factories())
-    # 3. Celery (eager without REDIS_URL): the task modules celeryconfig.include declares
+    # 3. Celery (eager without REDIS_URL): the task modules celeryconfig.include declares; the worker's
+    #    lease reapers; per-organization rate limits
     init_celery(celery_app, app)
     _connect_task_signals()
+    app.extensions["lease_reapers"] = lease_reapers()
+    from app import ratelimit
+
+    ratelimit.init_app(app)
     # 4. API + OpenAPI, then our envelope handlers over flask-smorest's
     api = Api(app)  # one Api per app: its OpenAPI document belongs to this app
     _register_blueprints(api, app)
     register_error_handlers(app)
     # 5. cross-domain hooks, per app (nothing is installed by importing a module)
     _install_hooks(app)
-    # 6. request pipeline: request id, authentication, CORS
+    # 6. request pipeline: request id, authentication, authorization, the NUL-in-path rule, CORS
     app.before_request(_assign_request_id)
     app.before_request(authenticate_request)
     app.before_request(authorize_request)
+    app.before_request(_refuse_nul_in_path)
     app.after_request(_finish_response)
     _register_cli(app)
     return app
@@ -83,11 +93,15 @@ DOMAINS = ("entities", "agents", "images", "email", "storage", "analytics", "con
 
 
 def _register_blueprints(api, app: Flask) -> None:
+    from app.ops.admin import blp as admin_artifacts_blp
+    from app.ops.internal import blp as internal_blp
     from app.ops.routes import blp as ops_blp
     from app.ops.routes import health_bp
 
     app.register_blueprint(health_bp)
     api.register_blueprint(ops_blp)
+    api.register_blueprint(internal_blp)
+    api.register_blueprint(admin_artifacts_blp)
     for module in _domain_route_modules():
         for blp in getattr(module, "blueprints", [getattr(module, "blp", None)]):
             if blp is not None:
@@ -117,6 +131,14 @@ def service_factories() -> dict:
             "analytics_redis": build_redis_client}
 
 
+def lease_reapers() -> list:
+    """Functions the worker's maintenance loop runs (app.tasks.run_maintenance): each re-queues the
+    jobs whose worker died and returns how many."""
+    from app.entities.bulk import requeue_orphaned_jobs
+
+    return [requeue_orphaned_jobs]
+
+
 def _connect_task_signals() -> None:
     from celery.signals import task_failure
 
@@ -134,7 +156,7 @@ def _install_hooks(app: Flask) -> None:
 
 def _register_cli(app: Flask) -> None:
     from app.analytics.demo import analytics_cli
-    from app.cli import db_cli, embeddings_cli, entities_cli, products_cli, token_cli
+    from app.cli import artifacts_cli, db_cli, embeddings_cli, entities_cli, products_cli, seed_cli, token_cli
 
     app.cli.add_command(analytics_cli)
     app.cli.add_command(db_cli)
@@ -142,6 +164,8 @@ def _register_cli(app: Flask) -> None:
     app.cli.add_command(embeddings_cli)
     app.cli.add_command(products_cli)
     app.cli.add_command(token_cli)
+    app.cli.add_command(seed_cli)
+    app.cli.add_command(artifacts_cli)
 
 
 def _assign_request_id() -> None:
@@ -149,7 +173,19 @@ def _assign_request_id() -> None:
     g.request_id = incoming if _SANE_REQUEST_ID.match(incoming) else uuid.uuid4().hex
 
 
+def _refuse_nul_in_path() -> None:
+    """The one rule for a NUL character in the URL path (DESIGN §5), for every route: 400
+    INVALID_INPUT. PostgreSQL text cannot hold NUL, so such a path can name nothing; answering before
+    any route runs means no domain needs a check of its own. Runs after authentication and
+    authorization, so an anonymous caller still gets 401 on /api/v1."""
+    if "\x00" in request.path:
+        from app.errors import InvalidInput
+
+        raise InvalidInput("The URL path must not contain the NUL character (%00).")
+
+
 def _finish_response(response):
+    response = _refuse_oversized(response)
     response.headers["X-Request-ID"] = g.get("request_id") or uuid.uuid4().hex
     origins = [o.strip() for o in (_current_config("CORS_ORIGINS") or "").split(",") if o.strip()]
     origin = request.headers.get("Origin")
@@ -159,6 +195,23 @@ def _finish_response(response):
         response.headers["Access-Control-Allow-Methods"] = "GET, POST, PUT, DELETE, OPTIONS"
         response.headers["Vary"] = "Origin"
     return response
+
+
+def _refuse_oversized(response):
+    """A JSON answer above MAX_RESPONSE_BYTES (e.g. a page of huge records) is replaced by a 413 that
+    says how to ask for less, instead of shipping hundreds of megabytes."""
+    limit = _current_config("MAX_RESPONSE_BYTES")
+    if (not limit or response.direct_passthrough or response.is_streamed or response.mimetype != "application/json"
+            or (response.content_length or 0) <= limit):
+        return response
+    from app.errors import error_response
+
+    log.warning("response of %s bytes to %s refused (MAX_RESPONSE_BYTES %s)", response.content_length,
+                request.path, limit)
+    return error_response(413, "PAYLOAD_TOO_LARGE",
+                          "The response would be larger than the service sends at once; ask for fewer "
+                          "records (pageSize) or fewer fields.",
+                          {"responseBytes": response.content_length, "maxResponseBytes": limit})
 
 
 def _current_config(name: str):

@@ -28,7 +28,9 @@ ALGORITHM = "HS256"
 MIN_SECRET_BYTES = 32
 MAX_AUTH_HEADER = 8192
 BYPASS_ROLES = frozenset({"admin", "super_admin"})
-PUBLIC_PREFIXES = ("/api/v1/docs", "/api/v1/openapi.json")
+# No bearer token: the OpenAPI pages, and the newsletter unsubscribe link (its signed token is the
+# credential; app.email.newsletter).
+PUBLIC_PREFIXES = ("/api/v1/docs", "/api/v1/openapi.json", "/api/v1/newsletter/unsubscribe")
 
 
 def load_secret(app: Flask) -> str:

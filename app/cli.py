@@ -111,6 +111,131 @@ def embeddings_backfill(product, org, entity) -> None:
     click.echo(f"{len(targets)} definition(s) queued")
 
 
+seed_cli = click.Group("seed", help="Organization seeding.")
+
+
+@seed_cli.command("org")
+@click.option("--title", required=True, help="organization title")
+@click.option("--domain", "main_domain", required=True, help="main domain (the org id is derived from it)")
+@click.option("--product", default=None, help="product (default: the default product)")
+@click.option("--admin-email", required=True)
+@click.option("--first-name", required=True)
+@click.option("--last-name", required=True)
+@click.option("--queue/--inline", default=False, show_default=True,
+              help="send seed.org to the `seed` queue instead of running it here")
+@with_appcontext
+def seed_org_command(title, main_domain, product, admin_email, first_name, last_name, queue) -> None:
+    """Create an organization, its admin user and the 15 platform artifacts (idempotent)."""
+    import json
+
+    from app.errors import ApiError
+    from app.ops.seeding import seed_org
+    from app.ops.tasks import seed_org_task
+
+    body = {"org": {"title": title, "mainDomain": main_domain,
+                    "product": product or current_app.config["DEFAULT_PRODUCT"]},
+            "admin": {"email": admin_email, "firstName": first_name, "lastName": last_name}}
+    if queue:
+        result = seed_org_task.apply_async(kwargs=body)
+        click.echo(f"queued seed.org task {result.id}")
+        return
+    try:
+        report = seed_org(body)
+    except ApiError as exc:
+        raise click.ClickException(f"{exc.message} {json.dumps(exc.details or {})}") from None
+    for line in report["artifacts"]:
+        click.echo(f"{line['status']:<9} {line['id']:<24} v{line['artifactVersion']}  {line['objectId']}")
+    click.echo(f"org {report['orgId']} ({report['product']}), admin {report['admin']['email']} "
+               f"({report['admin']['id']}): {report['summary']['created']} created, "
+               f"{report['summary']['existing']} existing")
+
+
+artifacts_cli = click.Group("artifacts", help="Platform artifact registry and rollouts.")
+
+
+@artifacts_cli.command("list")
+@with_appcontext
+def artifacts_list() -> None:
+    """Every platform artifact with its current artifactVersion."""
+    from app.ops.rollout import list_artifacts
+
+    for a in list_artifacts():
+        click.echo(f"{a.id:<26} {a.kind:<9} v{a.artifact_version}")
+
+
+@artifacts_cli.command("publish")
+@click.argument("file", type=click.File("r"))
+@click.option("--rollout/--no-rollout", default=True, show_default=True, help="start rolling it out")
+@with_appcontext
+def artifacts_publish(file, rollout) -> None:
+    """Publish FILE (JSON `{kind, name, artifactVersion, definition}`) and roll it out to every org."""
+    import json
+
+    from app.errors import ApiError
+    from app.ops.rollout import publish
+
+    try:
+        doc = json.load(file)
+    except ValueError as exc:
+        raise click.ClickException(f"{file.name} is not JSON: {exc}") from None
+    try:
+        artifact, started = publish(doc, created_by="cli", rollout=rollout)
+    except ApiError as exc:
+        raise click.ClickException(f"{exc.message} {json.dumps(exc.details or {})}") from None
+    click.echo(f"published {artifact.id} v{artifact.artifact_version}")
+    if started is not None:
+        click.echo(f"rollout {started.id} queued for {started.total} org(s); follow it with "
+                   f"`flask artifacts status {started.id}`")
+
+
+@artifacts_cli.command("status")
+@click.argument("rollout_id", required=False)
+@click.option("--outcome", default=None, help="list only orgs with this outcome (e.g. forked)")
+@with_appcontext
+def artifacts_status(rollout_id, outcome) -> None:
+    """Progress of recent rollouts, or of ROLLOUT_ID with its per-org outcomes."""
+    from app.errors import ApiError
+    from app.ops.rollout import get_rollout, list_rollouts, rollout_outcomes, rollout_to_wire
+
+    def line(r) -> str:
+        w = rollout_to_wire(r)
+        counts = " ".join(f"{k}={v}" for k, v in w["counts"].items() if v)
+        return (f"{w['id']}  {w['artifactId']} v{w['artifactVersion']}  {w['status']:<10} "
+                f"{w['processed']}/{w['total']}  {counts}{'  error: ' + w['error'] if w['error'] else ''}")
+
+    if not rollout_id:
+        for r in list_rollouts():
+            click.echo(line(r))
+        return
+    try:
+        click.echo(line(get_rollout(rollout_id)))
+    except ApiError as exc:
+        raise click.ClickException(exc.message) from None
+    after = None
+    while True:
+        page = rollout_outcomes(rollout_id, outcome, after, 1000)
+        for o in page:
+            click.echo(f"  {o.org_id}/{o.product}\t{o.outcome}\t{o.detail or ''}")
+        if len(page) < 1000:
+            break
+        after = f"{page[-1].org_id}/{page[-1].product}"
+
+
+@artifacts_cli.command("resume")
+@click.argument("rollout_id")
+@with_appcontext
+def artifacts_resume(rollout_id) -> None:
+    """Continue a stopped rollout from its cursor."""
+    from app.errors import ApiError
+    from app.ops.rollout import resume
+
+    try:
+        r = resume(rollout_id)
+    except ApiError as exc:
+        raise click.ClickException(exc.message) from None
+    click.echo(f"rollout {r.id}: {r.status}")
+
+
 @entities_cli.command("sync-indexes")
 @definition_options
 @with_appcontext

@@ -18,6 +18,11 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "PUBLIC_BASE_URL": ("http://localhost:8000", str, "How clients reach this service (used in blob URLs)"),
     "LOG_LEVEL": ("INFO", str, "Python log level"),
     "MAX_CONTENT_LENGTH": (100 * 1024 * 1024, int, "Largest accepted request body in bytes (413 above)"),
+    "JSON_MAX_DEPTH": (64, int, "Deepest nesting of a JSON request body (400 above)"),
+    "MAX_STRING_CHARS": (32 * 1024 * 1024, int, "Longest string in a JSON request body, in characters "
+                                               "(413 above; inline base64 images need megabytes)"),
+    "MAX_RESPONSE_BYTES": (64 * 1024 * 1024, int, "Largest JSON response in bytes; a larger page is refused "
+                                                 "(413: ask for a smaller pageSize)"),
     "CORS_ORIGINS": ("", str, "Comma-separated origins allowed by CORS; empty = CORS off"),
     # Database
     "DATABASE_URL": ("", str, "PostgreSQL+pgvector URL; empty = embedded PostgreSQL under VAR_DIR/pg"),
@@ -35,6 +40,20 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
                                               "replaced after this long)"),
     "ANALYTICS_INFLIGHT_STALE_SECONDS": (120, int, "An in-flight batch older than this (its worker died) "
                                                    "is put back into the buffer"),
+    "OUTBOX_DISPATCH_INTERVAL_SECONDS": (5.0, float, "How often each worker re-sends outbox tasks the broker did not "
+                                                     "take (Redis outage) and re-queues orphaned jobs"),
+    "OUTBOX_DISPATCH_AFTER_SECONDS": (10.0, float, "Age of an outbox row before a worker re-sends it (the request "
+                                                   "normally sends it right after its commit)"),
+    "JOB_LEASE_SECONDS": (60.0, float, "A running job not held by a live worker for this long is re-queued "
+                                       "(worker killed mid-job)"),
+    # Rate limits per organization ("<requests>/<seconds>"; empty or 0 = unlimited)
+    "RATE_LIMIT_IMAGES": ("60/60", str, "Image generations per organization and window"),
+    "RATE_LIMIT_BULK": ("120/60", str, "Bulk create/update/delete calls (sync or async jobs) per organization"),
+    "RATE_LIMIT_AGGREGATE": ("600/60", str, "Record aggregations per organization"),
+    "RATE_LIMIT_SIMILAR": ("600/60", str, "Record queries/counts using `$similar` per organization"),
+    "RATE_LIMIT_EMAIL": ("120/60", str, "Email sends per organization"),
+    "RATE_LIMIT_REDIS_RETRY_SECONDS": (5.0, float, "After a Redis error, count in-process for this long before "
+                                                   "trying Redis again"),
     # Auth and tenancy
     "JWT_SECRET": ("", str, "HS256 secret, at least 32 bytes; empty = generated into VAR_DIR/jwt-secret (dev)"),
     "JWT_ISSUER": ("platform-gateway", str, "Required `iss` claim"),
@@ -96,6 +115,8 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "ENTITY_FILTER_MAX_DEPTH": (8, int, "Deepest nesting of $and/$or/$not in a record filter"),
     "ENTITY_FILTER_MAX_CONDITIONS": (100, int, "Most conditions in one record filter"),
     "ENTITY_FILTER_MAX_LIST": (1000, int, "Most values in one $in/$nin list"),
+    "ENTITY_MAX_RECORD_BYTES": (1024 * 1024, int, "Largest record (name, fields, tags, metadata as JSON, bytes; "
+                                                  "400 above)"),
     "ENTITY_AGGREGATE_MAX_GROUPS": (1000, int, "Default and largest `limit` of a record aggregation (groups)"),
     "ENTITY_COUNT_ESTIMATE_ABOVE": (10000, int, "With `Prefer: count=estimated`, totalCount is exact up to this "
                                                 "many (planner-estimated) matches and the estimate beyond"),
@@ -109,6 +130,11 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "SMTP_PASSWORD": ("", str, "SMTP password"),
     "SMTP_STARTTLS": (True, bool, "Use STARTTLS"),
     "EMAIL_FROM": ("Platform Gateway <no-reply@localhost>", str, "From address"),
+    "EMAIL_BULK_MAX_RECIPIENTS": (10_000, int, "Most messages / recipients one bulk-send request may carry"),
+    "EMAIL_BULK_CONCURRENCY": (4, int, "SMTP connections one bulk job sends over in parallel"),
+    "EMAIL_BULK_MAX_ATTEMPTS": (3, int, "Tries per recipient for transient SMTP failures (4xx, dropped connection)"),
+    "EMAIL_BULK_RETRY_SECONDS": (2.0, float, "Unit of the retry delay of a transient failure "
+                                                 "(app.tasks.retry_countdown: doubles, jitter)"),
 }
 
 

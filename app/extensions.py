@@ -8,6 +8,8 @@ from flask_smorest import Api as _Api
 from flask_smorest import Blueprint as _Blueprint
 from flask_smorest.arguments import ArgumentsMixin
 from marshmallow import Schema, fields
+from webargs import core
+from webargs.flaskparser import FlaskParser
 
 from app.auth import require
 from app.db import db
@@ -68,6 +70,20 @@ class Api(_Api):
         self.ma_plugin.converter.add_attribute_function(_nullable_nested)
 
 
+class SafeParser(FlaskParser):
+    """webargs parser whose JSON comes from `app.jsonbody.loads` (depth, digits, NUL, surrogates) and
+    that answers 415 for a body of another type where JSON is expected (webargs ignores it)."""
+
+    DEFAULT_VALIDATION_STATUS = 400  # schema failures are 400 VALIDATION_ERROR, not webargs' 422
+
+    def _raw_load_json(self, req):
+        from app.jsonbody import loads, require_json_body
+
+        if not require_json_body(req):
+            return core.missing
+        return loads(req.get_data(cache=True))
+
+
 class Blueprint(_Blueprint):
     """flask-smorest's Blueprint, plus who may call each operation: enforced and documented at once.
 
@@ -87,6 +103,7 @@ class Blueprint(_Blueprint):
                 continue
             view = getattr(view_class, method, None) if view_class is not None else obj
             _document_access(doc, getattr(view, "_required_scopes", None), getattr(view, "_required_roles", None))
+            _document_limits(doc, getattr(view, "_rate_limit_group", None))
 
 
 def _document_access(doc: dict, scopes, roles) -> None:
@@ -102,14 +119,28 @@ def _document_access(doc: dict, scopes, roles) -> None:
         _add_response(responses, 403, f"FORBIDDEN: the token lacks {' and '.join(needs)}")
 
 
+def _document_limits(doc: dict, rate_limit_group: str | None) -> None:
+    """413 and 415 for an operation with a JSON body (MAX_CONTENT_LENGTH, app.jsonbody), 429 for one
+    under a per-organization rate limit (app.ratelimit: `rate_limited` / `may_be_rate_limited`)."""
+    responses = doc.setdefault("response", {}).setdefault("responses", {})
+    arguments = doc.get("arguments", {}).get("parameters", [])
+    if any(argument.get("location", "json") == "json" for argument in arguments):
+        _add_response(responses, 413, "PAYLOAD_TOO_LARGE: the body exceeds MAX_CONTENT_LENGTH")
+        _add_response(responses, 415, "INVALID_INPUT: the body is not application/json")
+    if rate_limit_group:
+        _add_response(responses, 429, f"RATE_LIMITED: the organization's `{rate_limit_group}` limit is spent; "
+                                      "Retry-After says when to try again")
+
+
 def _add_response(responses: dict, status: int, description: str) -> None:
     """Like `alt_response`, unless the view documents that status itself."""
     if status not in responses and str(status) not in responses:
         responses[status] = [{"schema": ErrorEnvelopeSchema(), "description": description, "content_type": None}]
 
 
-# Schema failures are 400 VALIDATION_ERROR here, not webargs' 422 (documented as such in OpenAPI).
-ArgumentsMixin.ARGUMENTS_PARSER.DEFAULT_VALIDATION_STATUS = 400
+# Schema failures are 400 VALIDATION_ERROR here, not webargs' 422 (documented as such in OpenAPI); JSON
+# bodies go through app.jsonbody.
+ArgumentsMixin.ARGUMENTS_PARSER = SafeParser()
 
 celery_app = Celery("platform_gateway")
 

@@ -56,8 +56,64 @@ class Artifact(PlatformBase):
     name: Mapped[str] = mapped_column(String(200))
     artifact_version: Mapped[int] = mapped_column(Integer, default=1)
     payload: Mapped[dict] = mapped_column(JSONB, default=dict)
+    position: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
+
+
+class OrgArtifact(PlatformBase):
+    """One artifact as provisioned into one org and product: which object, which version, and the
+    object's edit stamp at that moment (entity definition `version`, registry doc `updatedAt`).
+    A different stamp later means the org edited its copy."""
+
+    __tablename__ = "org_artifacts"
+
+    org_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    product: Mapped[str] = mapped_column(String(40), primary_key=True)
+    artifact_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(40))
+    name: Mapped[str] = mapped_column(String(200))
+    object_id: Mapped[str] = mapped_column(String(200))
+    artifact_version: Mapped[int] = mapped_column(Integer)
+    stamp: Mapped[str | None] = mapped_column(String(64))
+    forked_from_version: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Rollout(PlatformBase):
+    """Rolling one artifact version out to every provisioned org; `cursor_*` is the last org done."""
+
+    __tablename__ = "rollouts"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True, default=new_id)
+    artifact_id: Mapped[str] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(40))
+    name: Mapped[str] = mapped_column(String(200))
+    artifact_version: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    cursor_org: Mapped[str] = mapped_column(String(64), default="")
+    cursor_product: Mapped[str] = mapped_column(String(40), default="")
+    total: Mapped[int] = mapped_column(Integer, default=0)
+    counts: Mapped[dict] = mapped_column(JSONB, default=dict)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_by: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class RolloutOutcome(PlatformBase):
+    """What a rollout did to one org: updated, forked (edited copy kept), current, missing, failed."""
+
+    __tablename__ = "rollout_outcomes"
+
+    rollout_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    org_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    product: Mapped[str] = mapped_column(String(40), primary_key=True)
+    outcome: Mapped[str] = mapped_column(String(16))
+    detail: Mapped[str | None] = mapped_column(Text)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
 class FailedTask(PlatformBase):
@@ -72,3 +128,18 @@ class FailedTask(PlatformBase):
     kwargs: Mapped[dict] = mapped_column(JSONB, default=dict)
     error: Mapped[str] = mapped_column(Text)
     failed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class OutboxMessage(PlatformBase):
+    """A task accepted by a committed transaction and not yet handed to the broker (app.tasks)."""
+
+    __tablename__ = "task_outbox"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True, default=new_id)
+    key_prefix: Mapped[str] = mapped_column(String(100), default="")  # the deployment's CELERY_KEY_PREFIX
+    task_name: Mapped[str] = mapped_column(String(200))
+    args: Mapped[list] = mapped_column(JSONB, default=list)
+    kwargs: Mapped[dict] = mapped_column(JSONB, default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    last_error: Mapped[str | None] = mapped_column(Text)

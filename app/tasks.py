@@ -1,13 +1,23 @@
-"""Celery integration: the base task and the send-after-commit helper.
+"""Celery integration: the base task, the transactional outbox and the worker's maintenance loop.
 
 Tasks take ids, never ORM objects, and are sent only once the transaction that produced their
 input has committed (`enqueue_after_commit`): a rolled-back request sends nothing.
+
+No accepted task is lost (issue 12): with a broker, `enqueue_after_commit` also writes a row to
+`platform.task_outbox` in the caller's transaction. After the commit the task is sent with the row's
+id as its Celery task id and the row is deleted; if the broker is down the row stays, and
+`dispatch_outbox()` (run every few seconds by every worker's maintenance loop) sends it once the
+broker is back. A row can be sent twice (sent, then the delete failed): tasks are idempotent, and a
+redelivery runs once in effect. Running jobs are leased: the lease reapers create_app lists (`lease_reapers()`)
+re-queue jobs whose worker died (see `app.entities.bulk.requeue_orphaned_jobs`).
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import threading
+import time
 from typing import Any
 
 from celery import Celery, Task
@@ -16,7 +26,6 @@ from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 log = logging.getLogger(__name__)
-
 
 def init_celery(celery: Celery, app: Flask) -> None:
     """Configure the Celery app from celeryconfig + REDIS_URL and run tasks in an app context."""
@@ -67,25 +76,146 @@ def _drop_cached_connections(celery: Celery) -> None:
         del celery._local.backend
 
 
-def enqueue_after_commit(session: Session, task: Task, *args: Any, **kwargs: Any) -> None:
-    """Send `task` once `session`'s current transaction commits; drop it if it rolls back."""
+def enqueue_after_commit(session: Session, task: Task, *args: Any, **kwargs: Any) -> str:
+    """Send `task` once `session`'s current transaction commits; drop it if it rolls back. With a
+    broker the task is recorded in the outbox in the same transaction, so it survives a broker outage.
+    Returns the task id the message will carry (the outbox row id), for a 202's status link."""
+    from app.wire import new_id
+
+    message_id = new_id()
+    in_outbox = not task.app.conf.task_always_eager
+    if in_outbox:
+        from app.platform_models import OutboxMessage
+
+        session.add(OutboxMessage(id=message_id, key_prefix=_key_prefix(), task_name=task.name, args=list(args),
+                                  kwargs=dict(kwargs)))
     pending = session.info.setdefault("_pending_tasks", [])
-    pending.append((task, args, kwargs))
+    pending.append((task, args, kwargs, message_id, in_outbox))
     if not session.info.get("_task_hooks"):
         session.info["_task_hooks"] = True
         event.listen(session, "after_commit", _flush_pending)
         event.listen(session, "after_soft_rollback", _drop_pending)
+    return message_id
 
 
 def _flush_pending(session: Session) -> None:
     if session.in_nested_transaction():  # a SAVEPOINT was released (after_commit fires for those too):
         return                           # the outer transaction has not committed yet
     pending = session.info.pop("_pending_tasks", [])
-    for task, args, kwargs in pending:
+    sent = []
+    for task, args, kwargs, message_id, in_outbox in pending:
         try:
-            task.apply_async(args=args, kwargs=kwargs)
-        except Exception:  # broker down: the caller's data is committed; log, do not fail the request
-            log.exception("could not enqueue %s", task.name)
+            task.apply_async(args=args, kwargs=kwargs, task_id=message_id)
+        except Exception as exc:  # broker down: the caller's data is committed; do not fail the request
+            if not in_outbox:
+                log.exception("could not enqueue %s", task.name)
+            else:
+                log.warning("could not enqueue %s (%s); the outbox dispatcher sends it when the broker is "
+                            "back", task.name, type(exc).__name__)
+        else:
+            if in_outbox:
+                sent.append(message_id)
+    if sent:
+        _forget_sent(sent)
+
+
+def _key_prefix() -> str:
+    """The deployment's CELERY_KEY_PREFIX: deployments sharing a database send only their own rows."""
+    return (current_app.config.get("CELERY_KEY_PREFIX") or "") if has_app_context() else ""
+
+
+def _forget_sent(message_ids: list[str]) -> None:
+    from sqlalchemy import delete
+
+    from app.db import db
+    from app.platform_models import OutboxMessage
+
+    try:
+        with db.engine.begin() as conn:
+            conn.execute(delete(OutboxMessage).where(OutboxMessage.id.in_(message_ids)))
+    except Exception:  # the dispatcher sends these once more; tasks are idempotent
+        log.warning("could not clear %d sent outbox row(s)", len(message_ids), exc_info=True)
+
+
+def dispatch_outbox(celery: Celery | None = None, *, min_age_seconds: float | None = None,
+                    limit: int = 500) -> int:
+    """Send outbox rows older than `min_age_seconds` (OUTBOX_DISPATCH_AFTER_SECONDS: the request that
+    wrote a row normally sends it itself) and delete them. Rows are locked SKIP LOCKED, so several
+    workers dispatch side by side without sending a row twice. Stops at the first broker error.
+    Returns the number of tasks sent."""
+    from datetime import UTC, datetime, timedelta
+
+    from sqlalchemy import delete, select, update
+
+    from app.db import db
+    from app.platform_models import OutboxMessage
+
+    celery = celery or current_app.extensions["celery"]
+    if min_age_seconds is None:
+        min_age_seconds = float(current_app.config["OUTBOX_DISPATCH_AFTER_SECONDS"])
+    cutoff = datetime.now(UTC) - timedelta(seconds=min_age_seconds)
+    table = OutboxMessage.__table__
+    sent = 0
+    with db.engine.begin() as conn:
+        rows = conn.execute(select(table.c.id, table.c.task_name, table.c.args, table.c.kwargs)
+                            .where(table.c.key_prefix == _key_prefix(), table.c.created_at <= cutoff)
+                            .order_by(table.c.created_at)
+                            .limit(limit).with_for_update(skip_locked=True)).all()
+        done = []
+        for row in rows:
+            task = celery.tasks.get(row.task_name)
+            if task is None:
+                conn.execute(update(table).where(table.c.id == row.id).values(
+                    attempts=table.c.attempts + 1, last_error=f"unknown task {row.task_name}"))
+                continue
+            try:
+                task.apply_async(args=row.args, kwargs=row.kwargs, task_id=row.id)
+            except Exception as exc:
+                conn.execute(update(table).where(table.c.id == row.id).values(
+                    attempts=table.c.attempts + 1, last_error=f"{type(exc).__name__}: {exc}"[:2000]))
+                log.warning("outbox: broker still unavailable (%s); %d task(s) wait", type(exc).__name__,
+                            len(rows) - len(done))
+                break
+            done.append(row.id)
+        if done:
+            conn.execute(delete(table).where(table.c.id.in_(done)))
+            sent = len(done)
+    if sent:
+        log.info("outbox: sent %d task(s) accepted while the broker was unavailable", sent)
+    return sent
+
+
+def run_maintenance(celery: Celery | None = None) -> dict[str, int]:
+    """One round of the worker's maintenance loop (inside an app context): the app's lease reapers
+    (`app.extensions["lease_reapers"]`, set by create_app: functions that re-queue jobs whose worker
+    died and return how many), then the outbox dispatch."""
+    outcome = {"requeued": 0, "sent": 0}
+    for reaper in current_app.extensions.get("lease_reapers", ()):
+        try:
+            outcome["requeued"] += reaper()
+        except Exception:
+            log.warning("lease reaper %s failed", getattr(reaper, "__name__", reaper), exc_info=True)
+    try:
+        outcome["sent"] = dispatch_outbox(celery)
+    except Exception:
+        log.warning("outbox dispatch failed", exc_info=True)
+    return outcome
+
+
+def start_maintenance_loop(app: Flask, celery: Celery) -> threading.Thread:
+    """A daemon thread (in the worker's main process) running `run_maintenance` every
+    OUTBOX_DISPATCH_INTERVAL_SECONDS, first right away: a worker that starts sends what is waiting."""
+    interval = float(app.config["OUTBOX_DISPATCH_INTERVAL_SECONDS"])
+
+    def loop() -> None:
+        while True:
+            with app.app_context():
+                run_maintenance(celery)
+            time.sleep(interval)
+
+    thread = threading.Thread(target=loop, name="outbox-dispatcher", daemon=True)
+    thread.start()
+    return thread
 
 
 def _drop_pending(session: Session, previous_transaction) -> None:

@@ -16,3 +16,9 @@ keepalive = 5
 accesslog = "-"
 errorlog = "-"
 access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms rid=%({x-request-id}o)s'
+# gunicorn answers an over-long header or request line itself, in HTML, before the app sees it. The
+# app has its own, tighter limits and answers in the JSON envelope (an Authorization header over 8 KB
+# is a 401), so gunicorn's ceilings sit above them: 64 KB per header field, the longest request line
+# gunicorn supports.
+limit_request_field_size = 65536
+limit_request_line = 8190

@@ -83,6 +83,10 @@ def make_app(app, database_url):
     from app.tasks import init_celery
 
     def factory(**overrides):
+        if "REDIS_URL" in overrides and "CELERY_KEY_PREFIX" not in overrides:
+            # another broker is another deployment: its own key prefix, so the session's worker never
+            # sends the tasks it left in the shared database's outbox (app.tasks)
+            overrides["CELERY_KEY_PREFIX"] = f"test-app-{uuid.uuid4().hex[:8]}:"
         return create_app(app_config(overrides.pop("DATABASE_URL", database_url), **overrides))
 
     yield factory
@@ -139,21 +143,24 @@ def redis_url() -> str:
     return url
 
 
-@pytest.fixture(scope="session")
-def celery_worker(database_url, redis_url, app):
-    """A real `celery -A workers worker` process on Redis, against the test database."""
+def start_worker(database_url: str, redis_url: str, *, prefix: str = CELERY_KEY_PREFIX, extra_env=None,
+                 queues: str = QUEUES, concurrency: int = 2, log_name: str = "worker.log"):
+    """Start a real `celery -A workers worker` process (its own process group) against the test
+    database and wait until it answers a ping; returns the Popen (`.log_path` names its log)."""
     env = dict(os.environ, DATABASE_URL=database_url, REDIS_URL=redis_url, JWT_SECRET=TEST_SECRET,
                VAR_DIR=TEST_VAR_DIR, PUBLIC_BASE_URL="http://gateway.test", LOG_LEVEL="INFO",
-               CELERY_KEY_PREFIX=CELERY_KEY_PREFIX)
-    env.update(getattr(app, "worker_env", {}))
-    log_path = os.path.join(TEST_VAR_DIR, "worker.log")
+               CELERY_KEY_PREFIX=prefix)
+    env.update(extra_env or {})
+    log_path = os.path.join(TEST_VAR_DIR, log_name)
     os.makedirs(TEST_VAR_DIR, exist_ok=True)
     log = open(log_path, "w")
     hostname = f"test-{uuid.uuid4().hex[:8]}@%h"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "workers", "worker", "-Q", QUEUES, "-c", "2",
+        [sys.executable, "-m", "celery", "-A", "workers", "worker", "-Q", queues, "-c", str(concurrency),
          "--loglevel", "INFO", "-n", hostname, "--without-gossip", "--without-mingle"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    log.close()
+    proc.log_path = log_path
     from app.extensions import celery_app
 
     deadline = time.time() + 60
@@ -162,17 +169,27 @@ def celery_worker(database_url, redis_url, app):
             raise RuntimeError(f"celery worker exited early; see {log_path}")
         replies = celery_app.control.ping(timeout=1.0)
         if any(hostname.split("@")[0] in name for reply in replies for name in reply):
-            break
-    else:
+            return proc
+    stop_worker(proc)
+    raise RuntimeError(f"celery worker did not come up; see {log_path}")
+
+
+def stop_worker(proc) -> None:
+    if proc.poll() is None:
         proc.terminate()
-        raise RuntimeError(f"celery worker did not come up; see {log_path}")
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait(10)
+
+
+@pytest.fixture(scope="session")
+def celery_worker(database_url, redis_url, app):
+    """A real `celery -A workers worker` process on Redis, against the test database."""
+    proc = start_worker(database_url, redis_url, extra_env=getattr(app, "worker_env", {}))
     yield proc
-    proc.terminate()
-    try:
-        proc.wait(20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
+    stop_worker(proc)
 
 
 def wait_for(predicate, timeout: float = 30.0, interval: float = 0.2):

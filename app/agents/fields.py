@@ -13,9 +13,10 @@ from collections.abc import Mapping
 from datetime import UTC
 from typing import Any
 
-from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import SchemaError
 from marshmallow import Schema, ValidationError, fields, pre_load, validate
+
+from app.jsonschema_safe import check_schema, validator_for
 
 MACHINE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 MACHINE_NAME_MESSAGE = ("Must start with a letter or digit and contain only letters, digits, "
@@ -123,7 +124,7 @@ def _schema_problem(canonical: str) -> str | None:
     # schemas over and over, so the verdict is cached by the schema's canonical JSON.
     value = json.loads(canonical)
     try:
-        validators.validator_for(value, default=Draft202012Validator).check_schema(value)
+        check_schema(value)
     except SchemaError as exc:
         where = "/".join(str(p) for p in exc.path)
         suffix = f" (at /{where})" if where else ""
@@ -147,8 +148,7 @@ def json_schema(**kwargs) -> fields.Dict:
 
 def schema_errors(schema: dict, instance: Any, limit: int = 20) -> list[str]:
     """Messages for every way `instance` fails `schema` (empty when it validates)."""
-    validator_cls = validators.validator_for(schema, default=Draft202012Validator)
-    validator = validator_cls(schema, format_checker=validator_cls.FORMAT_CHECKER)
+    validator = validator_for(schema)
     messages = []
     try:
         errors = sorted(validator.iter_errors(instance), key=lambda e: [str(p) for p in e.absolute_path])

@@ -7,14 +7,12 @@ without re-serialising 1 000 nested agents per request.
 
 from __future__ import annotations
 
-from flask import request
 from flask.views import MethodView
 
 from app.agents import schemas as s
 from app.agents.services import agents, skills, subagents, tools, widgets
 from app.agents.services.common import dumps
 from app.auth import require_scopes
-from app.errors import NotFound
 from app.extensions import Blueprint, SuccessSchema
 from app.wire import json_text
 
@@ -30,16 +28,6 @@ subagents_blp = Blueprint("subagents", __name__, url_prefix="/api/v1/subagents",
                           description="Agent registry: sub-agents")
 widgets_blp = Blueprint("widgets", __name__, url_prefix="/api/v1", description="Agent registry: widgets")
 blueprints = [agents_blp, skills_blp, tools_blp, subagents_blp, widgets_blp]
-
-
-def _refuse_nul_in_path():
-    # an id with a NUL character cannot exist (PostgreSQL text cannot hold one): not found
-    if any("\x00" in str(value) for value in (request.view_args or {}).values()):
-        raise NotFound("The requested resource was not found.")
-
-
-for _blp in blueprints:
-    _blp.before_request(_refuse_nul_in_path)
 
 
 _json = json_text  # agent documents are JSON text in the database: the measured fast path (app.wire)

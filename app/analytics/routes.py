@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
-from flask import request
 from flask.views import MethodView
 
 from app.analytics import services, tasks
@@ -38,21 +35,6 @@ ADMIN = ("admin", "super_admin")  # or scope `*`
 
 blp = Blueprint("analytics", __name__, url_prefix="/api/v1/analytics",
                 description="Analytics: event ingest, per-org dashboards, global and per-channel roll-ups")
-
-
-def _parseable_body() -> None:
-    """A JSON body Python's parser refuses for reasons other than syntax (an integer literal over 4 300
-    digits, nesting too deep) is a 400 like any malformed body, never a 500."""
-    if request.method == "POST" and request.is_json:
-        try:
-            json.loads(request.get_data(cache=True) or b"null")
-        except json.JSONDecodeError:
-            pass  # reported by the body parser
-        except (ValueError, RecursionError):
-            raise InvalidInput("Request body is not valid JSON (a number too long or nesting too deep).") from None
-
-
-blp.before_request(_parseable_body)
 
 
 def _window(args):

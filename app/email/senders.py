@@ -22,10 +22,44 @@ class SendResult:
     refused: tuple[str, ...] = ()
 
 
+@dataclass
+class Delivery:
+    """Outcome of one message of a bulk job: `sent`, `failed` (permanent) or `retry` (transient)."""
+
+    status: str
+    message: str
+    code: int | None = None
+
+
+class BatchTransport(ABC):
+    """Sends many messages, one after another, over whatever connection it keeps open."""
+
+    @abstractmethod
+    def deliver(self, message: EmailMessage) -> Delivery:
+        """Deliver one message (one recipient); never raises for delivery problems."""
+
+    def close(self) -> None:
+        """Release the connection (the default keeps none)."""
+        return None
+
+
 class EmailSender(ABC):
     @abstractmethod
     def send(self, message: EmailMessage) -> SendResult:
         """Deliver `message`; never raises for delivery problems (they are reported in the result)."""
+
+    def open_batch(self) -> BatchTransport:
+        """A transport for a bulk job (the default sends each message on its own)."""
+        return _PerMessageTransport(self)
+
+
+class _PerMessageTransport(BatchTransport):
+    def __init__(self, sender: EmailSender) -> None:
+        self.sender = sender
+
+    def deliver(self, message: EmailMessage) -> Delivery:
+        result = self.sender.send(message)
+        return Delivery("sent" if result.success and not result.refused else "failed", result.message)
 
 
 class ConsoleEmailSender(EmailSender):
@@ -54,13 +88,7 @@ class SmtpEmailSender(EmailSender):
 
     def send(self, message: EmailMessage) -> SendResult:
         try:
-            with smtplib.SMTP(self.host, self.port, timeout=self.timeout) as smtp:
-                smtp.ehlo()
-                if self.starttls:
-                    smtp.starttls(context=ssl.create_default_context())
-                    smtp.ehlo()
-                if self.username:
-                    smtp.login(self.username, self.password)
+            with self.connect() as smtp:
                 refused = smtp.send_message(message)
         except smtplib.SMTPRecipientsRefused as exc:
             return SendResult(False, f"All recipients were refused: {', '.join(sorted(exc.recipients))}.",
@@ -76,6 +104,79 @@ class SmtpEmailSender(EmailSender):
             return SendResult(True, f"Sent; refused recipients: {', '.join(sorted(refused))}.",
                               tuple(sorted(refused)))
         return SendResult(True, "Sent.")
+
+
+    def connect(self) -> smtplib.SMTP:
+        smtp = smtplib.SMTP(self.host, self.port, timeout=self.timeout)
+        try:
+            smtp.ehlo()
+            if self.starttls:
+                smtp.starttls(context=ssl.create_default_context())
+                smtp.ehlo()
+            if self.username:
+                smtp.login(self.username, self.password)
+        except BaseException:
+            smtp.close()
+            raise
+        return smtp
+
+    def open_batch(self) -> BatchTransport:
+        return SmtpBatchTransport(self)
+
+
+class SmtpBatchTransport(BatchTransport):
+    """One SMTP connection reused for many messages; reconnects after a drop.
+
+    4xx answers, dropped connections and timeouts are transient (`retry`); 5xx answers are
+    permanent (`failed`), e.g. a refused recipient. A failed AUTH is permanent for the whole job."""
+
+    def __init__(self, sender: SmtpEmailSender) -> None:
+        self.sender = sender
+        self.smtp: smtplib.SMTP | None = None
+
+    def deliver(self, message: EmailMessage) -> Delivery:
+        try:
+            if self.smtp is None:
+                self.smtp = self.sender.connect()
+            refused = self.smtp.send_message(message)
+        except smtplib.SMTPRecipientsRefused as exc:
+            code, text = next(iter(exc.recipients.values()), (550, b"refused"))
+            self._reset()
+            return Delivery("retry" if 400 <= code < 500 else "failed", f"Recipient refused: {code} {_text(text)}",
+                            code)
+        except smtplib.SMTPAuthenticationError as exc:
+            self.close()
+            return Delivery("failed", "SMTP authentication failed.", exc.smtp_code)
+        except smtplib.SMTPResponseException as exc:
+            code = exc.smtp_code
+            if code == 421 or not 400 <= code < 600:
+                self.close()
+            else:
+                self._reset()
+            return Delivery("retry" if code < 500 or code == 421 else "failed",
+                            f"SMTP server answered {code}: {_text(exc.smtp_error)}", code)
+        except (TimeoutError, smtplib.SMTPException, OSError) as exc:
+            self.close()
+            return Delivery("retry", f"SMTP connection problem: {type(exc).__name__}.")
+        if refused:
+            code, text = next(iter(refused.values()))
+            return Delivery("failed", f"Recipient refused: {code} {_text(text)}", code)
+        return Delivery("sent", "Sent.", 250)
+
+    def _reset(self) -> None:
+        try:
+            if self.smtp is not None:
+                self.smtp.rset()
+        except (smtplib.SMTPException, OSError):
+            self.close()
+
+    def close(self) -> None:
+        if self.smtp is not None:
+            try:
+                self.smtp.quit()
+            except (smtplib.SMTPException, OSError):
+                self.smtp.close()
+            self.smtp = None
 
 
 def _text(value) -> str:

@@ -32,6 +32,7 @@ from app.embeddings.pipeline import embedding_target
 from app.entities.filters import FilterContext, SimilarSpec
 from app.entities.models import EntityRecord
 from app.errors import ServiceUnavailable
+from app.ratelimit import check as check_rate_limit
 
 log = logging.getLogger(__name__)
 T = EntityRecord.__table__
@@ -96,6 +97,7 @@ def similarity_clause(spec: SimilarSpec, ctx: FilterContext) -> SemanticClause |
     config = ctx.embeddings_config or {}
     if spec.field is not None and spec.field not in (config.get("fields") or []):
         return NoMatches()  # a field-level $similar needs that field in the embedded text
+    check_rate_limit("similar")  # embedding the query is the costly part
     try:
         target = embedding_target(config)
         if target is None:

@@ -16,7 +16,8 @@ class AggregateFieldSchema(Schema):
     OPENAPI_EXTRA = {"allOf": [  # every function but count needs a field; only percentile takes (and needs) one
         {"anyOf": [{"properties": {"function": {"enum": ["count"]}}},
                    {"required": ["field"], "properties": {"field": {"type": "string"}}}]},
-        {"anyOf": [{"properties": {"function": {"enum": [f for f in FUNCTIONS if f != "percentile"]}, "percentile": {"enum": [None]}}},
+        {"anyOf": [{"properties": {"function": {"enum": [f for f in FUNCTIONS if f != "percentile"]},
+                                   "percentile": {"enum": [None]}}},
                    {"required": ["percentile"], "properties": {"function": {"enum": ["percentile"]},
                                                                "percentile": {"type": "number"}}}]}]}
 

@@ -260,6 +260,37 @@ def create_job(definition: EntityDefinition, operation: str, items: list[Any]) -
     return job
 
 
+def requeue_orphaned_jobs() -> int:
+    """Lease reaper (app.lease_reapers, run by app.tasks.run_maintenance): re-queue `running` jobs whose worker died.
+
+    A live worker holds its job's row lock (`execute_job` reads it FOR UPDATE and keeps the lock until
+    the job's writes commit), and PostgreSQL drops that lock the moment the worker's connection dies
+    (kill -9 included). So a job that is `running`, started more than JOB_LEASE_SECONDS ago and can be
+    locked SKIP LOCKED has no live worker: it goes back to `pending` and its task is re-sent through
+    the outbox, in one transaction. A second delivery of the same job is a no-op (`claim_job`)."""
+    from datetime import timedelta
+
+    from app.entities.tasks import run_bulk_job
+    from app.platform_models import Product
+    from app.tasks import enqueue_after_commit
+
+    cutoff = utcnow() - timedelta(seconds=float(current_app.config["JOB_LEASE_SECONDS"]))
+    with db.engine.connect() as conn:
+        products = list(conn.scalars(select(Product.slug)))
+    requeued = 0
+    for product in products:
+        with db.product_session(product) as session:
+            orphans = list(session.scalars(
+                select(BulkJob).where(BulkJob.status == "running", BulkJob.started_at < cutoff)
+                .order_by(BulkJob.started_at).limit(100).with_for_update(skip_locked=True)))
+            for job in orphans:
+                log.warning("bulk job %s (product %s) lost its worker; re-queued", job.id, product)
+                job.status, job.started_at = "pending", None
+                enqueue_after_commit(session, run_bulk_job, job.id, product)
+            requeued += len(orphans)
+    return requeued
+
+
 def claim_job(job_id: str, product: str) -> bool:
     """Mark a pending (or redelivered running) job as running; False when it already finished."""
     with db.product_session(product) as session:

@@ -17,10 +17,11 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit
 
-from jsonschema import Draft202012Validator, FormatChecker
+from jsonschema import FormatChecker
 from jsonschema.exceptions import SchemaError
 
 from app.errors import ValidationFailed
+from app.jsonschema_safe import check_schema, validator_for
 
 PLATFORM_TYPES = ("string", "stringMultiline", "text", "int", "float", "bool", "date", "datetime", "email",
                   "phone", "url", "dropdown", "multiselect", "lookup", "multilookup", "currency", "file",
@@ -216,11 +217,11 @@ def _compile_cached(frozen: str) -> CompiledSchema:
     if required:
         out["required"] = required
     try:
-        Draft202012Validator.check_schema(out)
+        check_schema(out)
     except SchemaError as exc:
         path = ".".join(str(p) for p in exc.absolute_path)
         raise _schema_error(f"schema.{path}" if path else "schema", exc.message) from None
-    validator = Draft202012Validator(out, format_checker=FORMATS)
+    validator = validator_for(out, format_checker_base=FORMATS)
     return CompiledSchema(out, FieldCatalog(catalog), validator, QuickCheck.build(out))
 
 
@@ -287,7 +288,7 @@ def _subvalidator(schema: Any):
 
     if "$ref" in json.dumps(schema) or "$dynamicRef" in json.dumps(schema):
         return None
-    return Draft202012Validator(schema, format_checker=FORMATS).is_valid
+    return validator_for(schema, format_checker_base=FORMATS).is_valid
 
 
 class QuickCheck:

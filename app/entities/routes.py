@@ -41,6 +41,7 @@ from app.entities.schemas import (
 from app.entities.services import common, definitions, records, relationships, views
 from app.errors import InvalidInput
 from app.extensions import Blueprint, SuccessSchema
+from app.ratelimit import may_be_rate_limited, rate_limited
 from app.wire import SUCCESS
 
 READ, WRITE = "read:entities", "write:entities"
@@ -58,12 +59,11 @@ SELF_CHECKED = {"entities.BulkCreate", "entities.BulkUpdate", "entities.BulkDele
 
 
 def _refuse_unstorable() -> None:
-    """Path and query values, and JSON bodies, must be storable (no NUL, no NaN) — a 400, never a
-    database error."""
-    for source in (request.view_args or {}, request.args):
-        for key, value in source.items():
-            if "\x00" in key or "\x00" in str(value):
-                raise InvalidInput(f"Parameter '{key.replace(chr(0), '')}' must not contain the NUL character.")
+    """Query values and JSON bodies must be storable (no NUL, no NaN) — a 400, never a database
+    error. (A NUL in the path is the app-level rule, app._refuse_nul_in_path.)"""
+    for key, value in request.args.items():
+        if "\x00" in key or "\x00" in str(value):
+            raise InvalidInput(f"Parameter '{key.replace(chr(0), '')}' must not contain the NUL character.")
     if request.endpoint not in SELF_CHECKED and request.is_json:
         body = request.get_json(silent=True)
         if body is not None:
@@ -186,6 +186,7 @@ class RecordQuery(MethodView):
     @blp.arguments(QueryRequestSchema)
     @blp.response(200, PaginatedResultSchema)
     @require_scopes(READ)
+    @may_be_rate_limited("similar")
     def post(self, data, entityName):
         """Query records: filters, $search, sorting, paging, include/exclude, includeLookups.
 
@@ -202,6 +203,7 @@ class RecordCount(MethodView):
     @blp.doc(responses={"200": {"description": "The number of matching records",
                                 "content": {"application/json": {"schema": {"type": "integer"}}}}})
     @require_scopes(READ)
+    @may_be_rate_limited("similar")
     def post(self, data, entityName):
         """Count the records matching `filters` (the response is a bare number; `Prefer: count=planned|
         estimated` as for the query)."""
@@ -289,6 +291,7 @@ def _bulk_route(operation: str, body_schema, key: str, summary: str) -> None:
         @blp.response(200, BulkResultSchema)
         @blp.alt_response(202, schema=JobAcceptedSchema, description="With `Prefer: respond-async`")
         @require_scopes(WRITE)
+        @rate_limited("bulk")
         def post(self, data, entityName):
             return _bulk(entityName, operation, data[key])
 

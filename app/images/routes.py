@@ -8,6 +8,7 @@ from app.auth import require_scopes
 from app.extensions import Blueprint, ErrorEnvelopeSchema
 from app.images.schemas import ImageRequestSchema, ImageResponseSchema
 from app.images.services import generate_image
+from app.ratelimit import rate_limited
 from app.tenancy import current_tenant
 from app.wire import success_envelope
 
@@ -27,6 +28,7 @@ class Images(MethodView):
                       description="provider not configured, upstream 5xx or rate limiting (retry hint in details)")
     @blp.alt_response(504, schema=ErrorEnvelopeSchema, description="the image call exceeded its budget (120 s)")
     @require_scopes("write:image-gen")
+    @rate_limited("images")
     def post(self, payload):
         """Generate one image (or edit a reference image, optionally with a mask) and store it.
 

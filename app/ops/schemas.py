@@ -1,6 +1,8 @@
 """Wire shapes of the operations routes."""
 
-from marshmallow import Schema, fields
+from marshmallow import Schema, fields, validate
+
+from app.agents.fields import NulFree
 
 
 class IdentitySchema(Schema):
@@ -10,3 +12,65 @@ class IdentitySchema(Schema):
     role = fields.String(allow_none=True)
     scopes = fields.List(fields.String(), required=True)
     product = fields.String(required=True)
+
+
+class SeedAdminReportSchema(Schema):
+    id = fields.String(required=True)
+    email = fields.String(required=True)
+    firstName = fields.String()
+    lastName = fields.String()
+    role = fields.String()
+    created = fields.Boolean(metadata={"description": "false when the user already existed"})
+
+
+class SeedArtifactLineSchema(Schema):
+    id = fields.String(required=True, metadata={"description": "registry id, e.g. agent.assistant"})
+    kind = fields.String(required=True, metadata={"description": "database, storage, entity, skill, agent"})
+    name = fields.String(required=True)
+    objectId = fields.String(allow_none=True, metadata={"description": "the org's object (agent id, …)"})
+    artifactVersion = fields.Integer(required=True)
+    forkedFromVersion = fields.Integer()
+    status = fields.String(required=True, metadata={
+        "description": "created, existing, conflict (seeding) or missing (status)"})
+    detail = fields.String()
+
+
+class SeedSummarySchema(Schema):
+    total = fields.Integer()
+    created = fields.Integer()
+    existing = fields.Integer()
+    conflict = fields.Integer()
+
+
+class SeedReportSchema(Schema):
+    orgId = fields.String(required=True)
+    title = fields.String()
+    mainDomain = fields.String()
+    product = fields.String(required=True)
+    schema = fields.String(metadata={"description": "the product's database schema"})
+    orgCreated = fields.Boolean()
+    created = fields.Boolean(required=True, metadata={"description": "false: the call created nothing"})
+    admin = fields.Nested(SeedAdminReportSchema, required=True)
+    artifacts = fields.List(fields.Nested(SeedArtifactLineSchema), required=True)
+    summary = fields.Nested(SeedSummarySchema)
+
+
+class SeedQueuedSchema(Schema):
+    taskId = fields.String(required=True)
+    orgId = fields.String(required=True)
+    product = fields.String(required=True)
+    status = fields.String(required=True)
+    statusUrl = fields.String(required=True)
+
+
+class SeedStatusQuerySchema(NulFree):
+    product = fields.String(validate=validate.Regexp(r"^[a-z][a-z0-9_]{0,39}$"))
+
+
+class SeedStatusSchema(Schema):
+    orgId = fields.String(required=True)
+    title = fields.String()
+    mainDomain = fields.String()
+    product = fields.String(required=True)
+    artifacts = fields.List(fields.Nested(SeedArtifactLineSchema), required=True)
+    summary = fields.Dict(keys=fields.String(), values=fields.Integer())

@@ -37,3 +37,45 @@ def _jsonable(value):
         return value
     except TypeError:
         return json.loads(json.dumps(value, default=str))
+
+
+@celery_app.task(name="seed.org", ignore_result=False)
+def seed_org_task(org: dict | None = None, admin: dict | None = None) -> dict:
+    """Seed one organization (the same service as POST /internal/seed); idempotent, so a redelivered
+    task reports everything as existing. Operators: `celery -A workers call seed.org --kwargs '{...}'`."""
+    from app.errors import ApiError
+    from app.ops.seeding import seed_org
+
+    try:
+        report = seed_org({"org": org, "admin": admin})
+    except ApiError as exc:  # a bad body is not retryable: report it as the result
+        log.warning("seed.org rejected: %s %s", exc.message, exc.details)
+        return {"error": {"code": exc.code, "message": exc.message, "details": exc.details}}
+    log.info("seed.org %s/%s: %s", report["orgId"], report["product"], report["summary"])
+    return report
+
+
+@celery_app.task(name="seed.rollout", bind=True, ignore_result=True)
+def rollout_task(self, rollout_id: str, batch_size: int = 100) -> str:
+    """One batch of orgs per message, then the task re-sends itself for the next batch: other seed
+    tasks interleave, and a lost worker (acks_late) redelivers only the batch in flight, which
+    resumes from the rollout's cursor."""
+    from app.db import db
+    from app.ops.rollout import run_rollout
+    from app.platform_models import Rollout
+    from app.wire import utcnow
+
+    try:
+        status = run_rollout(rollout_id, batch_size=batch_size,
+                             max_batches=None if self.request.is_eager else 1)
+    except Exception as exc:
+        db.session.rollback()
+        rollout = db.session.get(Rollout, rollout_id)
+        if rollout is not None:
+            rollout.status, rollout.updated_at = "failed", utcnow()
+            rollout.error = f"{type(exc).__name__}: {exc}"[:2000]
+            db.session.commit()
+        raise
+    if status == "running":
+        self.apply_async(args=(rollout_id,), kwargs={"batch_size": batch_size})
+    return status

@@ -10,6 +10,8 @@ import time
 import jwt
 import pytest
 
+from app.auth import PUBLIC_PREFIXES
+from app.ops.internal import INTERNAL_SECURITY
 from tests.support import AUDIENCE, ISSUER, TEST_SECRET, assert_error, bearer, token
 
 
@@ -170,8 +172,13 @@ def test_every_operation_documents_its_access_rules(app, client):
             if method == "parameters":
                 continue
             seen += 1
-            assert operation["security"] == [{"bearerAuth": []}], (method, path)
             assert "401" in operation["responses"], (method, path)
+            if path.startswith("/internal/"):  # its blueprint's own rule (app.ops.internal.authenticate_internal)
+                assert operation["security"] == INTERNAL_SECURITY, (method, path)
+                assert "403" in operation["responses"], (method, path)
+                continue
+            public = path.startswith(PUBLIC_PREFIXES)  # a signed link is the credential (unsubscribe)
+            assert operation["security"] == ([] if public else [{"bearerAuth": []}]), (method, path)
             rule = next(r for r in app.url_map.iter_rules()
                         if re.sub(r"<(?:[^:<>]+:)?([^<>]+)>", r"{\1}", r.rule) == path and method.upper() in r.methods)
             view = app.view_functions[rule.endpoint]

@@ -6,13 +6,14 @@ For the agent registry and the entity store, a request the documented schema all
 accepted (schemathesis' `positive_data_acceptance`): the code is no stricter than the schema says,
 except for the rules the document states in prose (`info.description`, field descriptions) because
 they depend on data or cannot be written as a schema: references that must exist, fields a definition
-does not have, valid JSON Schemas, `config` against `configSchema`, a skillId at most once per agent. Generated text holds no NUL characters or lone
-surrogates (also a rule of `info.description`).
+does not have, valid JSON Schemas, `config` against `configSchema`, a skillId at most once per agent.
+Generated text holds no NUL characters or lone surrogates (also a rule of `info.description`).
 Runs as an admin of a dedicated org, so generated writes stay inside that org.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 
@@ -22,6 +23,9 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance, response
 
 from tests.support import bearer, token
 
+# Examples per operation: 25 for a quick local run; CI (.ci/run) raises it (150: 76 s on a quiet 2-core
+# machine, about 6 minutes under load).
+MAX_EXAMPLES = int(os.environ.get("CONTRACT_MAX_EXAMPLES", "25"))
 CONTRACT_ORG = f"org-contract-{uuid.uuid4().hex[:12]}"  # fresh per run: generated writes never accumulate
 ACCEPTANCE_CHECKED = ("/api/v1/agents", "/api/v1/skills", "/api/v1/tool-definitions", "/api/v1/subagents",
                       "/api/v1/widgets", "/api/v1/entities", "/api/v1/admin/entities")
@@ -65,7 +69,7 @@ def _prose_rule(response) -> bool:
 def schema_valid_requests_are_accepted(ctx, response, case):
     if not case.operation.path.startswith(ACCEPTANCE_CHECKED) or case.operation.path == "/api/v1/agents/images":
         return None
-    if _prose_rule(response):
+    if _prose_rule(response) or response.status_code == 429:  # a rate limit may refuse any valid request
         return None
     return positive_data_acceptance(ctx, response, case)
 
@@ -80,7 +84,7 @@ def test_every_operation_conforms_to_the_openapi_document(app):
         seen += 1
 
         @given(case=operation.as_strategy())
-        @settings(max_examples=25, deadline=None, derandomize=True, database=None,
+        @settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True, database=None,
                   suppress_health_check=list(HealthCheck))
         def exercise(case):
             case.call_and_validate(headers=headers, checks=[no_internal_error, response_schema_conformance,

@@ -36,15 +36,26 @@ def _wait_healthy(port: int, proc, timeout: float = 30) -> None:
     pytest.fail("gunicorn did not become healthy")
 
 
-def test_sigterm_lets_in_flight_request_finish_and_refuses_new_ones(database_url):
+def start_gunicorn(database_url: str, **env_overrides):
+    """gunicorn with docker/gunicorn.conf.py serving tests.slow_app on a free port, once healthy:
+    (process, port)."""
     port = _free_port()
     env = dict(os.environ, PORT=str(port), DATABASE_URL=database_url, JWT_SECRET=TEST_SECRET,
-               VAR_DIR=TEST_VAR_DIR, REDIS_URL="", SLOW_SECONDS="3", WEB_CONCURRENCY="1")
+               VAR_DIR=TEST_VAR_DIR, REDIS_URL="", WEB_CONCURRENCY="1", **env_overrides)
     proc = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "gunicorn"), "-c",
                              "docker/gunicorn.conf.py", "tests.slow_app:app"], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_healthy(port, proc)
+    except BaseException:
+        proc.kill()
+        raise
+    return proc, port
+
+
+def test_sigterm_lets_in_flight_request_finish_and_refuses_new_ones(database_url):
+    proc, port = start_gunicorn(database_url, SLOW_SECONDS="3")
+    try:
         result = {}
 
         def call_slow():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
 
@@ -11,13 +12,20 @@ from app.tasks import MAX_BACKOFF_SECONDS, enqueue_after_commit, retry_countdown
 
 
 class RecordingTask:
+    """A task whose app runs eagerly (no broker, no outbox) unless `broker=True`; `fail=True` makes
+    every send fail as with Redis down."""
+
     name = "recording"
 
-    def __init__(self):
-        self.sent = []
+    def __init__(self, broker: bool = False, fail: bool = False):
+        self.sent, self.ids, self.fail = [], [], fail
+        self.app = SimpleNamespace(conf=SimpleNamespace(task_always_eager=not broker))
 
-    def apply_async(self, args=(), kwargs=None):
+    def apply_async(self, args=(), kwargs=None, task_id=None):
+        if self.fail:
+            raise ConnectionError("broker down")
         self.sent.append((args, kwargs))
+        self.ids.append(task_id)
 
 
 def test_enqueue_after_commit_sends_only_on_commit(database_url):
@@ -62,6 +70,36 @@ def test_eager_task_runs_in_the_calling_apps_context(make_app, app):
     with app.app_context():
         assert which_app.apply().get() == app.config["PUBLIC_BASE_URL"]
 
+
+@pytest.mark.parametrize("broker_up", [True, False])
+def test_outbox_row_commits_with_the_transaction(app, database_url, broker_up):
+    """With a broker, the task is an outbox row of the same transaction: none after a rollback; after
+    the commit it is sent with the row id as task id and the row deleted, or kept when the send fails."""
+    from sqlalchemy import select
+
+    from app.db import db
+    from app.platform_models import OutboxMessage
+
+    task = RecordingTask(broker=True, fail=not broker_up)
+    with app.app_context():
+        with Session(db.engine) as session:
+            enqueue_after_commit(session, task, "rolled-back")
+            session.rollback()
+            enqueue_after_commit(session, task, "kept", flag=True)
+            session.commit()
+        with db.engine.connect() as conn:
+            rows = conn.execute(select(OutboxMessage.id, OutboxMessage.args, OutboxMessage.kwargs)
+                                .where(OutboxMessage.task_name == "recording")).all()
+    assert not any(r.args == ["rolled-back"] for r in rows)
+    if broker_up:
+        assert task.sent == [(("kept",), {"flag": True})]
+        assert task.ids[0] not in {r.id for r in rows}  # sent: its row is gone
+    else:
+        assert task.sent == []
+        mine = [r for r in rows if r.args == ["kept"]]
+        assert mine and mine[-1].kwargs == {"flag": True}  # waits for the dispatcher
+        with app.app_context(), db.engine.begin() as conn:
+            conn.execute(OutboxMessage.__table__.delete().where(OutboxMessage.task_name == "recording"))
 
 def test_retry_countdown_is_exponential_with_jitter_capped_and_honours_retry_after():
     for retries in range(4):

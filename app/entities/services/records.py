@@ -3,8 +3,10 @@ their relationships."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from flask import current_app
 from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
@@ -35,14 +37,27 @@ def record_to_wire(row: Any) -> dict[str, Any]:
             "updatedAt": iso(get("updated_at")), "createdBy": get("created_by"), "updatedBy": get("updated_by"),
             "isActive": get("is_active"), "version": get("version")}
 
+
+def record_size_error(item: dict) -> str | None:
+    """A record (name, fields, tags, metadata as JSON) may hold ENTITY_MAX_RECORD_BYTES (README)."""
+    limit = current_app.config["ENTITY_MAX_RECORD_BYTES"]
+    parts = {key: item[key] for key in ("name", "fields", "tags", "metadata") if key in item}
+    size = len(json.dumps(parts, ensure_ascii=False, separators=(",", ":"), default=str).encode("utf-8",
+                                                                                             "surrogatepass"))
+    return f"a record may be at most {limit} bytes as JSON (this one is {size})" if size > limit else None
+
+
 def record_errors(compiled: CompiledSchema, item: dict) -> dict[str, list[str]]:
-    """Every problem of a record payload: NUL characters, then the definition's JSON Schema."""
+    """Every problem of a record payload: NUL characters, size, then the definition's JSON Schema."""
     errors: dict[str, list[str]] = {}
     for key in ("name", "fields", "tags", "metadata"):
         if key in item:
             unstorable_errors(item[key], key, errors)
     if errors:
         return errors
+    size_error = record_size_error(item)
+    if size_error:
+        return {"(record)": [size_error]}
     fields = item.get("fields", {})
     if not isinstance(fields, dict):
         return {"fields": ["must be an object"]}

@@ -22,7 +22,7 @@ def session():
 
 
 def queued(session):
-    return [(task.name, args) for task, args, _ in session.info.get("_pending_tasks", [])]
+    return [(task.name, args) for task, args, *_ in session.info.get("_pending_tasks", [])]
 
 
 def definition(config):

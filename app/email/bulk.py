@@ -1,0 +1,264 @@
+"""Bulk email: a job of per-recipient deliveries, sent by `email` queue workers.
+
+At most once per recipient: a delivery is sent only after a worker moved it from `pending` to
+`sending` (UPDATE … WHERE status = 'pending', SKIP LOCKED), and its outcome is committed right after
+the SMTP answer. One worker runs a job at a time (a session advisory lock on the job id). When a
+task is redelivered after a worker was lost, rows still `sending` were perhaps delivered: they are
+marked failed ("not resent"), never sent again; `pending` rows carry on; `sent` rows are skipped.
+Transient failures (4xx, dropped connection) go back to `pending` with a growing delay, up to
+EMAIL_BULK_MAX_ATTEMPTS tries; permanent ones (5xx, a refused recipient) fail at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any
+
+from flask import current_app
+from sqlalchemy import bindparam, func, insert, select, text, update
+
+from app.db import db
+from app.email.models import EmailDelivery, EmailJob
+from app.email.senders import Delivery
+from app.email.services import build_message, get_sender
+from app.errors import NotFound
+from app.tasks import retry_countdown
+from app.tenancy import Tenant, current_tenant, tenant_select
+from app.wire import iso, new_id, utcnow
+
+log = logging.getLogger(__name__)
+CLAIM_CHUNK = 200
+LOST = "The worker was lost while sending; not resent, to never deliver twice."
+JOB_LOCK = 0x454D_4A42
+
+
+# --------------------------------------------------------------------------- creating jobs
+
+
+def unique_addresses(addresses: list[str]) -> list[str]:
+    """Trimmed, first occurrence kept, duplicates (case-insensitive) dropped."""
+    seen: set[str] = set()
+    out = []
+    for address in addresses:
+        address = address.strip()
+        if address.lower() not in seen:
+            seen.add(address.lower())
+            out.append(address)
+    return out
+
+
+def create_job(*, kind: str, deliveries: list[dict[str, Any]], subject: str | None = None,
+               body: str | None = None) -> EmailJob:
+    """A queued job with one `pending` row per delivery; its task is sent once this commits."""
+    from app.email.tasks import bulk_send
+    from app.tasks import enqueue_after_commit
+
+    tenant = current_tenant()
+    session = db.session
+    job = EmailJob(id=new_id(), org_id=tenant.org_id, kind=kind, status="queued", subject=subject,
+                   body=body, total=len(deliveries), created_by=tenant.user_id, created_at=utcnow())
+    session.add(job)
+    session.flush()
+    if deliveries:
+        session.execute(insert(EmailDelivery), [
+            {"job_id": job.id, "seq": i, "org_id": tenant.org_id, "status": "pending", "attempts": 0,
+             "recipient": d["to"], "subject": d.get("subject"), "body": d.get("body"), "headers": d.get("headers")}
+            for i, d in enumerate(deliveries)])
+    else:
+        job.status, job.finished_at = "done", utcnow()
+    if deliveries:
+        enqueue_after_commit(session, bulk_send, tenant.product, job.id)
+    session.commit()
+    return job
+
+
+def create_bulk_job(payload: dict) -> EmailJob:
+    """From the bulk-send body: `messages` (each its own), or one message to `recipients`."""
+    if payload.get("messages"):
+        deliveries = [{"to": m["to"].strip(), "subject": m["subject"], "body": m["body"]}
+                      for m in payload["messages"]]
+        return create_job(kind="bulk", deliveries=deliveries)
+    deliveries = [{"to": r} for r in unique_addresses(payload["recipients"])]
+    return create_job(kind="bulk", deliveries=deliveries, subject=payload["subject"], body=payload["body"])
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def job_counts(job_id: str) -> dict[str, int]:
+    rows = db.session.execute(select(EmailDelivery.status, func.count()).where(EmailDelivery.job_id == job_id)
+                              .group_by(EmailDelivery.status)).all()
+    counts = {"pending": 0, "sending": 0, "sent": 0, "failed": 0}
+    counts.update({status: n for status, n in rows})
+    return counts
+
+
+def get_job(job_id: str) -> EmailJob:
+    job = db.session.scalars(tenant_select(EmailJob).where(EmailJob.id == job_id)).first()
+    if job is None:
+        raise NotFound("Email job not found.")
+    return job
+
+
+def job_to_wire(job: EmailJob) -> dict[str, Any]:
+    return {"id": job.id, "kind": job.kind, "status": job.status, "total": job.total, "counts": job_counts(job.id),
+            "subject": job.subject, "createdBy": job.created_by, "createdAt": iso(job.created_at),
+            "startedAt": iso(job.started_at), "finishedAt": iso(job.finished_at)}
+
+
+def list_deliveries(job: EmailJob, status: str | None, after: int | None, limit: int) -> list[EmailDelivery]:
+    stmt = select(EmailDelivery).where(EmailDelivery.org_id == job.org_id, EmailDelivery.job_id == job.id)
+    if status:
+        stmt = stmt.where(EmailDelivery.status == status)
+    if after is not None:
+        stmt = stmt.where(EmailDelivery.seq > after)
+    return list(db.session.scalars(stmt.order_by(EmailDelivery.seq).limit(limit)))
+
+
+def delivery_to_wire(d: EmailDelivery) -> dict[str, Any]:
+    return {"seq": d.seq, "to": d.recipient, "status": d.status, "attempts": d.attempts, "smtpCode": d.smtp_code,
+            "error": d.error, "sentAt": iso(d.sent_at)}
+
+
+# --------------------------------------------------------------------------- sending (worker)
+
+
+@contextlib.contextmanager
+def _job_lock(job_id: str) -> Iterator[bool]:
+    with db.engine.connect() as conn:
+        got = conn.scalar(text("SELECT pg_try_advisory_lock(:c, hashtext(:k))"), {"c": JOB_LOCK, "k": job_id})
+        try:
+            yield bool(got)
+        finally:
+            if got:
+                conn.execute(text("SELECT pg_advisory_unlock(:c, hashtext(:k))"), {"c": JOB_LOCK, "k": job_id})
+            conn.commit()
+
+
+def run_job(product: str, job_id: str, *, sleep=time.sleep) -> str:
+    """Send every pending delivery of `product`'s job; returns the job's status."""
+    with _job_lock(job_id) as mine:
+        if not mine:
+            log.info("email job %s is being sent by another worker", job_id)
+            return "busy"
+        with db.product_session(product) as session:
+            return _run_locked(session, product, job_id, sleep)
+
+
+def _run_locked(session, product: str, job_id: str, sleep) -> str:
+    job = session.get(EmailJob, job_id)
+    if job is None:
+        log.warning("email job %s does not exist (deleted?)", job_id)
+        return "missing"
+    if job.status == "done":
+        return "done"
+    # rows a lost worker left in `sending` were perhaps delivered: never send them again
+    session.execute(update(EmailDelivery).where(EmailDelivery.job_id == job_id, EmailDelivery.status == "sending")
+                    .values(status="failed", error=LOST))
+    job.status, job.started_at = "sending", job.started_at or utcnow()
+    session.commit()
+    config = current_app.config
+    concurrency = max(1, int(config["EMAIL_BULK_CONCURRENCY"]))
+    max_attempts = max(1, int(config["EMAIL_BULK_MAX_ATTEMPTS"]))
+    backoff = float(config["EMAIL_BULK_RETRY_SECONDS"])
+    tenant = Tenant(org_id=job.org_id, user_id=job.created_by or "", email=None, role=None, product=product)
+    sender, sender_address = get_sender(), config["EMAIL_FROM"]
+    local = threading.local()
+    transports = []
+    lock = threading.Lock()
+
+    def transport():
+        if getattr(local, "transport", None) is None:
+            local.transport = sender.open_batch()
+            with lock:
+                transports.append(local.transport)
+        return local.transport
+
+    def deliver(row) -> Delivery:
+        try:
+            message = build_message(sender_address, [row.recipient], row.subject or job.subject or "",
+                                    row.body or job.body or "", tenant)
+            if row.headers:  # a long List-Unsubscribe URL must not be folded into encoded words
+                message.policy = message.policy.clone(max_line_length=998)
+                for name, value in row.headers.items():
+                    message[name] = value
+            return transport().deliver(message)
+        except Exception as exc:  # a bad message must not stop the job
+            log.exception("email job %s: building/sending message %s failed", job_id, row.seq)
+            return Delivery("failed", f"{type(exc).__name__}: {exc}"[:500])
+
+    try:
+        with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="email-bulk") as pool:
+            while True:
+                rows = _claim(session, job_id, CLAIM_CHUNK)
+                if not rows:
+                    wait = _next_retry_in(session, job_id)
+                    if wait is None:
+                        break
+                    sleep(min(wait, 30.0))
+                    continue
+                results = list(pool.map(deliver, rows))
+                _record(session, job_id, rows, results, max_attempts, backoff)
+    finally:
+        for t in transports:
+            t.close()
+    job = session.get(EmailJob, job_id)
+    job.status, job.finished_at = "done", utcnow()
+    session.commit()
+    return "done"
+
+
+def _claim(session, job_id: str, limit: int):
+    due = (select(EmailDelivery.seq).where(
+        EmailDelivery.job_id == job_id, EmailDelivery.status == "pending",
+        (EmailDelivery.next_attempt_at.is_(None)) | (EmailDelivery.next_attempt_at <= func.now()))
+        .order_by(EmailDelivery.seq).limit(limit).with_for_update(skip_locked=True))
+    rows = session.execute(
+        update(EmailDelivery).where(EmailDelivery.job_id == job_id, EmailDelivery.seq.in_(due.scalar_subquery()))
+        .values(status="sending", claimed_at=func.now(), attempts=EmailDelivery.attempts + 1)
+        .returning(EmailDelivery.seq, EmailDelivery.recipient, EmailDelivery.subject, EmailDelivery.body,
+                   EmailDelivery.headers, EmailDelivery.attempts)).all()
+    session.commit()
+    return sorted(rows, key=lambda r: r.seq)
+
+
+def _next_retry_in(session, job_id: str) -> float | None:
+    moment = session.scalar(select(func.min(EmailDelivery.next_attempt_at)).where(
+        EmailDelivery.job_id == job_id, EmailDelivery.status == "pending"))
+    session.commit()
+    if moment is None:
+        pending = session.scalar(select(func.count()).where(EmailDelivery.job_id == job_id,
+                                                            EmailDelivery.status == "pending"))
+        return 0.0 if pending else None
+    return max(0.0, (moment - utcnow()).total_seconds())
+
+
+def _record(session, job_id: str, rows, results: list[Delivery], max_attempts: int, backoff: float) -> None:
+    now = utcnow()
+    params = []
+    for row, result in zip(rows, results, strict=True):
+        status, next_at = result.status, None
+        if status == "retry":
+            if row.attempts >= max_attempts:
+                status = "failed"
+            else:
+                # the one retry policy (app.tasks.retry_countdown: doubling, jitter, cap), in units of
+                # EMAIL_BULK_RETRY_SECONDS
+                delay = backoff * retry_countdown(row.attempts - 1)
+                status, next_at = "pending", now + timedelta(seconds=delay)
+        params.append({"b_seq": row.seq, "b_status": status, "b_code": result.code,
+                       "b_error": None if status == "sent" else result.message[:2000],
+                       "b_next": next_at, "b_sent": now if status == "sent" else None})
+    table = EmailDelivery.__table__
+    session.execute(
+        update(table).where(table.c.job_id == job_id, table.c.seq == bindparam("b_seq"))
+        .values(status=bindparam("b_status"), smtp_code=bindparam("b_code"), error=bindparam("b_error"),
+                next_attempt_at=bindparam("b_next"), sent_at=bindparam("b_sent")),
+        params, execution_options={"synchronize_session": False})
+    session.commit()

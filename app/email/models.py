@@ -1,0 +1,70 @@
+"""Tables of bulk email and newsletters (product schema).
+
+- `email_jobs`: one bulk send (or newsletter issue); the shared subject/body of a one-message job.
+- `email_deliveries`: one row per recipient message, the unit of work and of state:
+  pending → sending (claimed by a worker) → sent | failed. A row leaves `pending` only through an
+  UPDATE … WHERE status = 'pending', so two workers never send the same row, and a redelivered task
+  never sends a row that is already `sent`.
+- `newsletter_subscribers`: an org's subscribers (email unique per org, stored lower-case).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import DateTime, ForeignKey, Integer, String, Text
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db import TenantBase
+
+
+class EmailJob(TenantBase):
+    __tablename__ = "email_jobs"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    org_id: Mapped[str] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(16))  # bulk | newsletter
+    status: Mapped[str] = mapped_column(String(16))  # queued | sending | done
+    subject: Mapped[str | None] = mapped_column(Text)
+    body: Mapped[str | None] = mapped_column(Text)
+    total: Mapped[int] = mapped_column(Integer)
+    created_by: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class EmailDelivery(TenantBase):
+    __tablename__ = "email_deliveries"
+
+    job_id: Mapped[str] = mapped_column(String(36), ForeignKey("email_jobs.id", ondelete="CASCADE"),
+                                        primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    org_id: Mapped[str] = mapped_column(String(64))
+    recipient: Mapped[str] = mapped_column(String(320))
+    subject: Mapped[str | None] = mapped_column(Text)
+    body: Mapped[str | None] = mapped_column(Text)
+    headers: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    status: Mapped[str] = mapped_column(String(12))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    smtp_code: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(Text)
+    next_attempt_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    claimed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    sent_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class NewsletterSubscriber(TenantBase):
+    __tablename__ = "newsletter_subscribers"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    org_id: Mapped[str] = mapped_column(String(64))
+    email: Mapped[str] = mapped_column(String(320))
+    name: Mapped[str | None] = mapped_column(String(200))
+    status: Mapped[str] = mapped_column(String(16))  # active | unsubscribed
+    source: Mapped[str | None] = mapped_column(String(100))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    unsubscribed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -1,0 +1,155 @@
+"""The one place request JSON is parsed (DESIGN.md §5: bad input is a 400, never a 500).
+
+Both readers of a request body go through `loads()`: flask-smorest/webargs arguments (the parser in
+`app.extensions`) and `request.get_json()` (the app's JSON provider). It refuses, in the envelope:
+
+- a body that is not `application/json` where JSON is expected → 415 (`require_json_body`);
+- bytes that are not UTF-8, or not JSON → 400 INVALID_INPUT;
+- nesting deeper than `JSON_MAX_DEPTH` (64) → 400 (Python's decoder recurses; 10 000 levels would be a
+  RecursionError, and deep documents make every recursive helper downstream a hazard);
+- an integer literal over 4 300 digits (Python refuses to convert it) → 400;
+- a lone surrogate (`"\\ud800"`, unencodable as UTF-8: PostgreSQL, headers and logs would fail on it) in
+  any string or key → 400 VALIDATION_ERROR naming the path. NUL characters are refused by each domain's
+  own check, which names the field or the bulk record index (`check_storable`, `NulFree`, email subject);
+- a string longer than `MAX_STRING_CHARS` → 413.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from flask import current_app, has_app_context
+from flask.json.provider import DefaultJSONProvider
+
+from app.errors import ApiError, InvalidInput, PayloadTooLarge, ValidationFailed
+
+DEFAULT_MAX_DEPTH = 64
+# Only a \u escape can produce a lone surrogate (raw surrogates are invalid UTF-8), so the check runs
+# only when the text has a surrogate escape; pairs (emoji) are joined by the decoder, and re-encoding
+# (C speed) tells whether a lone one is left before the slower walk that names where.
+_SUSPICIOUS_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_BAD_CHARS = re.compile("[\ud800-\udfff]")
+
+
+class UnsupportedMediaType(ApiError):
+    status, code = 415, "INVALID_INPUT"
+
+
+def _setting(name: str, default: int) -> int:
+    if has_app_context():
+        return int(current_app.config.get(name) or default)
+    return default
+
+
+def loads(data: bytes | bytearray | str) -> Any:
+    """Parse a request body; ApiError (400/413) for anything the service cannot safely hold."""
+    if isinstance(data, bytes | bytearray):
+        try:
+            text = bytes(data).decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidInput("Request body is not valid UTF-8.") from None
+    else:
+        text = data
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    max_depth = _setting("JSON_MAX_DEPTH", DEFAULT_MAX_DEPTH)
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise InvalidInput(f"Request body is nested too deeply (at most {max_depth} levels).") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidInput("Request body is not valid JSON.",
+                           {"line": exc.lineno, "column": exc.colno, "reason": exc.msg}) from None
+    except ValueError:  # an integer literal over sys.get_int_max_str_digits() (4 300) digits
+        raise InvalidInput("Request body has a number that is too long (integer literals may have at "
+                           "most 4300 digits).") from None
+    max_string = _setting("MAX_STRING_CHARS", 0)
+    if text.count("[") + text.count("{") > max_depth:  # fewer brackets than levels: cannot be too deep
+        check_depth(value, max_depth)
+    scan = bool(_SUSPICIOUS_ESCAPE.search(text)) and _has_lone_surrogate(value)
+    long_possible = bool(max_string) and len(text) > max_string
+    if scan or long_possible:
+        check_strings(value, scan_strings=scan, max_string=max_string if long_possible else 0)
+    return value
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def check_depth(value: Any, max_depth: int = DEFAULT_MAX_DEPTH, what: str = "Request body") -> None:
+    """InvalidInput when containers nest deeper than `max_depth` (iterative: no recursion)."""
+    if value.__class__ is not dict and value.__class__ is not list:
+        return
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth >= max_depth:
+            raise InvalidInput(f"{what} is nested too deeply (at most {max_depth} levels).")
+        for child in (node.values() if node.__class__ is dict else node):
+            if child.__class__ is dict or child.__class__ is list:
+                stack.append((child, depth + 1))
+
+
+def check_strings(value: Any, *, scan_strings: bool = True, max_string: int = 0,
+                  what: str = "Request body") -> None:
+    """Lone surrogates in strings and keys (400 naming the paths) and strings over `max_string`
+    characters (413), in a document already known to be shallow enough."""
+    problems: dict[str, list[str]] = {}
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack and len(problems) < 20:
+        node, path = stack.pop()
+        if isinstance(node, dict):
+            for key, item in node.items():
+                if scan_strings and _BAD_CHARS.search(key):
+                    problems.setdefault(_printable(path) or "(root)", []).append(
+                        "a key contains a lone surrogate (\\ud800-\\udfff)")
+                stack.append((item, f"{path}.{key}" if path else str(key)))
+        elif isinstance(node, list):
+            stack.extend((item, f"{path}[{index}]") for index, item in enumerate(node))
+        elif isinstance(node, str):
+            _check_string(node, path, scan_strings, max_string, problems)
+    if problems:
+        raise ValidationFailed(f"{what} contains characters that cannot be stored.", {"fields": problems})
+
+
+def _check_string(value: str, path: str, scan: bool, max_string: int, problems: dict) -> None:
+    if max_string and len(value) > max_string:
+        raise PayloadTooLarge(f"A string is longer than {max_string} characters.",
+                              {"field": _printable(path), "maxChars": max_string})
+    if scan and _BAD_CHARS.search(value):
+        problems.setdefault(_printable(path) or "(root)", []).append(
+            "must not contain a lone surrogate (\\ud800-\\udfff)")
+
+
+def _printable(path: str) -> str:
+    return _BAD_CHARS.sub("?", path)[:200]
+
+
+class SafeJSONProvider(DefaultJSONProvider):
+    """`request.get_json()` parses through `loads()` as well."""
+
+    def loads(self, s: str | bytes, **kwargs: Any) -> Any:
+        return loads(s)
+
+
+def is_json_mimetype(mimetype: str) -> bool:
+    return mimetype == "application/json" or (mimetype.startswith("application/") and mimetype.endswith("+json"))
+
+
+def require_json_body(req) -> bool:
+    """True when the request carries a JSON body; 415 when it carries a body of another type.
+    An empty body without a JSON type is "no body" (the schema decides whether that is allowed)."""
+    if is_json_mimetype(req.mimetype or ""):
+        return True
+    if req.content_length or req.get_data(cache=True):
+        raise UnsupportedMediaType(
+            f"Request body must be application/json (got {(req.mimetype or 'no Content-Type')[:100]}).",
+            {"contentType": (req.mimetype or "")[:100]})
+    return False

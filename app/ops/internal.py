@@ -1,0 +1,107 @@
+"""POST /internal/seed: cluster-internal organization seeding.
+
+`/internal/*` is outside the /api/v1 authentication hook, so this blueprint authenticates itself
+before anything else runs: header `X-Internal-Token` equal to INTERNAL_API_TOKEN (constant-time;
+with no token configured that path is closed), or a Bearer token with role admin/super_admin.
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from flask import current_app, g, jsonify, request
+from flask.views import MethodView
+
+from app.errors import Forbidden, Unauthorized
+from app.extensions import Blueprint
+from app.ops.schemas import SeedQueuedSchema, SeedReportSchema, SeedStatusQuerySchema, SeedStatusSchema
+from app.ops.seeding import SeedRequestSchema
+
+blp = Blueprint("internal", __name__, url_prefix="/internal",
+                description="Cluster-internal operations (X-Internal-Token or an admin token)")
+ADMIN_ROLES = ("admin", "super_admin")
+
+
+def authenticate_internal() -> None:
+    """before_request of /internal/*: internal token, or an admin/super_admin bearer token."""
+    if request.method == "OPTIONS":
+        return
+    sent = request.headers.get("X-Internal-Token")
+    if sent is not None:
+        expected = current_app.config.get("INTERNAL_API_TOKEN") or ""
+        if not expected:
+            raise Unauthorized("Internal token authentication is disabled (INTERNAL_API_TOKEN is not set).")
+        if not hmac.compare_digest(sent.encode(), expected.encode()):
+            raise Unauthorized("Invalid internal token.")
+        g.internal_caller = "internal-token"
+        return
+    if not request.headers.get("Authorization"):
+        raise Unauthorized("X-Internal-Token or an admin bearer token is required.")
+    from app.auth import _bearer_token, decode_token, tenant_from_claims
+
+    tenant = tenant_from_claims(decode_token(_bearer_token()))
+    if tenant.role not in ADMIN_ROLES:
+        raise Forbidden("Requires role admin or super_admin.")
+    g.internal_caller = f"user:{tenant.user_id}"
+
+
+blp.before_request(authenticate_internal)
+# What authenticate_internal enforces, documented on each operation (security schemes, 401, 403).
+INTERNAL_SECURITY = [{"internalToken": []}, {"bearerAuth": []}]
+
+
+def internal_access(view):
+    view = blp.alt_response(403, description="FORBIDDEN: a bearer token without role admin or super_admin")(view)
+    return blp.doc(security=INTERNAL_SECURITY)(view)
+
+
+@blp.route("/seed")
+class Seed(MethodView):
+    @blp.arguments(SeedRequestSchema)
+    @blp.response(200, SeedReportSchema, description="Nothing new was created (already seeded)")
+    @blp.alt_response(201, schema=SeedReportSchema, description="Something was created")
+    @blp.alt_response(202, schema=SeedQueuedSchema, description="With `Prefer: respond-async`: seed.org queued")
+    @internal_access
+    def post(self, data):
+        """Seed an organization: org, admin user and the 15 platform artifacts (idempotent).
+
+        The body is checked field by field (400 names `org.mainDomain`, `admin.email`, …). The org id
+        is the lower-cased `mainDomain`. A second call creates nothing and answers 200 with every
+        artifact `existing`; another `product` provisions that product for the same org (201).
+        With `Prefer: respond-async` the `seed.org` task is queued instead (202, follow `statusUrl`)."""
+        from app.extensions import db
+        from app.ops.seeding import org_id_for, seed_org
+        from app.ops.tasks import seed_org_task
+        from app.tasks import enqueue_after_commit
+
+        if wants_async():
+            # through the outbox like every other 202: the task survives a broker outage
+            task_id = enqueue_after_commit(db.session, seed_org_task, **data)
+            db.session.commit()
+            org_id, product = org_id_for(data["org"]["mainDomain"]), data["org"]["product"]
+            url = f"/internal/seed/{org_id}?product={product}"
+            response = jsonify({"taskId": task_id, "orgId": org_id, "product": product, "status": "queued",
+                                "statusUrl": url})
+            response.status_code = 202
+            response.headers.update({"Location": url, "Preference-Applied": "respond-async"})
+            return response
+        report = seed_org(data)
+        return report, 201 if report["created"] else 200
+
+
+@blp.route("/seed/<string:orgId>")
+class SeedStatus(MethodView):
+    @blp.arguments(SeedStatusQuerySchema, location="query")
+    @blp.response(200, SeedStatusSchema)
+    @internal_access
+    def get(self, args, orgId):
+        """What the org holds in `product` (default product when omitted): every registry artifact,
+        `existing` (with the org's version and forkedFromVersion) or `missing`."""
+        from app.ops.seeding import seed_status
+
+        return seed_status(orgId.lower(), args.get("product") or current_app.config["DEFAULT_PRODUCT"])
+
+
+def wants_async() -> bool:
+    prefer = request.headers.get("Prefer", "")
+    return any(t.strip().split(";")[0].strip().lower() == "respond-async" for t in prefer.split(","))

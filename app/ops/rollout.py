@@ -1,0 +1,439 @@
+"""The artifact registry: publish a new artifact version and roll it out to every org.
+
+A rollout walks the provisioned (org, product) pairs of `platform.org_artifacts` in key order, in
+batches; after each org it commits the outcome and moves the cursor in the same transaction as the
+org's new copy, so a crashed worker (the task is acks_late) or `flask artifacts resume` continues
+where it stopped, and an org is never done twice. Per org:
+
+- `updated`: the copy was never edited (its updatedBy is still `platform`): replaced through the
+  domain service, `artifactVersion` raised;
+- `forked`: the org edited its copy: kept, marked `forkedFromVersion` (the version it was edited
+  from), reported;
+- `added`: the org did not have the artifact yet (a newly published one): provisioned;
+- `current`: already at (or above) the version; `missing`: the org deleted its copy (left deleted);
+- `failed`: the service refused (detail kept); the rollout carries on with the next org.
+
+Each org is one short transaction under the org's own advisory lock, so API traffic of every org
+goes on while a rollout runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from marshmallow import ValidationError
+from sqlalchemy import Integer, func, select, text, tuple_, update
+from sqlalchemy.dialects.postgresql import insert
+
+from app.db import db
+from app.errors import ApiError, NotFound, ValidationFailed
+from app.ops.artifacts import KINDS, artifact_id
+from app.ops.seeding import (
+    PROVISIONERS,
+    SEED_LOCK,
+    SYSTEM_USER,
+    agent_input,
+    ensure_product,
+    entity_input,
+    flatten_errors,
+    skill_input,
+    storage_prefix,
+    sync_builtin_artifacts,
+    tenant_context,
+)
+from app.platform_models import Artifact, OrgArtifact, Rollout, RolloutOutcome
+from app.wire import iso, utcnow
+
+log = logging.getLogger(__name__)
+OUTCOMES = ("updated", "forked", "added", "current", "missing", "failed")
+DEFAULT_BATCH = 100
+
+
+# --------------------------------------------------------------------------- registry & publish
+
+
+def current_artifacts_of(artifact_key: str) -> Artifact:
+    """The registry row `kind.name` (synced with the release's built-ins first)."""
+    sync_builtin_artifacts(db.session)
+    db.session.commit()
+    artifact = db.session.get(Artifact, artifact_key)
+    if artifact is None:
+        raise NotFound(f"Artifact {artifact_key} not found.")
+    return artifact
+
+
+def artifact_to_wire(a: Artifact) -> dict[str, Any]:
+    return {"id": a.id, "kind": a.kind, "name": a.name, "artifactVersion": a.artifact_version,
+            "definition": a.payload, "updatedAt": iso(a.updated_at)}
+
+
+def list_artifacts() -> list[Artifact]:
+    session = db.session
+    sync_builtin_artifacts(session)
+    session.commit()
+    return list(session.scalars(select(Artifact).order_by(Artifact.position, Artifact.id)))
+
+
+def _invalid(fields: dict[str, list[str]]) -> ValidationFailed:
+    return ValidationFailed(f"Invalid artifact: {', '.join(sorted(fields))}.", {"fields": fields})
+
+
+def check_definition(kind: str, name: str, definition: dict, known_skills: set[str]) -> None:
+    """The definition must be what the kind's own API would accept (400 naming the fields)."""
+    from app.entities.fieldtypes import compile_definition_schema
+
+    def prefixed(messages) -> dict[str, list[str]]:
+        return {f"definition.{k}": v for k, v in flatten_errors(messages).items()}
+
+    try:
+        if kind == "entity":
+            data, views = entity_input(definition)
+            compile_definition_schema(data.get("schema") or {"type": "object", "properties": {}})
+            if data.get("name") != name:
+                raise _invalid({"definition.name": [f"must be '{name}'"]})
+            if not all(isinstance(v, dict) and v.get("name") for v in views):
+                raise _invalid({"definition.views": ["each view needs a name"]})
+        elif kind == "skill":
+            if skill_input(definition, 1).get("name") != name:
+                raise _invalid({"definition.name": [f"must be '{name}'"]})
+        elif kind == "agent":
+            from app.agents.schemas import AgentInputSchema
+
+            skills = definition.get("skills") or []
+            if not isinstance(skills, list) or not all(isinstance(s, dict) for s in skills):
+                raise _invalid({"definition.skills": ["must be a list of {skillName, enabled, order}"]})
+            unknown = sorted({s.get("skillName") or "?" for s in skills} - known_skills)
+            if unknown:
+                raise _invalid({"definition.skills": [f"unknown skill artifact(s): {', '.join(unknown)}"]})
+            data = AgentInputSchema().load({k: v for k, v in definition.items() if k != "skills"})
+            if data.get("name") != name:
+                raise _invalid({"definition.name": [f"must be '{name}'"]})
+        elif kind == "storage":
+            prefix = definition.get("prefix", "orgs")
+            if not isinstance(prefix, str) or not prefix.strip("/") or ".." in prefix:
+                raise _invalid({"definition.prefix": ["must be a relative path such as orgs"]})
+    except ValidationError as exc:
+        raise _invalid(prefixed(exc.messages)) from None
+    except ValidationFailed as exc:
+        if exc.message.startswith("Invalid artifact"):
+            raise
+        fields = (exc.details or {}).get("fields") or {"definition": [exc.message]}
+        raise _invalid({f"definition.{k}": v for k, v in fields.items()}) from None
+
+
+def publish(doc: Any, *, created_by: str | None = None, rollout: bool = True) -> tuple[Artifact, Rollout | None]:
+    """Store a new version of an artifact (or a new artifact) and start its rollout.
+
+    `doc` is `{kind, name, artifactVersion, definition}`; artifactVersion must be above the current
+    one (409 otherwise)."""
+    from app.agents.fields import contains_nul
+    from app.errors import Conflict
+
+    if not isinstance(doc, dict):
+        raise _invalid({"body": ["must be an object {kind, name, artifactVersion, definition}"]})
+    if contains_nul(doc):
+        raise _invalid({"body": ["text must not contain NUL (\\u0000) characters"]})
+    problems: dict[str, list[str]] = {}
+    kind, name, version, definition = (doc.get("kind"), doc.get("name"), doc.get("artifactVersion"),
+                                       doc.get("definition"))
+    if kind not in KINDS:
+        problems["kind"] = [f"must be one of {', '.join(KINDS)}"]
+    if not isinstance(name, str) or not 1 <= len(name) <= 64:
+        problems["name"] = ["must be a string of 1–64 characters"]
+    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= 1_000_000:
+        problems["artifactVersion"] = ["must be an integer ≥ 1"]
+    if not isinstance(definition, dict):
+        problems["definition"] = ["must be an object"]
+    unknown = sorted(set(doc) - {"kind", "name", "artifactVersion", "definition"})
+    if unknown:
+        problems.update({k: ["Unknown field."] for k in unknown})
+    if problems:
+        raise _invalid(problems)
+    session = db.session
+    sync_builtin_artifacts(session)
+    skills = set(session.scalars(select(Artifact.name).where(Artifact.kind == "skill")))
+    check_definition(kind, name, definition, skills)
+    existing = session.scalars(select(Artifact).where(Artifact.kind == kind, Artifact.name == name)
+                               .with_for_update()).first()
+    if existing is not None and version <= existing.artifact_version:
+        raise Conflict(f"{existing.id} is at version {existing.artifact_version}; publish a higher artifactVersion.",
+                       {"currentVersion": existing.artifact_version})
+    if existing is None:
+        position = (session.scalar(select(func.max(Artifact.position))) or 0) + 1
+        existing = Artifact(id=artifact_id(kind, name), kind=kind, name=name, position=position,
+                            created_at=utcnow())
+        session.add(existing)
+    existing.artifact_version, existing.payload, existing.updated_at = version, definition, utcnow()
+    started = None
+    if rollout:
+        started = start_rollout(session, existing, created_by=created_by)
+    session.commit()
+    return existing, started
+
+
+def start_rollout(session, artifact: Artifact, *, created_by: str | None = None) -> Rollout:
+    """A pending rollout of the artifact's current version; its task is sent once this commits."""
+    from app.ops.tasks import rollout_task
+    from app.tasks import enqueue_after_commit
+
+    total = session.scalar(select(func.count()).select_from(
+        select(OrgArtifact.org_id, OrgArtifact.product).distinct().subquery()))
+    rollout = Rollout(artifact_id=artifact.id, kind=artifact.kind, name=artifact.name,
+                      artifact_version=artifact.artifact_version, status="pending", total=total or 0,
+                      counts={k: 0 for k in OUTCOMES}, created_by=created_by, created_at=utcnow(),
+                      updated_at=utcnow(), cursor_org="", cursor_product="")
+    session.add(rollout)
+    session.flush()
+    enqueue_after_commit(session, rollout_task, rollout.id)
+    return rollout
+
+
+# --------------------------------------------------------------------------- running
+
+
+def run_rollout(rollout_id: str, *, batch_size: int = DEFAULT_BATCH, max_batches: int | None = None) -> str:
+    """Process batches from the cursor; returns the rollout's status (`done`, or `running` when
+    `max_batches` stopped it early: the caller re-sends the task for the rest)."""
+    session = db.session
+    rollout = session.get(Rollout, rollout_id)
+    if rollout is None:
+        raise NotFound(f"Rollout {rollout_id} not found.")
+    if rollout.status in ("done", "cancelled"):
+        return rollout.status
+    artifact = session.get(Artifact, rollout.artifact_id)
+    if artifact is None or artifact.artifact_version != rollout.artifact_version:
+        _finish(session, rollout, "superseded", "a newer version of the artifact was published")
+        return "superseded"
+    if rollout.status != "running":
+        rollout.status, rollout.updated_at = "running", utcnow()
+        session.commit()
+    if artifact.kind == "database":
+        ensure_product_all(session)
+    batches = 0
+    while max_batches is None or batches < max_batches:
+        pairs = session.execute(
+            select(OrgArtifact.org_id, OrgArtifact.product).distinct()
+            .where(tuple_(OrgArtifact.org_id, OrgArtifact.product) > tuple_(rollout.cursor_org, rollout.cursor_product))
+            .order_by(OrgArtifact.org_id, OrgArtifact.product).limit(batch_size)).all()
+        session.commit()  # no snapshot held between batches
+        if not pairs:
+            _finish(session, rollout, "done")
+            return "done"
+        for org_id, product in pairs:
+            apply_to_org(rollout.id, artifact, org_id, product)
+        session.expire(rollout)  # progress was written by the per-org transactions; `artifact` stays as read
+        batches += 1
+    return "running"
+
+
+def ensure_product_all(session) -> None:
+    for product in session.scalars(select(OrgArtifact.product).distinct()):
+        ensure_product(product)
+
+
+def _finish(session, rollout: Rollout, status: str, error: str | None = None) -> None:
+    rollout.status, rollout.error, rollout.finished_at, rollout.updated_at = status, error, utcnow(), utcnow()
+    session.commit()
+
+
+def apply_to_org(rollout_id: str, artifact: Artifact, org_id: str, product: str) -> str:
+    """Bring one org's copy to the rollout's version (one transaction); returns the outcome.
+
+    The org's seeding lock is taken for this transaction (`pg_advisory_xact_lock`, the key space of
+    `org_lock`), so seeding and a rollout never work on the same org at once."""
+    with tenant_context(org_id, product):
+        session = db.session
+        session.execute(text("SELECT pg_advisory_xact_lock(:c, hashtext(:k))"),
+                        {"c": SEED_LOCK, "k": f"{org_id}/{product}"})
+        row = session.get(OrgArtifact, (org_id, product, artifact.id), with_for_update=True)
+        try:
+            outcome, detail = _decide_and_apply(artifact, row, org_id, product, rollout_id)
+        except ApiError as exc:
+            session.rollback()
+            outcome, detail = "failed", f"{exc.message} {json.dumps(exc.details) if exc.details else ''}".strip()
+            _progress(session, rollout_id, org_id, product, outcome, detail)
+            session.commit()
+        except Exception as exc:  # one org's failure never stops the rollout
+            session.rollback()
+            log.exception("rollout %s: org %s/%s failed", rollout_id, org_id, product)
+            outcome, detail = "failed", f"{type(exc).__name__}: {exc}"[:2000]
+            _progress(session, rollout_id, org_id, product, outcome, detail)
+            session.commit()
+        return outcome
+
+
+def _progress(session, rollout_id: str, org_id: str, product: str, outcome: str, detail: str | None) -> None:
+    """Outcome row, counts and cursor: staged in the org's transaction (committed with its copy)."""
+    session.execute(insert(RolloutOutcome).values(
+        rollout_id=rollout_id, org_id=org_id, product=product, outcome=outcome, detail=detail, at=utcnow())
+        .on_conflict_do_update(index_elements=["rollout_id", "org_id", "product"],
+                               set_={"outcome": outcome, "detail": detail, "at": utcnow()}))
+    session.execute(update(Rollout).where(Rollout.id == rollout_id).values(
+        cursor_org=org_id, cursor_product=product, updated_at=utcnow(),
+        counts=Rollout.counts.op("||")(func.jsonb_build_object(
+            outcome, func.coalesce(Rollout.counts[outcome].astext.cast(Integer), 0) + 1))))
+
+
+def _decide_and_apply(artifact: Artifact, row: OrgArtifact | None, org_id: str, product: str,
+                      rollout_id: str) -> tuple[str, str | None]:
+    session = db.session
+    target = artifact.artifact_version
+    if row is None:
+        _progress(session, rollout_id, org_id, product, "added", None)
+        PROVISIONERS[artifact.kind](artifact, org_id, product)  # commits the row, progress and copy
+        return "added", None
+    if row.artifact_version >= target:
+        _progress(session, rollout_id, org_id, product, "current", None)
+        session.commit()
+        return "current", None
+    state = _copy_state(row)
+    if state == "missing":
+        detail = f"the org deleted its copy ({row.object_id})"
+        _progress(session, rollout_id, org_id, product, "missing", detail)
+        session.commit()
+        return "missing", detail
+    if state == "edited":
+        row.forked_from_version, row.updated_at = row.artifact_version, utcnow()
+        if row.kind == "entity":
+            from app.entities.models import EntityDefinition
+
+            session.execute(update(EntityDefinition).where(EntityDefinition.id == row.object_id)
+                            .values(forked_from_version=row.artifact_version))
+        detail = f"edited copy kept at version {row.artifact_version} (latest {target})"
+        _progress(session, rollout_id, org_id, product, "forked", detail)
+        session.commit()
+        return "forked", detail
+    row.artifact_version, row.forked_from_version, row.updated_at = target, None, utcnow()
+    _progress(session, rollout_id, org_id, product, "updated", None)
+    REPLACERS[row.kind](artifact, row)  # commits row, progress and the new copy together
+    return "updated", None
+
+
+def _copy_state(row: OrgArtifact) -> str:
+    """`unedited`, `edited` or `missing` for the org's current copy."""
+    session = db.session
+    if row.kind in ("database", "storage"):
+        return "unedited"
+    if row.kind == "entity":
+        from app.entities.models import EntityDefinition
+
+        definition = session.get(EntityDefinition, row.object_id)
+        if definition is None:
+            return "missing"
+        return "unedited" if definition.updated_by == SYSTEM_USER and definition.is_active else "edited"
+    from app.agents.models import Agent, CatalogSkill
+
+    model = Agent if row.kind == "agent" else CatalogSkill
+    obj = session.get(model, row.object_id)
+    if obj is None:
+        return "missing"
+    return "unedited" if obj.doc.get("updatedBy") == SYSTEM_USER else "edited"
+
+
+def _replace_database(artifact: Artifact, row: OrgArtifact) -> None:
+    ensure_product(row.product)
+    db.session.commit()
+
+
+def _replace_storage(artifact: Artifact, row: OrgArtifact) -> None:
+    from app.storage import get_blob_store
+
+    store = get_blob_store()
+    prefix = storage_prefix(artifact, row.org_id)
+    store.put(prefix + "README.txt", f"Files of organization {row.org_id}.\n".encode(), "text/plain")
+    row.object_id = f"{store.container}/{prefix}"
+    db.session.commit()
+
+
+def _replace_entity(artifact: Artifact, row: OrgArtifact) -> None:
+    from app.entities.models import EntityDefinition
+    from app.entities.services import definitions
+    from app.entities.services import views as view_service
+
+    data, views = entity_input(artifact.payload)
+    data.update(artifactVersion=artifact.artifact_version, forkedFromVersion=None, source="platform")
+    current = db.session.get(EntityDefinition, row.object_id)
+    definition = definitions.update_definition(current.name, data, provenance=True, commit=True)
+    have = {v.name for v in view_service.list_views(definition)}
+    for view in views:
+        if view["name"] not in have:
+            view_service.create_view(definition, dict(view))
+
+
+def _replace_skill(artifact: Artifact, row: OrgArtifact) -> None:
+    from app.agents.models import CatalogSkill
+    from app.agents.services import skills
+
+    data = skill_input(artifact.payload, artifact.artifact_version)
+    skills.update_skill(db.session.get(CatalogSkill, row.object_id).name, data)
+
+
+def _replace_agent(artifact: Artifact, row: OrgArtifact) -> None:
+    from app.agents.services import agents
+
+    data = agent_input(artifact.payload, artifact.artifact_version, row.org_id)
+    data.pop("isDefault", None)  # which agent is the default stays the org's choice
+    agents.update_agent(row.object_id, data)
+
+
+REPLACERS = {"database": _replace_database, "storage": _replace_storage, "entity": _replace_entity,
+             "skill": _replace_skill, "agent": _replace_agent}
+
+
+# --------------------------------------------------------------------------- status
+
+
+def rollout_to_wire(r: Rollout) -> dict[str, Any]:
+    done = sum((r.counts or {}).values())
+    return {"id": r.id, "artifactId": r.artifact_id, "kind": r.kind, "name": r.name,
+            "artifactVersion": r.artifact_version, "status": r.status, "total": r.total, "processed": done,
+            "counts": {k: (r.counts or {}).get(k, 0) for k in OUTCOMES}, "error": r.error,
+            "createdBy": r.created_by, "createdAt": iso(r.created_at), "updatedAt": iso(r.updated_at),
+            "finishedAt": iso(r.finished_at)}
+
+
+
+
+def list_rollouts(limit: int = 50) -> list[Rollout]:
+    return list(db.session.scalars(select(Rollout).order_by(Rollout.created_at.desc()).limit(limit)))
+
+
+def get_rollout(rollout_id: str) -> Rollout:
+    rollout = db.session.get(Rollout, rollout_id)
+    if rollout is None:
+        raise NotFound(f"Rollout {rollout_id} not found.")
+    return rollout
+
+
+def rollout_outcomes(rollout_id: str, outcome: str | None = None, after: str | None = None,
+                     limit: int = 100) -> list[RolloutOutcome]:
+    stmt = select(RolloutOutcome).where(RolloutOutcome.rollout_id == rollout_id)
+    if outcome:
+        stmt = stmt.where(RolloutOutcome.outcome == outcome)
+    if after:
+        org, _, product = after.partition("/")
+        stmt = stmt.where(tuple_(RolloutOutcome.org_id, RolloutOutcome.product) > tuple_(org, product))
+    return list(db.session.scalars(stmt.order_by(RolloutOutcome.org_id, RolloutOutcome.product).limit(limit)))
+
+
+def outcome_to_wire(o: RolloutOutcome) -> dict[str, Any]:
+    return {"orgId": o.org_id, "product": o.product, "outcome": o.outcome, "detail": o.detail, "at": iso(o.at)}
+
+
+def resume(rollout_id: str) -> Rollout:
+    """Re-send a rollout that stopped (worker lost, `failed`); it continues from its cursor."""
+    from app.ops.tasks import rollout_task
+    from app.tasks import enqueue_after_commit
+
+    session = db.session
+    rollout = get_rollout(rollout_id)
+    if rollout.status in ("done", "superseded"):
+        return rollout
+    rollout.status, rollout.error, rollout.updated_at = "pending", None, utcnow()
+    enqueue_after_commit(session, rollout_task, rollout.id)
+    session.commit()
+    return rollout
+
+

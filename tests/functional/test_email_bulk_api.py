@@ -1,0 +1,299 @@
+"""Bulk send and newsletters through HTTP, with real SMTP conversations (aiosmtpd): refused
+recipients, transient 4xx, a server that drops the connection mid-batch, redelivery of a job."""
+
+from __future__ import annotations
+
+import email
+import threading
+import uuid
+from collections import Counter
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from aiosmtpd.controller import Controller
+
+from tests.functional.test_email_api import _free_port
+
+BULK = "/api/v1/email/bulk-send"
+NEWS = "/api/v1/newsletter"
+
+
+class SinkHandler:
+    """Accepts everything except `refuse*` (550) and, once per address, `busy*` (451)."""
+
+    def __init__(self, drop_after: int | None = None):
+        self.messages: list[tuple[list[str], bytes]] = []
+        self.busy_seen: set[str] = set()
+        self.drop_after = drop_after
+        self.dropped = False
+        self.lock = threading.Lock()
+
+    async def handle_MAIL(self, server, session, envelope, address, mail_options):
+        with self.lock:
+            if self.drop_after is not None and not self.dropped and len(self.messages) >= self.drop_after:
+                self.dropped = True
+                server.transport.close()  # the connection drops in the middle of the batch
+                return "421 going away"
+        envelope.mail_from = address
+        return "250 OK"
+
+    async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
+        if address.startswith("refuse"):
+            return "550 5.1.1 mailbox unavailable"
+        if address.startswith("busy"):
+            with self.lock:
+                if address not in self.busy_seen:
+                    self.busy_seen.add(address)
+                    return "451 4.3.0 try again later"
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
+
+    async def handle_DATA(self, server, session, envelope):
+        with self.lock:
+            self.messages.append((list(envelope.rcpt_tos), envelope.content))
+        return "250 Message accepted"
+
+
+def _server(handler):
+    controller = Controller(handler, hostname="127.0.0.1", port=_free_port())
+    controller.start()
+    return controller
+
+
+@pytest.fixture()
+def sink():
+    handler = SinkHandler()
+    controller = _server(handler)
+    yield handler, controller.port
+    controller.stop()
+
+
+@pytest.fixture()
+def mail_app(make_app):
+    """An app sending over SMTP to `port`, running tasks inline (no Redis)."""
+
+    def factory(port, **extra):
+        config = {"REDIS_URL": "", "EMAIL_BACKEND": "smtp", "SMTP_HOST": "127.0.0.1", "SMTP_PORT": port,
+                  "SMTP_STARTTLS": False, "EMAIL_FROM": "News <news@example.com>",
+                  "EMAIL_BULK_RETRY_SECONDS": 0.01, "EMAIL_BULK_CONCURRENCY": 3}
+        return make_app(**{**config, **extra})
+
+    return factory
+
+
+def _recipients(client, job_id, headers, **query):
+    out, after = [], None
+    while True:
+        params = {**query, "limit": 1000, **({"after": after} if after is not None else {})}
+        page = client.get(f"{BULK}/{job_id}/recipients", query_string=params, headers=headers).get_json()
+        out += page["recipients"]
+        if page["nextCursor"] is None:
+            return out
+        after = page["nextCursor"]
+
+
+def test_one_message_to_many_recipients(mail_app, sink, auth):
+    handler, port = sink
+    client = mail_app(port).test_client()
+    headers = auth("write:notifications")
+    rcpts = [f"user{i}@example.com" for i in range(25)] + ["USER0@example.com", "refuse1@example.com",
+                                                           "busy1@example.com"]
+    resp = client.post(BULK, json={"recipients": rcpts, "subject": "Hello", "body": "<p>Hi</p>"}, headers=headers)
+    assert resp.status_code == 202, resp.get_json()
+    accepted = resp.get_json()
+    assert accepted["total"] == 27 and resp.headers["Location"] == accepted["statusUrl"]
+    job = client.get(accepted["statusUrl"], headers=headers).get_json()["job"]
+    assert job["status"] == "done" and job["counts"] == {"pending": 0, "sending": 0, "sent": 26, "failed": 1}
+    rows = {r["to"]: r for r in _recipients(client, accepted["jobId"], headers)}
+    assert rows["refuse1@example.com"]["status"] == "failed" and rows["refuse1@example.com"]["smtpCode"] == 550
+    assert rows["busy1@example.com"]["status"] == "sent" and rows["busy1@example.com"]["attempts"] == 2
+    delivered = Counter(r for rcpt, _ in handler.messages for r in rcpt)
+    assert len(delivered) == 26 and set(delivered.values()) == {1}  # each once, one recipient per message
+    msg = email.message_from_bytes(handler.messages[0][1])
+    assert msg["Subject"] == "Hello" and "," not in msg["To"]
+    failed = _recipients(client, accepted["jobId"], headers, status="failed")
+    assert [r["to"] for r in failed] == ["refuse1@example.com"]
+
+
+def test_many_messages(mail_app, sink, auth):
+    handler, port = sink
+    client = mail_app(port).test_client()
+    headers = auth("write:notifications")
+    messages = [{"to": f"m{i}@example.com", "subject": f"Subject {i}", "body": f"Body {i}"} for i in range(10)]
+    resp = client.post(BULK, json={"messages": messages}, headers=headers)
+    assert resp.status_code == 202
+    job = client.get(resp.get_json()["statusUrl"], headers=headers).get_json()["job"]
+    assert job["counts"]["sent"] == 10
+    subjects = {email.message_from_bytes(c)["To"]: email.message_from_bytes(c)["Subject"] for _, c in handler.messages}
+    assert subjects["m3@example.com"] == "Subject 3"
+
+
+def test_server_dropping_mid_batch_is_retried_without_duplicates(mail_app, auth):
+    handler = SinkHandler(drop_after=7)
+    controller = _server(handler)
+    try:
+        client = mail_app(controller.port, EMAIL_BULK_CONCURRENCY=1).test_client()
+        headers = auth("write:notifications")
+        rcpts = [f"d{i}@example.com" for i in range(20)]
+        resp = client.post(BULK, json={"recipients": rcpts, "subject": "s", "body": "b"}, headers=headers)
+        job = client.get(resp.get_json()["statusUrl"], headers=headers).get_json()["job"]
+    finally:
+        controller.stop()
+    assert handler.dropped
+    assert job["counts"]["sent"] == 20
+    delivered = Counter(r for rcpt, _ in handler.messages for r in rcpt)
+    assert set(delivered) == set(rcpts) and set(delivered.values()) == {1}
+    retried = [r for r in _recipients(client, resp.get_json()["jobId"], headers) if r["attempts"] > 1]
+    assert len(retried) == 1
+
+
+def test_server_gone_for_good_fails_after_max_attempts(mail_app, auth):
+    client = mail_app(_free_port(), EMAIL_BULK_MAX_ATTEMPTS=2).test_client()
+    headers = auth("write:notifications")
+    resp = client.post(BULK, json={"recipients": ["a@example.com", "b@example.com"], "subject": "s", "body": "b"},
+                       headers=headers)
+    job_id = resp.get_json()["jobId"]
+    rows = _recipients(client, job_id, headers)
+    assert all(r["status"] == "failed" and r["attempts"] == 2 and "connection" in r["error"] for r in rows)
+
+
+def test_redelivered_job_sends_nothing_twice(mail_app, sink, auth, org_id):
+    """A task delivered again (worker lost): sent rows are skipped, rows caught mid-send are not resent."""
+    handler, port = sink
+    app = mail_app(port)
+    client = app.test_client()
+    headers = auth("write:notifications")
+    resp = client.post(BULK, json={"recipients": [f"r{i}@example.com" for i in range(6)], "subject": "s",
+                                   "body": "b"}, headers=headers)
+    job_id = resp.get_json()["jobId"]
+    assert len(handler.messages) == 6
+    from sqlalchemy import update
+
+    from app.db import db
+    from app.email.bulk import run_job
+    from app.email.models import EmailDelivery, EmailJob
+
+    with app.app_context():  # simulate: the worker died while rows 4-5 were being sent, before it recorded them
+        db.session.execute(update(EmailDelivery).where(EmailDelivery.job_id == job_id, EmailDelivery.seq >= 4)
+                           .values(status="sending"))
+        db.session.execute(update(EmailJob).where(EmailJob.id == job_id).values(status="sending"))
+        db.session.commit()
+        product = app.config["DEFAULT_PRODUCT"]
+        assert run_job(product, job_id) == "done"
+        assert run_job(product, job_id) == "done"
+    assert len(handler.messages) == 6
+    rows = {r["seq"]: r for r in _recipients(client, job_id, headers)}
+    assert rows[4]["status"] == "failed" and "not resent" in rows[4]["error"]
+    assert rows[0]["status"] == "sent"
+
+
+@pytest.mark.parametrize("body,field", [
+    ({}, "recipients"),
+    ({"recipients": [], "subject": "s", "body": "b"}, "recipients"),
+    ({"recipients": ["nope"], "subject": "s", "body": "b"}, "recipients"),
+    ({"recipients": ["a@example.com"], "body": "b"}, "subject"),
+    ({"recipients": ["a@example.com"], "subject": "a\r\nBcc: x@example.com", "body": "b"}, "subject"),
+    ({"messages": [{"to": "a@example.com", "subject": "s"}]}, "body"),
+    ({"messages": [{"to": ["a@example.com"], "subject": "s", "body": "b"}]}, "to"),
+    ({"messages": [{"to": "a@example.com", "subject": "s", "body": "b"}], "subject": "x"}, "subject"),
+    ({"recipients": ["a@example.com"] * 10_001, "subject": "s", "body": "b"}, "recipients"),
+    ({"recipients": ["a@example.com"], "subject": "s", "body": "b", "cc": []}, "cc"),
+])
+def test_bulk_validation(client, auth, body, field):
+    resp = client.post(BULK, json=body, headers=auth("write:notifications"))
+    assert resp.status_code == 400, resp.get_json()
+    assert field in str(resp.get_json()["error"]["details"])
+
+
+def test_bulk_scopes_and_tenancy(client, auth, make_token):
+    assert client.post(BULK, json={"recipients": ["a@example.com"], "subject": "s", "body": "b"},
+                       headers=auth("read")).status_code == 403
+    resp = client.post(BULK, json={"recipients": ["a@example.com"], "subject": "s", "body": "b"},
+                       headers=auth("write:notifications"))
+    assert resp.status_code == 202
+    other = {"Authorization": f"Bearer {make_token(scopes=['write:notifications'], org='another-org')}"}
+    assert client.get(resp.get_json()["statusUrl"], headers=other).status_code == 404
+    assert client.get(f"{BULK}/{uuid.uuid4()}", headers=auth("write:notifications")).status_code == 404
+    assert client.get(f"{BULK}/{resp.get_json()['jobId']}/recipients?limit=0",
+                      headers=auth("write:notifications")).status_code == 400
+
+
+def test_newsletter_subscribe_list_unsubscribe(client, auth):
+    headers = auth("write:notifications")
+    first = client.post(f"{NEWS}/subscribers", json={"email": "Ann@Example.com", "name": "Ann"}, headers=headers)
+    assert first.status_code == 201 and first.get_json()["subscriber"]["email"] == "ann@example.com"
+    again = client.post(f"{NEWS}/subscribers", json={"email": "ann@example.com"}, headers=headers)
+    assert again.status_code == 200 and again.get_json()["subscriber"]["name"] == "Ann"
+    client.post(f"{NEWS}/subscribers", json={"email": "bob@example.com"}, headers=headers)
+    listed = client.get(f"{NEWS}/subscribers", headers=headers).get_json()["subscribers"]
+    assert [s["email"] for s in listed] == ["ann@example.com", "bob@example.com"]
+    gone = client.delete(f"{NEWS}/subscribers/bob@example.com", headers=headers)
+    assert gone.status_code == 200 and gone.get_json()["subscriber"]["status"] == "unsubscribed"
+    active = client.get(f"{NEWS}/subscribers?status=active", headers=headers).get_json()["subscribers"]
+    assert [s["email"] for s in active] == ["ann@example.com"]
+    back = client.post(f"{NEWS}/subscribers", json={"email": "bob@example.com"}, headers=headers)
+    assert back.status_code == 201 and back.get_json()["subscriber"]["status"] == "active"
+    assert client.delete(f"{NEWS}/subscribers/nobody@example.com", headers=headers).status_code == 404
+    assert client.post(f"{NEWS}/subscribers", json={"email": "x"}, headers=headers).status_code == 400
+    assert client.post(f"{NEWS}/subscribers", json={"email": "a@b.co"}, headers=auth("read")).status_code == 403
+    page = client.get(f"{NEWS}/subscribers?limit=1", headers=headers).get_json()
+    assert page["nextCursor"] == "ann@example.com"
+    nxt = client.get(f"{NEWS}/subscribers?limit=1&after=ann@example.com", headers=headers).get_json()
+    assert [s["email"] for s in nxt["subscribers"]] == ["bob@example.com"]
+
+
+def test_newsletter_issue_with_list_unsubscribe_and_token_link(mail_app, sink, auth):
+    handler, port = sink
+    client = mail_app(port).test_client()
+    headers = auth("write:notifications")
+    for addr in ("n1@example.com", "n2@example.com", "n3@example.com"):
+        client.post(f"{NEWS}/subscribers", json={"email": addr}, headers=headers)
+    client.delete(f"{NEWS}/subscribers/n3@example.com", headers=headers)
+    resp = client.post(f"{NEWS}/issues", json={"subject": "Issue #1", "body": "<p>News</p>"}, headers=headers)
+    assert resp.status_code == 202 and resp.get_json()["total"] == 2
+    issues = client.get(f"{NEWS}/issues", headers=headers).get_json()["issues"]
+    assert issues[0]["id"] == resp.get_json()["jobId"] and issues[0]["counts"]["sent"] == 2
+    by_to = {email.message_from_bytes(c)["To"]: email.message_from_bytes(c) for _, c in handler.messages}
+    assert set(by_to) == {"n1@example.com", "n2@example.com"}
+    msg = by_to["n1@example.com"]
+    assert msg["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
+    link = msg["List-Unsubscribe"].strip("<>")
+    parts = urlsplit(link)
+    assert parts.path == f"{NEWS}/unsubscribe"
+    token = parse_qs(parts.query)["token"][0]
+
+    # no login: GET shows a confirmation page, POST (one-click) unsubscribes, idempotently
+    page = client.get(f"{parts.path}?{parts.query}")
+    assert page.status_code == 200 and b"n1@example.com" in page.data and b"<form" in page.data
+    assert client.get(f"{NEWS}/subscribers?status=active", headers=headers).get_json()["subscribers"][0][
+        "email"] == "n1@example.com"
+    done = client.post(f"{parts.path}?{parts.query}", data={"List-Unsubscribe": "One-Click"})
+    assert done.status_code == 200 and done.get_json() == {"success": True, "email": "n1@example.com",
+                                                          "status": "unsubscribed"}
+    assert client.post(f"{parts.path}?{parts.query}").status_code == 200
+    active = client.get(f"{NEWS}/subscribers?status=active", headers=headers).get_json()["subscribers"]
+    assert [s["email"] for s in active] == ["n2@example.com"]
+
+    # tampered, truncated or missing tokens
+    payload, sig = token.split(".")
+    for bad in (f"{payload}.{sig[:-2]}xx", payload, "", "a.b.c", f"{payload[:-4]}.{sig}"):
+        resp = client.post(f"{NEWS}/unsubscribe", query_string={"token": bad})
+        assert resp.status_code in (400, 401), (bad, resp.status_code)
+    assert client.post(f"{NEWS}/unsubscribe").status_code == 400
+
+
+def test_bulk_on_a_real_worker(celery_worker, client, auth, app):
+    """With Redis, the job is queued on `email` and a worker sends it (console backend)."""
+    from tests.conftest import wait_for
+
+    headers = auth("write:notifications")
+    resp = client.post(BULK, json={"recipients": ["w1@example.com", "w2@example.com"], "subject": "s",
+                                   "body": "b"}, headers=headers)
+    assert resp.status_code == 202
+
+    def done():
+        job = client.get(resp.get_json()["statusUrl"], headers=headers).get_json()["job"]
+        return job["status"] == "done" and job
+
+    job = wait_for(done, timeout=60)
+    assert job["counts"]["sent"] == 2

@@ -1,0 +1,255 @@
+"""Hostile input never stalls a worker or answers 500 (issue 12; DESIGN.md §5)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from tests.functional.agents_support import Registry, agent_body, tool_definition_body
+from tests.functional.entities_support import BASE, create_definition
+from tests.support import assert_error
+
+BOMB = "^(a+)+$"
+BOMB_INPUT = "a" * 40 + "!"
+
+
+def _answers_quickly(call, seconds: float = 10.0):
+    """Run `call` in a thread; the test fails (instead of hanging the suite) if it has not answered
+    within `seconds` — a backtracking engine needs minutes for the inputs used here."""
+    out: dict = {}
+    worker = threading.Thread(target=lambda: out.setdefault("resp", call()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert "resp" in out, "the request did not answer: the pattern backtracks"
+    return out["resp"]
+
+
+# --- 1. caller-supplied regular expressions run on RE2 ---------------------------------------------
+
+def test_backtracking_pattern_in_definition_is_linear(client, auth):
+    headers = auth()
+    create_definition(client, headers, "words", {"type": "object", "properties": {
+        "word": {"type": "string", "pattern": BOMB},
+        "extra": {"type": "json", "patternProperties": {"^(x+x+)+y$": {"type": "integer"}}}}})
+    resp = _answers_quickly(lambda: client.post(f"{BASE}/words/records", json={"fields": {"word": BOMB_INPUT}},
+                                                headers=headers))
+    body = assert_error(resp, 400, "VALIDATION_ERROR")
+    assert "word" in str(body["error"]["details"])
+    resp = _answers_quickly(lambda: client.post(
+        f"{BASE}/words/records", json={"fields": {"word": "aaa", "extra": {"x" * 40: "no"}}}, headers=headers))
+    assert resp.status_code == 201, resp.get_json()  # the key does not end in y: not matched, no backtracking
+    resp = client.post(f"{BASE}/words/records", json={"fields": {"word": "aaa", "extra": {"xxy": "no"}}},
+                       headers=headers)
+    assert_error(resp, 400, "VALIDATION_ERROR")
+
+
+def test_unicode_property_patterns_work_as_in_ecma_262(client, auth):
+    headers = auth()
+    create_definition(client, headers, "letters", {"type": "object", "properties": {
+        "word": {"type": "string", "pattern": r"^\p{L}+$"}}})
+    ok = client.post(f"{BASE}/letters/records", json={"fields": {"word": "Straße"}}, headers=headers)
+    assert ok.status_code == 201, ok.get_json()
+    bad = client.post(f"{BASE}/letters/records", json={"fields": {"word": "R2D2"}}, headers=headers)
+    assert_error(bad, 400, "VALIDATION_ERROR")
+
+
+@pytest.mark.parametrize("pattern", [r"^(a)\1$", r"^(?=a)a$", r"(?<!x)y", "[unclosed"])
+def test_patterns_re2_cannot_run_are_refused_when_saved(client, auth, pattern):
+    headers = auth()
+    resp = client.post(f"{BASE}/definitions", headers=headers, json={
+        "name": "bad", "schema": {"type": "object", "properties": {"w": {"type": "string", "pattern": pattern}}}})
+    body = assert_error(resp, 400, "VALIDATION_ERROR")
+    assert "schema" in str(body["error"]["details"])
+    registry = Registry(client, headers)
+    resp = registry.post("/agents", agent_body(configSchema={"type": "object", "patternProperties": {
+        pattern: {"type": "string"}}}))
+    assert_error(resp, 400, "VALIDATION_ERROR")
+    resp = registry.post("/tool-definitions", {"toolDefinition": tool_definition_body(
+        configSchema={"type": "object", "properties": {"e": {"type": "string", "pattern": pattern}}},
+        defaultConfig={})})
+    assert_error(resp, 400, "VALIDATION_ERROR")
+
+
+def test_backtracking_pattern_in_agent_and_tool_config_schema_is_linear(client, auth):
+    registry = Registry(client, auth())
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": BOMB}}}
+    resp = _answers_quickly(lambda: registry.post("/agents", agent_body(configSchema=schema,
+                                                                       config={"code": BOMB_INPUT})))
+    assert_error(resp, 400, "VALIDATION_ERROR")
+    agent = registry.create_agent(configSchema=schema, config={"code": "aaaa"})
+    resp = _answers_quickly(lambda: registry.put(f"/agents/{agent['id']}", {**agent_body(
+        name=agent["name"], configSchema=schema), "config": {"code": BOMB_INPUT}}))
+    assert_error(resp, 400, "VALIDATION_ERROR")
+    resp = _answers_quickly(lambda: registry.post("/tool-definitions", {"toolDefinition": tool_definition_body(
+        configSchema=schema, defaultConfig={"code": BOMB_INPUT})}))
+    assert_error(resp, 400, "VALIDATION_ERROR")
+    # `format: regex` values are judged by RE2 as well
+    resp = registry.post("/agents", agent_body(
+        configSchema={"type": "object", "properties": {"re": {"type": "string", "format": "regex"}}},
+        config={"re": r"(a)\1"}))
+    assert_error(resp, 400, "VALIDATION_ERROR")
+
+
+# --- 2. hostile JSON is a 400 in the envelope ------------------------------------------------------
+
+def _raw(client, method, path, headers, text, content_type="application/json"):
+    return client.open(path, method=method, data=text.encode("utf-8", "surrogatepass"),
+                       headers={**headers, "Content-Type": content_type})
+
+
+def test_deep_long_and_unencodable_json_is_400_on_every_reader(client, auth):
+    headers = auth()
+    create_definition(client, headers, "notes", {"type": "object", "properties": {
+        "title": {"type": "string"}, "meta": {"type": "json"}}})
+    registry = Registry(client, headers)
+    agent = registry.create_agent()
+    targets = [("POST", f"{BASE}/notes/records"), ("POST", f"{BASE}/definitions"), ("POST", "/api/v1/agents"),
+               ("PUT", f"/api/v1/agents/{agent['id']}"), ("POST", f"{BASE}/notes/records/query"),
+               ("POST", f"{BASE}/notes/records/bulk/create"), ("POST", "/api/v1/email/send"),
+               ("POST", "/api/v1/agents/images")]
+    deep = "[" * 10_000 + "]" * 10_000
+    for method, path in targets:
+        for text in (deep, '{"a": ' + "1" * 5000 + "}", '{"a": "\\ud800"}', '{"\\udfff": 1}',
+                     '{"a": "x\\u0000y"}', b"\xff\xfe{}".decode("latin-1"), "{"):
+            resp = _raw(client, method, path, headers, text)
+            assert resp.status_code == 400, (method, path, text[:30], resp.get_data(as_text=True)[:300])
+            assert resp.get_json()["metadata"]["success"] is False
+    # the recursive helpers of agents see at most JSON_MAX_DEPTH levels
+    nested: dict = {}
+    for _ in range(600):
+        nested = {"k": nested}
+    for field in ("metadata", "configSchema"):
+        resp = registry.post("/agents", agent_body(**{field: nested}))
+        assert_error(resp, 400, "INVALID_INPUT")
+    # lone surrogates where each domain reads them: record fields, agent fields, definitions, $search
+    cases = [
+        (f"{BASE}/notes/records", '{"fields": {"title": "\\ud800"}}'),
+        ("/api/v1/agents", '{"name": "a-\\ud800", "title": "t", "type": "chat", "provider": "p", "model": "m"}'),
+        (f"{BASE}/definitions", '{"name": "s", "schema": {"type": "object", "properties": {"t": '
+                                '{"type": "string", "description": "\\udc00"}}}}'),
+        (f"{BASE}/notes/records/query", '{"query": {"filter": {"$search": "\\ud800"}}}'),
+        (f"{BASE}/notes/records/query", '{"query": {"filter": {"title": {"$search": "\\ud83d"}}}}'),
+        ("/api/v1/email/send", '{"to": ["a@example.com"], "subject": "\\ud800", "body": "b"}'),
+    ]
+    for path, text in cases:
+        resp = _raw(client, "POST", path, headers, text)
+        body = assert_error(resp, 400, "VALIDATION_ERROR")
+        assert "surrogate" in str(body["error"]["details"]), body
+    # a valid surrogate pair is a real character and is stored
+    resp = _raw(client, "POST", f"{BASE}/notes/records", headers, '{"fields": {"title": "smile \\ud83d\\ude00"}}')
+    assert resp.status_code == 201, resp.get_json()
+    assert resp.get_json()["fields"]["title"] == "smile \U0001F600"
+
+
+# --- 3. a body that is not JSON where JSON is expected is 415 ----------------------------------------
+
+def test_body_of_another_type_is_415(client, auth):
+    headers = auth()
+    create_definition(client, headers, "plain", {"type": "object", "properties": {"title": {"type": "string"}}})
+    agent = Registry(client, headers).create_agent()
+    body = '{"fields": {"title": "x"}}'
+    for method, path in (("POST", f"{BASE}/plain/records"), ("PUT", f"/api/v1/agents/{agent['id']}")):
+        for content_type in ("text/plain", "application/x-www-form-urlencoded", None):
+            extra = {"Content-Type": content_type} if content_type else {}
+            resp = client.open(path, method=method, data=body, headers={**headers, **extra})
+            assert resp.status_code == 415, (path, content_type, resp.get_data(as_text=True)[:200])
+            assert resp.get_json()["error"]["code"] == "INVALID_INPUT"
+    resp = client.post(f"{BASE}/plain/records", data={"fields": "x"}, headers=headers)  # multipart form
+    assert resp.status_code == 415
+    listing = client.post(f"{BASE}/plain/records/query", json={"query": {}}, headers=headers).get_json()
+    assert listing["records"] == []  # nothing was created from the ignored bodies
+    # application/*+json is JSON
+    resp = client.post(f"{BASE}/plain/records", data=body, headers={**headers,
+                                                                      "Content-Type": "application/merge+json"})
+    assert resp.status_code == 201, resp.get_json()
+
+
+# --- 4. an email subject is one clean header line ----------------------------------------------------
+
+@pytest.mark.parametrize("subject", ["a\u0000b", "a\rBcc: x@evil.test", "a\nBcc: x@evil.test", "a\r\n\r\nbody",
+                                     "bell\u0007", "del\u007f"])
+def test_email_subject_with_nul_or_line_breaks_is_400(client, auth, subject):
+    resp = client.post("/api/v1/email/send", headers=auth("write:notifications"),
+                       json={"to": ["someone@example.com"], "subject": subject, "body": "hello"})
+    body = assert_error(resp, 400, "VALIDATION_ERROR")
+    assert "subject" in str(body["error"]["details"]), body
+
+
+def test_email_subject_with_a_tab_is_sent(client, auth):
+    resp = client.post("/api/v1/email/send", headers=auth("write:notifications"),
+                       json={"to": ["someone@example.com"], "subject": "a\tb", "body": "hello"})
+    assert resp.status_code == 200, resp.get_json()
+
+
+# --- 5. an over-long Authorization header is answered by the app, in the envelope ------------------
+
+def test_oversized_authorization_header_gets_the_envelope_through_gunicorn(database_url):
+    import http.client
+    import json
+
+    from tests.functional.test_reliability import start_gunicorn
+
+    proc, port = start_gunicorn(database_url, GUNICORN_THREADS="4")
+    try:
+        for size in (9_000, 40_000):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request("GET", "/api/v1/agents", headers={"Authorization": "Bearer " + "a" * size})
+            resp = conn.getresponse()
+            body = json.loads(resp.read())
+            assert resp.status == 401, body
+            assert body["error"]["code"] == "UNAUTHORIZED" and body["metadata"]["success"] is False
+            conn.close()
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+# --- 6. documented caps per string, per record, per response ----------------------------------------
+
+def test_default_caps_refuse_a_huge_title(client, auth):
+    headers = auth()
+    create_definition(client, headers, "docs", {"type": "object", "properties": {"title": {"type": "string"}}})
+    resp = client.post(f"{BASE}/docs/records", json={"fields": {"title": "x" * (2 * 1024 * 1024)}}, headers=headers)
+    body = assert_error(resp, 400, "VALIDATION_ERROR")
+    assert "at most 1048576 bytes" in str(body["error"]["details"])
+
+
+def test_string_record_and_response_caps(make_app, auth):
+    app = make_app(MAX_STRING_CHARS=1000, ENTITY_MAX_RECORD_BYTES=5000, MAX_RESPONSE_BYTES=20_000)
+    client, headers = app.test_client(), auth()
+    create_definition(client, headers, "docs", {"type": "object", "properties": {
+        "a": {"type": "string"}, "b": {"type": "string"}, "c": {"type": "string"}, "d": {"type": "string"},
+        "e": {"type": "string"}, "f": {"type": "string"}}})
+    resp = client.post(f"{BASE}/docs/records", json={"fields": {"a": "x" * 1001}}, headers=headers)
+    body = assert_error(resp, 413, "PAYLOAD_TOO_LARGE")
+    assert body["error"]["details"]["field"] == "fields.a"
+    big = {key: "y" * 990 for key in "abcdef"}  # each string fits, the record does not
+    resp = client.post(f"{BASE}/docs/records", json={"fields": big}, headers=headers)
+    assert_error(resp, 400, "VALIDATION_ERROR")
+    resp = client.post(f"{BASE}/docs/records/bulk/create", headers=headers,
+                       json={"records": [{"fields": {"a": "ok"}}, {"fields": big}]})
+    assert assert_error(resp, 400, "VALIDATION_ERROR")["error"]["details"]["indexes"] == [1]
+    fitting = {key: "z" * 900 for key in "abcd"}
+    for _ in range(8):
+        resp = client.post(f"{BASE}/docs/records", json={"fields": fitting}, headers=headers)
+        assert resp.status_code == 201, resp.get_json()
+    rid = resp.get_json()["id"]
+    resp = client.put(f"{BASE}/docs/records/{rid}", json={"fields": {"e": "w" * 900, "f": "w" * 900}},
+                      headers=headers)  # the merged record is what counts
+    assert_error(resp, 400, "VALIDATION_ERROR")
+    resp = client.post(f"{BASE}/docs/records/query", json={"query": {"pageSize": 8}}, headers=headers)
+    body = assert_error(resp, 413, "PAYLOAD_TOO_LARGE")
+    assert body["error"]["details"]["maxResponseBytes"] == 20_000
+    resp = client.post(f"{BASE}/docs/records/query", json={"query": {"pageSize": 2}}, headers=headers)
+    assert resp.status_code == 200 and len(resp.get_json()["records"]) == 2
+
+
+def test_lone_surrogate_after_an_escaped_backslash_is_found(client, auth):
+    headers = auth()
+    create_definition(client, headers, "notes", {"type": "object", "properties": {"title": {"type": "string"}}})
+    # `\\ud83d` is a backslash and the letters "ud83d"; the `\ude00` after it is a lone low surrogate
+    resp = _raw(client, "POST", f"{BASE}/notes/records", headers, '{"fields": {"title": "\\\\ud83d\\ude00"}}')
+    assert_error(resp, 400, "VALIDATION_ERROR")
+    resp = _raw(client, "POST", f"{BASE}/notes/records", headers, '{"fields": {"title": "\\\\ud800"}}')
+    assert resp.status_code == 201 and resp.get_json()["fields"]["title"] == "\\ud800"  # just text
