@@ -34,7 +34,7 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "CELERY_KEY_PREFIX": ("", str, "Prefix of every Celery key in Redis (isolates deployments/test runs "
                                    "sharing one Redis database)"),
     # Analytics ingest (buffer drained by the `analytics.flush` task)
-    "ANALYTICS_BATCH_SIZE": (5000, int, "Events stored per ingest transaction"),
+    "ANALYTICS_BATCH_SIZE": (20000, int, "Events stored per ingest transaction"),
     "ANALYTICS_FLUSH_BUDGET_SECONDS": (20, int, "How long one flush task drains the buffer before re-arming"),
     "ANALYTICS_FLUSH_TTL_SECONDS": (60, int, "Lifetime of the flush-pending flag (a lost flush task is "
                                               "replaced after this long)"),
