@@ -8,7 +8,7 @@
     COPY of the same rows into a copy of the events table (same primary key and index) — the floor.
 (3) Dashboards over F chat-message facts (plus chat_started/chat_ended/csat events) in 200 orgs, org
     `bench-big` holding 30 % of them, spread over 90 days. The facts are written once through the real
-    batch writer (`services.write_batch`, 5 000 events per transaction) and reused by later runs.
+    batch writer (`services.write_batch`, 5 000 events per call) and reused by later runs.
     Each dashboard of `bench-big` for the last 30 days (date-only window: whole days, rollups only)
     is timed in-process (Flask test client: auth, parsing, SQL, JSON), p50/p99 over 30 runs, next to
     hand-written SQL over the raw events answering the same question; the two answers are compared.
