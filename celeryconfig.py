@@ -36,7 +36,7 @@ task_send_sent_event = True
 
 # Every module that defines tasks, imported by `init_celery` for each app (API, worker, CLI): a task
 # is never registered as a side effect of importing routes. A new domain adds its tasks module here.
-include = ("app.ops.tasks", "app.entities.tasks", "app.embeddings.tasks", "app.email.tasks")
+include = ("app.ops.tasks", "app.entities.tasks", "app.embeddings.tasks", "app.email.tasks", "app.analytics.tasks")
 
 task_default_queue = "default"
 task_routes = {

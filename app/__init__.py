@@ -21,7 +21,9 @@ API_INFO = {
     "OPENAPI_URL_PREFIX": "/api/v1",
     "OPENAPI_JSON_PATH": "openapi.json",
     "OPENAPI_SWAGGER_UI_PATH": "docs",
-    "OPENAPI_SWAGGER_UI_URL": "https://cdn.jsdelivr.net/npm/swagger-ui-dist@5/",
+    # Served by app/console from the flask-swagger-ui wheel; app/templates/swagger_ui.html replaces
+    # flask-smorest's page (whose inline script a Content-Security-Policy would block).
+    "OPENAPI_SWAGGER_UI_URL": "/api/v1/docs/assets/",
     "API_SPEC_OPTIONS": {
         "components": {"securitySchemes": {
             "bearerAuth": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"},
@@ -87,7 +89,7 @@ def create_app(overrides: dict[str, Any] | None = None) -> Flask:
 
 # The domains, in a fixed order. Each is a package `app/<name>/` whose `routes` module exports `blp`
 # or `blueprints` (flask-smorest) and optionally `plain_blueprints`; a missing module is an error.
-DOMAINS = ("entities", "agents", "images", "email", "storage")
+DOMAINS = ("entities", "agents", "images", "email", "storage", "analytics", "console")
 
 
 def _register_blueprints(api, app: Flask) -> None:
@@ -117,6 +119,7 @@ def _domain_route_modules():
 
 def service_factories() -> dict:
     """Every lazily built singleton of an app (app.registry): name → factory(config, *key)."""
+    from app.analytics.tasks import build_redis_client
     from app.email.senders import build_sender
     from app.embeddings import build_embedder_service, build_query_cache_service
     from app.images.providers import build_provider
@@ -124,7 +127,8 @@ def service_factories() -> dict:
     from app.storage import build_blob_store
 
     return {"blob_store": build_blob_store, "image_fetcher": build_fetcher, "image_provider": build_provider,
-            "email_sender": build_sender, "embedder": build_embedder_service, "query_cache": build_query_cache_service}
+            "email_sender": build_sender, "embedder": build_embedder_service, "query_cache": build_query_cache_service,
+            "analytics_redis": build_redis_client}
 
 
 def lease_reapers() -> list:
@@ -151,8 +155,10 @@ def _install_hooks(app: Flask) -> None:
 
 
 def _register_cli(app: Flask) -> None:
+    from app.analytics.demo import analytics_cli
     from app.cli import artifacts_cli, db_cli, embeddings_cli, entities_cli, products_cli, seed_cli, token_cli
 
+    app.cli.add_command(analytics_cli)
     app.cli.add_command(db_cli)
     app.cli.add_command(entities_cli)
     app.cli.add_command(embeddings_cli)

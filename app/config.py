@@ -35,6 +35,13 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "REDIS_URL": ("", str, "Redis URL for Celery broker/results; empty = tasks run eagerly in-process"),
     "CELERY_KEY_PREFIX": ("", str, "Prefix of every Celery key in Redis (isolates deployments/test runs "
                                    "sharing one Redis database)"),
+    # Analytics ingest (buffer drained by the `analytics.flush` task)
+    "ANALYTICS_BATCH_SIZE": (20000, int, "Events stored per ingest transaction"),
+    "ANALYTICS_FLUSH_BUDGET_SECONDS": (20, int, "How long one flush task drains the buffer before re-arming"),
+    "ANALYTICS_FLUSH_TTL_SECONDS": (60, int, "Lifetime of the flush-pending flag (a lost flush task is "
+                                              "replaced after this long)"),
+    "ANALYTICS_INFLIGHT_STALE_SECONDS": (120, int, "An in-flight batch older than this (its worker died) "
+                                                   "is put back into the buffer"),
     "OUTBOX_DISPATCH_INTERVAL_SECONDS": (5.0, float, "How often each worker re-sends outbox tasks the broker did not "
                                                      "take (Redis outage) and re-queues orphaned jobs"),
     "OUTBOX_DISPATCH_AFTER_SECONDS": (10.0, float, "Age of an outbox row before a worker re-sends it (the request "
@@ -56,6 +63,12 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "JWT_LEEWAY_SECONDS": (30, int, "Clock skew tolerated on exp/iat"),
     "DEFAULT_PRODUCT": ("default", str, "Product used when a token has no `product` claim"),
     "INTERNAL_API_TOKEN": ("", str, "Shared token for /internal/* calls (X-Internal-Token)"),
+    # Console (/console)
+    "CONSOLE_DEV_SIGNIN": (False, bool, "Development sign-in on /console (trusts the typed identity; never "
+                                        "enable where real data lives)"),
+    "CONSOLE_TOKEN_TTL_SECONDS": (900, int, "Lifetime of the access tokens the console's session hands its "
+                                            "page (refreshed about 5 minutes before expiry)"),
+    "CONSOLE_SESSION_TTL_SECONDS": (28800, int, "Lifetime of a console session cookie"),
     # Blob storage
     "BLOB_BACKEND": ("local", str, "`local` (files under VAR_DIR/blobs, served at /blobs) or `gcs`"),
     "BLOB_CONTAINER": ("platform-images", str, "Container (local folder / GCS bucket) for stored images"),

@@ -182,11 +182,17 @@ class Database:
             session.close()
 
     @staticmethod
+    def qualified_name(session: Session, table: Table) -> str:
+        """`"<schema>".<table>` of a tenant table in the session's product schema, for SQL text that
+        SQLAlchemy does not render (the schema translation applied by hand)."""
+        translate = session.get_bind().get_execution_options().get("schema_translate_map") or {}
+        return f'"{translate.get(table.schema, table.schema)}".{table.name}'
+
+    @staticmethod
     def estimated_rows(session: Session, table: Table) -> float:
         """The planner's row estimate (pg_class.reltuples) of `table` in the session's product schema:
         the one place a tenant table's real name is spelled (from the schema translation)."""
-        translate = session.get_bind().get_execution_options().get("schema_translate_map") or {}
-        name = f'"{translate.get(table.schema, table.schema)}".{table.name}'
+        name = Database.qualified_name(session, table)
         return float(session.scalar(text("SELECT reltuples FROM pg_class WHERE oid = to_regclass(:name)"),
                                     {"name": name}) or 0)
 

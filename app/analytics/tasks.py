@@ -1,0 +1,209 @@
+"""Event ingest on the `analytics` queue: a Redis buffer drained in batches by one flush task.
+
+Why a buffer and not one Celery message per event: a Celery message costs the worker more than
+storing the event does, and Celery has no batching of its own. So POST /events appends the event's
+JSON to a Redis list (one round trip, with the flag below) and only schedules `analytics.flush` when
+no flush is pending (`SET flag NX`). The flush task moves up to ANALYTICS_BATCH_SIZE events at a time
+into an in-flight list (atomically, in Lua), stores them in one transaction per product
+(`app.analytics.writer`: COPY of the JSON lines, then set-based SQL for the events and rollups), and
+deletes the in-flight list. A worker that dies mid-batch leaves the list behind; the next flush puts
+lists older than ANALYTICS_INFLIGHT_STALE_SECONDS back into the buffer. Re-storing them is harmless:
+ingest is idempotent by (org, eventId). No lost wake-up: the flusher clears the flag *then* re-checks
+the buffer, and the API pushes *then* tries to set the flag.
+Without REDIS_URL (or when Redis fails) the event is written inline in the request.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+import uuid
+from collections import defaultdict
+from typing import Any
+
+from flask import current_app
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from app.db import db
+from app.extensions import celery_app
+from app.registry import find_service
+from app.tasks import retry_or_give_up
+
+log = logging.getLogger(__name__)
+
+_TAKE = """
+local items = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
+if #items == 0 then return items end
+redis.call('LTRIM', KEYS[1], #items, -1)
+for i = 1, #items, 500 do
+  redis.call('RPUSH', KEYS[2], unpack(items, i, math.min(i + 499, #items)))
+end
+redis.call('ZADD', KEYS[3], ARGV[2], KEYS[2])
+return items
+"""
+_REQUEUE = """
+local items = redis.call('LRANGE', KEYS[2], 0, -1)
+for i = 1, #items, 500 do
+  redis.call('LPUSH', KEYS[1], unpack(items, i, math.min(i + 499, #items)))
+end
+redis.call('DEL', KEYS[2])
+redis.call('ZREM', KEYS[3], KEYS[2])
+return #items
+"""
+
+
+def _config(name: str) -> Any:
+    return current_app.config[name]
+
+
+def key(name: str) -> str:
+    return f"{current_app.config.get('CELERY_KEY_PREFIX') or ''}analytics:{name}"
+
+
+def build_redis_client(config):
+    """Service `analytics_redis` (app.registry): the buffer's Redis client (None without REDIS_URL)."""
+    url = config.get("REDIS_URL")
+    if not url:
+        return None
+    import redis
+
+    return redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+
+
+def redis_client():
+    """This app's Redis client for the buffer (None without REDIS_URL)."""
+    return find_service("analytics_redis")
+
+
+def submit_many(events: list[dict[str, Any]]) -> None:
+    """Hand normalised events to the ingest path (buffer + flush task, or inline), in one round trip."""
+    client = redis_client()
+    if client is not None:
+        try:
+            pipe = client.pipeline(transaction=False)
+            pipe.rpush(key("buffer"), *[json.dumps(e, separators=(",", ":")) for e in events])
+            pipe.set(key("flush-pending"), "1", nx=True, ex=_config("ANALYTICS_FLUSH_TTL_SECONDS"))
+            _, scheduled = pipe.execute()
+        except Exception:  # Redis down: store them now rather than lose them
+            log.warning("analytics buffer unavailable; writing %s event(s) inline", len(events), exc_info=True)
+            write_inline(events)
+            return
+        if scheduled:
+            _schedule_flush(client)
+        return
+    write_inline(events)
+
+
+def _schedule_flush(client) -> None:
+    try:
+        flush.apply_async()
+    except Exception:  # the events wait in the buffer; the next request tries to schedule again
+        log.warning("analytics: could not send the flush task", exc_info=True)
+        try:
+            client.delete(key("flush-pending"))
+        except Exception:
+            pass
+
+
+def write_inline(events: list[dict[str, Any]]) -> int:
+    from app.analytics.writer import encode
+
+    stored, _ = write_lines_by_product(encode(events))
+    return stored
+
+
+_PRODUCT = re.compile(rb'^\{"product":"([A-Za-z0-9_.-]{1,128})",')
+
+
+def _product_of(line: bytes) -> str | None:
+    """The product of a buffer line: normalised events start with it, so most lines need no parsing."""
+    found = _PRODUCT.match(line)
+    if found:
+        return found.group(1).decode()
+    try:
+        product = json.loads(line).get("product")
+    except (ValueError, AttributeError):
+        return None
+    return product if isinstance(product, str) else None
+
+
+def write_lines_by_product(lines: list[bytes]) -> tuple[int, list[bytes]]:
+    """Store buffer lines, one transaction per product (sorted). Returns (stored, unusable lines)."""
+    from app.analytics.writer import write_lines
+
+    stored, dead = 0, []
+    by_product: dict[str, list[bytes]] = defaultdict(list)
+    for line in lines:
+        product = _product_of(line)
+        if product is None:
+            dead.append(line)
+        else:
+            by_product[product].append(line)
+    for product, group in sorted(by_product.items()):
+        with db.product_session(product) as session:
+            new, bad = write_lines(session, group)
+        stored += new
+        dead.extend(bad)
+    return stored, dead
+
+
+def requeue_stale(client, older_than: float) -> int:
+    """Put in-flight batches older than `older_than` seconds back into the buffer."""
+    moved = 0
+    cutoff = time.time() - older_than
+    for name in client.zrangebyscore(key("inflight"), "-inf", cutoff):
+        moved += int(client.eval(_REQUEUE, 3, key("buffer"), name, key("inflight")))
+    if moved:
+        log.warning("analytics: re-queued %s events of interrupted batches", moved)
+    return moved
+
+
+def flush_once(client, batch_size: int) -> int:
+    """Take one batch from the buffer and store it; returns how many events it held (0 = empty)."""
+    batch_key = key(f"batch:{uuid.uuid4().hex}")
+    items = client.eval(_TAKE, 3, key("buffer"), batch_key, key("inflight"), batch_size, time.time())
+    if not items:
+        return 0
+    dead: list[bytes] = []
+    try:
+        _, dead = write_lines_by_product(items)
+    except (OperationalError, DBAPIError) as exc:
+        if isinstance(exc, OperationalError) or getattr(exc, "connection_invalidated", False):
+            client.eval(_REQUEUE, 3, key("buffer"), batch_key, key("inflight"))  # transient: retry later
+            raise
+        dead.extend(items)  # an error the data itself causes: park the batch, keep the queue moving
+        log.exception("analytics: a batch of %s events could not be stored; parked in %s",
+                      len(items), key("dead"))
+    if dead:
+        client.rpush(key("dead"), *dead)
+    client.delete(batch_key)
+    client.zrem(key("inflight"), batch_key)
+    return len(items)
+
+
+@celery_app.task(name="analytics.flush", bind=True, acks_late=True, reject_on_worker_lost=True,
+                 ignore_result=True)
+def flush(self) -> int:
+    """Drain the buffer in batches for up to ANALYTICS_FLUSH_BUDGET_SECONDS, then re-arm."""
+    client = redis_client()
+    if client is None:
+        return 0
+    requeue_stale(client, _config("ANALYTICS_INFLIGHT_STALE_SECONDS"))
+    budget = time.monotonic() + _config("ANALYTICS_FLUSH_BUDGET_SECONDS")
+    stored = 0
+    try:
+        while time.monotonic() < budget:
+            taken = flush_once(client, _config("ANALYTICS_BATCH_SIZE"))
+            if not taken:
+                break
+            stored += taken
+    except (OperationalError, DBAPIError) as exc:
+        client.delete(key("flush-pending"))
+        raise retry_or_give_up(self, exc, max_retries=8) from exc
+    client.delete(key("flush-pending"))
+    if client.llen(key("buffer")) and client.set(key("flush-pending"), "1", nx=True,
+                                                 ex=_config("ANALYTICS_FLUSH_TTL_SECONDS")):
+        _schedule_flush(client)
+    return stored

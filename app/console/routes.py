@@ -1,0 +1,167 @@
+"""Console pages, the console's token endpoints, and the Swagger UI assets.
+
+Plain Flask routes (not part of the OpenAPI document, which describes `/api/v1`): the console
+reads its data through the public analytics API with the caller's token, like any other client.
+"""
+
+from __future__ import annotations
+
+import os
+
+import flask_swagger_ui
+from flask import Blueprint, abort, current_app, jsonify, redirect, render_template, request, send_from_directory
+from marshmallow import ValidationError
+from werkzeug.exceptions import UnsupportedMediaType
+
+from app.console.schemas import DevSignInRequest
+from app.console.services import (
+    COOKIE_PATH,
+    SESSION_COOKIE,
+    ConsoleIdentity,
+    issue_token,
+    open_session,
+    read_session,
+)
+from app.errors import Forbidden, InvalidInput, Unauthorized, ValidationFailed
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# Swagger UI's own build, shipped inside the flask-swagger-ui wheel (we use only its files)
+SWAGGER_UI_DIST = os.path.join(os.path.dirname(flask_swagger_ui.__file__), "dist")
+OUR_DOCS_ASSETS = os.path.join(HERE, "static", "docs")
+# Pages of these prefixes get the console's security headers (see `security_headers`).
+PAGE_PREFIXES = ("/console", "/api/v1/docs")
+CONTENT_SECURITY_POLICY = "; ".join((
+    "default-src 'none'",
+    "script-src 'self'",
+    "style-src 'self'",
+    "img-src 'self' data:",
+    "font-src 'self'",
+    "connect-src 'self'",
+    "base-uri 'none'",
+    "form-action 'self'",
+    "frame-ancestors 'none'",
+))
+
+console_bp = Blueprint("console", __name__, template_folder="templates", static_folder="static",
+                       static_url_path="/console/static")
+blueprints: list = []  # nothing for flask-smorest: these routes are not part of /api/v1
+plain_blueprints = [console_bp]
+
+
+@console_bp.get("/console/")
+@console_bp.get("/console")
+def console_home():
+    """The console's start page is the analytics dashboard."""
+    return redirect("/console/analytics", code=302)
+
+
+@console_bp.get("/console/analytics")
+def analytics_page():
+    """The analytics dashboard (HTML; its script fetches everything with the caller's token)."""
+    return render_template("console/analytics.html",
+                           dev_signin=bool(current_app.config["CONSOLE_DEV_SIGNIN"]))
+
+
+@console_bp.post("/console/session")
+def dev_sign_in():
+    """Development sign-in: opens a console session for the identity in the body.
+
+    Off unless CONSOLE_DEV_SIGNIN is set: it trusts what is typed, so it only suits a developer's
+    machine. Answers the first `{token, expiresIn}` and sets the HttpOnly session cookie."""
+    _require_dev_sign_in()
+    identity = _identity_from_body()
+    config = current_app.config
+    response = _token_response(identity)
+    response.set_cookie(SESSION_COOKIE, open_session(identity, secret=config["JWT_SECRET"]),
+                        max_age=int(config["CONSOLE_SESSION_TTL_SECONDS"]), path=COOKIE_PATH,
+                        httponly=True, samesite="Strict", secure=_secure_cookies())
+    return response
+
+
+@console_bp.delete("/console/session")
+def sign_out():
+    """Ends the console session (the page also forgets its token)."""
+    response = jsonify({"success": True})
+    response.delete_cookie(SESSION_COOKIE, path=COOKIE_PATH, httponly=True, samesite="Strict",
+                           secure=_secure_cookies())
+    return response
+
+
+@console_bp.post("/console/token")
+def refresh_token():
+    """`{token, expiresIn}` for the open console session: the page calls it about 5 minutes
+    before its token expires, and again whenever the API answers 401."""
+    _require_dev_sign_in()
+    config = current_app.config
+    identity = read_session(request.cookies.get(SESSION_COOKIE), secret=config["JWT_SECRET"],
+                            max_age=int(config["CONSOLE_SESSION_TTL_SECONDS"]))
+    if identity is None:
+        raise Unauthorized("No console session (or it has expired): sign in again.")
+    return _token_response(identity)
+
+
+@console_bp.get("/api/v1/docs/assets/<path:filename>")
+def docs_asset(filename: str):
+    """Swagger UI's files (from the flask-swagger-ui wheel) and our page script, served locally."""
+    for folder in (OUR_DOCS_ASSETS, SWAGGER_UI_DIST):
+        if os.path.isfile(os.path.join(folder, filename)):
+            return send_from_directory(folder, filename)
+    abort(404)
+
+
+@console_bp.after_app_request
+def security_headers(response):
+    """CSP and friends on the console and docs pages only: scripts and styles from this origin,
+    no inline script, no third-party origin, no framing. API responses are left as they are."""
+    if request.path.startswith(PAGE_PREFIXES) and not request.path.startswith("/api/v1/docs/assets"):
+        response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
+        response.headers["X-Frame-Options"] = "DENY"
+        response.headers["Referrer-Policy"] = "no-referrer"
+    if request.path.startswith(PAGE_PREFIXES):
+        response.headers["X-Content-Type-Options"] = "nosniff"
+    return response
+
+
+def _require_dev_sign_in() -> None:
+    if not current_app.config["CONSOLE_DEV_SIGNIN"]:
+        raise Forbidden("Development sign-in is disabled (CONSOLE_DEV_SIGNIN is off). Paste an access "
+                        "token instead, e.g. one printed by `flask token mint`.")
+
+
+def _identity_from_body() -> ConsoleIdentity:
+    if request.mimetype != "application/json":
+        raise UnsupportedMediaType("Send the sign-in as application/json.")
+    body = request.get_json(silent=True)
+    if body is None:
+        raise InvalidInput("Request body is not valid JSON.")
+    if not isinstance(body, dict):
+        raise ValidationFailed("Request validation failed.", {"fields": {"_schema": ["Expected an object."]}})
+    try:
+        data = DevSignInRequest().load(body)
+    except ValidationError as exc:
+        raise ValidationFailed("Request validation failed.", {"fields": exc.messages}) from None
+    if data["product"] is not None:
+        _require_product(data["product"])
+    return ConsoleIdentity(org_id=data["orgId"], user_id=data["userId"], role=data["role"],
+                           product=data["product"], email=data["email"])
+
+
+def _require_product(name: str) -> None:
+    from app.db import product_slug
+    from app.tenancy import products
+
+    try:
+        slug = product_slug(name)
+    except ValueError as exc:
+        raise ValidationFailed("Request validation failed.", {"fields": {"product": [str(exc)]}}) from None
+    products.require(slug)  # 403 for a product that is not provisioned, as for a token
+
+
+def _token_response(identity: ConsoleIdentity):
+    response = jsonify(issue_token(identity, current_app.config))
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def _secure_cookies() -> bool:
+    return request.is_secure or current_app.config["PUBLIC_BASE_URL"].startswith("https://")

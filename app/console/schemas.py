@@ -1,0 +1,26 @@
+"""Wire shapes of the console's own endpoints (development sign-in)."""
+
+from __future__ import annotations
+
+from marshmallow import RAISE, Schema, ValidationError, fields, validate
+
+from app.console.services import ROLES, valid_name
+
+
+def _name(value: str) -> None:
+    if not valid_name(value):
+        raise ValidationError("Use 1-128 letters, digits and . _ @ : - (starting with a letter or digit).")
+
+
+class DevSignInRequest(Schema):
+    """Body of `POST /console/session` (development sign-in): the identity the session acts as."""
+
+    class Meta:
+        unknown = RAISE
+
+    orgId = fields.String(required=True, validate=_name)
+    userId = fields.String(load_default="dev-user", validate=_name)
+    role = fields.String(load_default=None, allow_none=True, validate=validate.OneOf(ROLES))
+    product = fields.String(load_default=None, allow_none=True, validate=_name)
+    email = fields.Email(load_default=None, allow_none=True, validate=validate.Length(max=254))
+
