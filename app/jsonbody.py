@@ -145,10 +145,11 @@ def is_json_mimetype(mimetype: str) -> bool:
 
 def require_json_body(req) -> bool:
     """True when the request carries a JSON body; 415 when it carries a body of another type.
-    An empty body without a JSON type is "no body" (the schema decides whether that is allowed)."""
+    An empty body, whatever its Content-Type, is "no body" (the schema decides whether that is allowed)."""
+    has_body = bool(req.content_length or req.get_data(cache=True))
     if is_json_mimetype(req.mimetype or ""):
-        return True
-    if req.content_length or req.get_data(cache=True):
+        return has_body  # an empty body is "no body" even when labelled JSON (clients send the header on GET)
+    if has_body:
         raise UnsupportedMediaType(
             f"Request body must be application/json (got {(req.mimetype or 'no Content-Type')[:100]}).",
             {"contentType": (req.mimetype or "")[:100]})

@@ -64,7 +64,7 @@ def _refuse_unstorable() -> None:
     for key, value in request.args.items():
         if "\x00" in key or "\x00" in str(value):
             raise InvalidInput(f"Parameter '{key.replace(chr(0), '')}' must not contain the NUL character.")
-    if request.endpoint not in SELF_CHECKED and request.is_json:
+    if request.endpoint not in SELF_CHECKED and request.is_json and request.get_data(cache=True):
         body = request.get_json(silent=True)
         if body is not None:
             common.check_storable(body)

@@ -165,6 +165,19 @@ def test_body_of_another_type_is_415(client, auth):
     assert resp.status_code == 201, resp.get_json()
 
 
+def test_an_empty_body_labelled_json_is_no_body(client, auth):
+    """Many HTTP clients send `Content-Type: application/json` on every request, GETs included: an empty
+    body is "no body" (reads answer as usual; a route that needs a body names the missing fields)."""
+    headers = {**auth(), "Content-Type": "application/json"}
+    for path in ("/api/v1/me", "/api/v1/agents", f"{BASE}/definitions", "/api/v1/skills",
+                 "/api/v1/analytics/summary"):
+        resp = client.get(path, headers=headers)
+        assert resp.status_code == 200, (path, resp.get_data(as_text=True)[:200])
+    resp = client.post(f"{BASE}/definitions", headers=headers)
+    assert_error(resp, 400, "VALIDATION_ERROR")
+    assert "name" in resp.get_json()["error"]["details"]["fields"]
+
+
 # --- 4. an email subject is one clean header line ----------------------------------------------------
 
 @pytest.mark.parametrize("subject", ["a\u0000b", "a\rBcc: x@evil.test", "a\nBcc: x@evil.test", "a\r\n\r\nbody",
