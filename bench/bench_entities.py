@@ -94,8 +94,8 @@ READING = """### Reading the plans
   of the ~1 300 matches is the cost (the typed table: an index-only scan, 0.1 ms).
 - The app's overhead per request is the definition lookup, BEGIN/ROLLBACK around the request's
   statements, and request parsing, filter compilation and JSON/marshmallow work (the token check is
-  cached per token, the pool no longer pre-pings busy connections): a few ms on a quiet machine, much more when the 2 cores are saturated (the
-  load average is printed below)."""
+  cached per token, the pool no longer pre-pings busy connections): a few ms on a quiet machine,
+  much more when the 2 cores are saturated (the load average is printed below)."""
 
 
 def psycopg_url(url: str) -> str:
