@@ -98,7 +98,8 @@ def decode_token(token: str) -> dict[str, Any]:
     key = (token, config["JWT_SECRET"], config["JWT_AUDIENCE"], config["JWT_ISSUER"], config["JWT_LEEWAY_SECONDS"])
     claims = _VERIFIED.get(key)
     if claims is not None:
-        if time.time() <= claims["exp"] + config["JWT_LEEWAY_SECONDS"]:
+        # PyJWT truncates exp (int()) and refuses once int(exp) <= now - leeway: judge a hit the same way
+        if time.time() < int(claims["exp"]) + config["JWT_LEEWAY_SECONDS"]:
             return claims
         _VERIFIED.pop(key, None)  # expired since: decode again, which answers "Token expired."
     claims = _verify(token, config)

@@ -156,7 +156,10 @@ class Database:
         sql, defaults = rendered
         params = {**defaults, **params}  # the statement's own bound values, then the caller's
         session = g.get("_db_session") if has_app_context() else None
-        if session is not None and session.in_transaction():
+        # pending writes (autoflush would send them) or an open transaction: read on the session's
+        # connection, so the statement sees what this request has written
+        if session is not None and (session.in_transaction() or session.new or session.dirty or session.deleted):
+            session.flush()  # what autoflush would do before a Session query
             row = session.connection().exec_driver_sql(sql, params).first()
             return dict(row._mapping) if row is not None else None
         return _read_first_raw(state.engine, sql, params)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import os
 import signal
 import socket
@@ -191,6 +193,24 @@ def test_read_first_runs_in_autocommit_and_leaves_the_pooled_connection_transact
         session.execute(text("SET LOCAL application_name = 'read-first-probe'"))
         setting = select(func.current_setting("application_name").label("name"))
         assert db.read_first(setting, {})["name"] == "read-first-probe"
+
+
+def test_read_first_sees_what_the_request_session_has_not_flushed_yet(make_app):
+    """A pending object in the request session (no transaction begun yet) is flushed before the read,
+    as a Session query's autoflush would: the read never misses this request's own write."""
+    from sqlalchemy import select
+
+    from app.platform_models import Organization
+
+    org_id = f"org-pending-{uuid.uuid4().hex[:8]}"
+    app = make_app()
+    with app.app_context():
+        session = db.session
+        assert not session.in_transaction()
+        session.add(Organization(id=org_id, title="Pending", product="default"))
+        row = db.read_first(select(Organization.id).where(Organization.id == org_id), {})
+        assert row == {"id": org_id}
+        session.rollback()
 
 
 def g_session_absent() -> bool:

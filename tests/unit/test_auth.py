@@ -104,3 +104,25 @@ def test_a_token_verified_under_another_secret_is_not_trusted(make_app):
     tok = token(org="org-cache", scopes=("read",))
     other = make_app(JWT_SECRET="another-secret-" + "y" * 40)
     assert other.test_client().get("/api/v1/me", headers={"Authorization": f"Bearer {tok}"}).status_code == 401
+
+
+def test_a_cached_token_expires_when_pyjwt_would_refuse_it(app, monkeypatch):
+    """PyJWT truncates a fractional exp; the cache must not accept a token for the fraction past it."""
+    from types import SimpleNamespace
+
+    from app import auth
+    from tests.support import token
+
+    leeway = app.config["JWT_LEEWAY_SECONDS"]
+    with app.test_request_context():
+        tok = token(org="org-frac", scopes=["read"])
+        claims = auth.decode_token(tok)
+        claims["exp"] = int(claims["exp"]) + 0.95  # as if the issuer had written a fractional exp
+        monkeypatch.setattr(auth, "time", SimpleNamespace(time=lambda: int(claims["exp"]) + leeway + 0.5))
+
+        def expired(tok, config):  # what PyJWT answers at that time
+            raise Unauthorized("Token expired.")
+
+        monkeypatch.setattr(auth, "_verify", expired)
+        with pytest.raises(Unauthorized):
+            auth.decode_token(tok)
