@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
-
 import os
 import signal
 import socket
@@ -12,6 +10,7 @@ import sys
 import threading
 import time
 import urllib.request
+import uuid
 
 import pytest
 from sqlalchemy import Column, MetaData, String, Table, insert, select
