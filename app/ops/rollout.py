@@ -193,9 +193,27 @@ def start_rollout(session, artifact: Artifact, *, created_by: str | None = None)
 # --------------------------------------------------------------------------- running
 
 
+ROLLOUT_LOCK = 0x524F_4C4C  # pg advisory lock class: one runner per rollout
+
+
 def run_rollout(rollout_id: str, *, batch_size: int = DEFAULT_BATCH, max_batches: int | None = None) -> str:
     """Process batches from the cursor; returns the rollout's status (`done`, or `running` when
-    `max_batches` stopped it early: the caller re-sends the task for the rest)."""
+    `max_batches` stopped it early: the caller re-sends the task for the rest), or `busy` when another
+    runner holds the rollout (a duplicate delivery, or a resume of a live rollout): that one goes on,
+    this one stops without re-sending, so progress is never counted twice."""
+    with db.engine.connect() as conn:
+        got = conn.scalar(text("SELECT pg_try_advisory_lock(:c, hashtext(:k))"), {"c": ROLLOUT_LOCK, "k": rollout_id})
+        conn.commit()
+        if not got:
+            return "busy"
+        try:
+            return _run_rollout(rollout_id, batch_size=batch_size, max_batches=max_batches)
+        finally:
+            conn.execute(text("SELECT pg_advisory_unlock(:c, hashtext(:k))"), {"c": ROLLOUT_LOCK, "k": rollout_id})
+            conn.commit()
+
+
+def _run_rollout(rollout_id: str, *, batch_size: int, max_batches: int | None) -> str:
     session = db.session
     rollout = session.get(Rollout, rollout_id)
     if rollout is None:

@@ -213,6 +213,17 @@ def test_rollout_resumes_from_its_cursor(seed_app, seed_client, registry):
 
         stopped = db.session.get(Rollout, rid)
         assert sum(stopped.counts.values()) == 2 and stopped.cursor_org
+        # a second runner (duplicate delivery, resume of a live rollout) stops at once and changes nothing
+        from sqlalchemy import text
+
+        from app.ops.rollout import ROLLOUT_LOCK
+
+        with db.engine.connect() as holder:
+            holder.execute(text("SELECT pg_advisory_lock(:c, hashtext(:k))"), {"c": ROLLOUT_LOCK, "k": rid})
+            assert run_rollout(rid, batch_size=50) == "busy"
+            holder.execute(text("SELECT pg_advisory_unlock(:c, hashtext(:k))"), {"c": ROLLOUT_LOCK, "k": rid})
+        db.session.expire_all()
+        assert sum(db.session.get(Rollout, rid).counts.values()) == 2
     with seed_app.app_context():
         assert run_rollout(rid, batch_size=50) == "done"
     with seed_app.app_context():
