@@ -100,7 +100,7 @@ def counted(where: list, mode: str = "exact") -> tuple[int, str]:
 def count_records(definition: EntityDefinition, filters: Any, count_mode: str = "exact") -> tuple[int, str]:
     """How many active records of the definition match `filters`, and how that number was counted."""
     compiled = compile_request_filters(filters, definition_context(definition))
-    return counted([*record_scope(definition), compiled.where], count_mode)
+    return counted([*record_scope(definition), compiled.where_to_count], count_mode)
 
 
 def query_records(definition: EntityDefinition, params: dict[str, Any], count_mode: str = "exact") -> dict[str, Any]:
@@ -126,7 +126,7 @@ def query_records(definition: EntityDefinition, params: dict[str, Any], count_mo
     lookups = _lookup_specs(schema.catalog, params.get("includeLookups") or [])
 
     where = [*record_scope(definition), compiled.where]
-    total, how = counted(where, count_mode)
+    total, how = counted([*record_scope(definition), compiled.where_to_count], count_mode)
     rows: list = []
     offset = (page - 1) * page_size
     if position is not None or offset < total or how != "exact":  # an estimate may be low: fetch anyway
