@@ -4,9 +4,9 @@ without joining the vectors
 A record is a match of `$similar` (without maxDistance) iff its entity_embeddings row has the
 definition's current `config_hash` and `record_version` = the record's version. A trigger on
 entity_embeddings mirrors that pair onto the record itself (same statement as any vector write, whoever
-writes: pipeline, COPY, an operator's DELETE; NULL when the vector is deleted), so the exact totalCount is a count of entity_records through a partial index of the current
-rows: an index-only scan, no join. A record update bumps `version` and so makes the stamp stale
-exactly as it makes the vector stale (docs/decisions.md, "Semantic search: exact totalCount").
+writes: pipeline, COPY, an operator's DELETE; NULL when the vector is deleted), so the exact totalCount
+is a count of entity_records through a partial index of the current rows: an index-only scan, no join.
+A record update bumps `version` and so makes the stamp stale exactly as it makes the vector stale (docs/decisions.md, "Semantic search: exact totalCount").
 
 Revision ID: v0003
 Revises: v0002
