@@ -6,7 +6,8 @@ definition's current `config_hash` and `record_version` = the record's version. 
 entity_embeddings mirrors that pair onto the record itself (same statement as any vector write, whoever
 writes: pipeline, COPY, an operator's DELETE; NULL when the vector is deleted), so the exact totalCount
 is a count of entity_records through a partial index of the current rows: an index-only scan, no join.
-A record update bumps `version` and so makes the stamp stale exactly as it makes the vector stale (docs/decisions.md, "Semantic search: exact totalCount").
+A record update bumps `version` and so makes the stamp stale exactly as it makes the vector stale
+(docs/decisions.md, "Semantic search: exact totalCount").
 
 Revision ID: v0003
 Revises: v0002
