@@ -140,7 +140,7 @@ def main() -> str:
     centers /= np.linalg.norm(centers, axis=1, keepdims=True)
     vectors = synthetic(rng, N, centers)
     queries = synthetic(rng, QUERIES, centers)
-    app = bench_app()
+    app = bench_app(RATE_LIMIT_SIMILAR="100000/60")  # the bench sends ~1 700 queries
     client = app.test_client()
     headers = {"Authorization": f"Bearer {bench_token(ORG)}"}
     entity_id, timings, ids = load(app, client, headers, vectors)
