@@ -445,7 +445,7 @@ class SimilarityClause(Protocol):
     """What `$similar` compiles to (made by the app's similarity hook, app.entities.hooks)."""
 
     where: ColumnElement                   # which records take part (a current embedding, maxDistance)
-    count_where: ColumnElement             # the same set, as cheap as possible to count (may omit the join)
+    count_where: ColumnElement             # optional: the same set, cheaper to count (may omit the join)
     distance: ColumnElement                # selected as the record's `distance`
     index_distance: ColumnElement | None   # the distance expression an ANN index orders by, if any
 
@@ -488,7 +488,8 @@ def compile_filters(raw: Any, ctx: FilterContext, similarity: SimilarityClause |
             out.where = false()  # spec: semantic search returns results only with embeddings enabled
         else:
             out.where, out.distance = and_(where, similarity.where), similarity.distance
-            out.count_where = and_(where, similarity.count_where)
+            count_where = getattr(similarity, "count_where", None)  # optional: a hook may not have one
+            out.count_where = and_(where, count_where) if count_where is not None else None
             out.similarity = similarity
     return out
 
