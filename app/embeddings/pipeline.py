@@ -9,8 +9,10 @@ definition's records in id order, RECORDS_PER_TASK at a time, re-queuing itself 
 Staleness. A stored vector is *current* for a record when its `config_hash` is the definition's
 present setup (model, requested dimensions, fields) and its `record_version` is the record's
 `version`. Queries serve current vectors only (app.embeddings.search). The writer re-checks both
-under FOR SHARE locks right before it stores, so a vector computed from text that changed while
+under locks right before it stores, so a vector computed from text that changed while
 the model ran is dropped, never stored as current (the newer write has queued its own task).
+A trigger on entity_embeddings mirrors (config_hash, record_version) onto the record (`embedded_hash`,
+`embedded_version`, migration v0003), so "has a current vector" is answerable from entity_records alone.
 `content_hash` (model, dimensions, text) lets a redelivered task or an edit that did not touch the
 embedded text skip the model: the row is only re-stamped with the new record version.
 
@@ -201,8 +203,9 @@ def _embed(embedder: Embedder, items: list[_Item], failed: list[str]) -> list[li
 def _write(session: Session, org_id: str, entity_id: str, config: dict | None, target: EmbeddingTarget, *,
            store=(), restamp=(), clear=()) -> tuple[int, int]:
     """Store vectors / re-stamp / clear rows, but only for records still at the version that was read,
-    while the definition still has the same config. FOR SHARE makes a concurrent record or definition
-    update wait for this commit (after which its own task or backfill sees the new state)."""
+    while the definition still has the same config. The locks (FOR SHARE on the definition; FOR NO KEY
+    UPDATE on the records, which the v0003 trigger stamps) make a concurrent record or definition update wait
+    for this commit (after which its own task or backfill sees the new state)."""
     current = session.execute(select(D.c.embeddings_config, D.c.is_active)
                               .where(D.c.id == entity_id, D.c.org_id == org_id).with_for_update(read=True)).first()
     if current is None or not current.is_active or current.embeddings_config != config:
@@ -210,7 +213,7 @@ def _write(session: Session, org_id: str, entity_id: str, config: dict | None, t
     ids = [item.record_id for item, _ in store] + [item.record_id for item in (*restamp, *clear)]
     versions = dict(session.execute(
         select(T.c.id, T.c.version).where(T.c.org_id == org_id, T.c.id.in_(ids), T.c.is_active.is_(True))
-        .order_by(T.c.id).with_for_update(read=True)).all())
+        .order_by(T.c.id).with_for_update(key_share=True)).all())
     now = utcnow()
     rows = [{"record_id": item.record_id, "org_id": org_id, "entity_id": entity_id, "model": target.model,
              "dimensions": len(vector), "config_hash": target.config_hash, "content_hash": item.content_hash,

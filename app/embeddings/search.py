@@ -45,7 +45,7 @@ MAX_SCAN_TUPLES = 400_000  # cap of hnsw.max_scan_tuples (pgvector default: 20 0
 class NoMatches:
     """`$similar` that cannot match (e.g. a field-level `$similar` on a field that is not embedded)."""
 
-    where = false()
+    where = count_where = false()
     distance = literal(None, Float)
     index_distance = None
 
@@ -74,6 +74,11 @@ class SemanticClause:
         if max_distance is not None:
             conditions.append(func.coalesce(self.distance <= max_distance, false()))
         self.where = and_(*conditions)
+        # Counting: without maxDistance, "has a current vector of this size" is the record's own stamp
+        # (app.embeddings.pipeline keeps it; a partial index of current rows makes the count an
+        # index-only scan, migration v0003); with maxDistance every candidate's distance is computed.
+        self.count_where = self.where if max_distance is not None else and_(
+            T.c.embedded_hash == config_hash, T.c.embedded_version == T.c.version)
 
     def index_scan_settings(self, session: Session, total: int, end: int) -> dict[str, str] | None:
         """SET LOCAL settings for an HNSW walk to the first `end` of `total` matches, or None when an

@@ -445,6 +445,7 @@ class SimilarityClause(Protocol):
     """What `$similar` compiles to (made by the app's similarity hook, app.entities.hooks)."""
 
     where: ColumnElement                   # which records take part (a current embedding, maxDistance)
+    count_where: ColumnElement             # optional: the same set, cheaper to count (may omit the join)
     distance: ColumnElement                # selected as the record's `distance`
     index_distance: ColumnElement | None   # the distance expression an ANN index orders by, if any
 
@@ -465,6 +466,11 @@ class CompiledFilter:
     distance: ColumnElement | None = None   # from the similarity hook
     similar: SimilarSpec | None = None
     similarity: SimilarityClause | None = None
+    count_where: ColumnElement | None = None  # `where` for counting, when it differs (a $similar)
+
+    @property
+    def where_to_count(self) -> ColumnElement:
+        return self.where if self.count_where is None else self.count_where
 
 
 def compile_filters(raw: Any, ctx: FilterContext, similarity: SimilarityClause | None = None) -> CompiledFilter:
@@ -482,6 +488,8 @@ def compile_filters(raw: Any, ctx: FilterContext, similarity: SimilarityClause |
             out.where = false()  # spec: semantic search returns results only with embeddings enabled
         else:
             out.where, out.distance = and_(where, similarity.where), similarity.distance
+            count_where = getattr(similarity, "count_where", None)  # optional: a hook may not have one
+            out.count_where = and_(where, count_where) if count_where is not None else None
             out.similarity = similarity
     return out
 

@@ -85,6 +85,10 @@ class EntityRecord(Audited, TenantBase):
     search_vector: Mapped[Any] = mapped_column(TSVECTOR, deferred=True)
     is_active: Mapped[bool] = mapped_column(Boolean, default=True)
     version: Mapped[int] = mapped_column(Integer, default=1)
+    # The config_hash / record_version of the record's entity_embeddings row (app.embeddings.pipeline
+    # keeps them in step): current iff embedded_version = version and the hash is the definition's.
+    embedded_hash: Mapped[str | None] = mapped_column(String(64))
+    embedded_version: Mapped[int | None] = mapped_column(Integer)
 
 
 class EntityRelationship(TenantBase):

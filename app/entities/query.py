@@ -87,20 +87,28 @@ def planned_count(where: list) -> int:
     return max(0, int(round(plan[0]["Plan"]["Plan Rows"])))
 
 
-def counted(where: list, mode: str = "exact") -> tuple[int, str]:
+def counted(where: list, mode: str = "exact", count_where: list | None = None) -> tuple[int, str]:
     """(count, how it was counted). `estimated` counts exactly while the estimate is at most
-    ENTITY_COUNT_ESTIMATE_ABOVE, and reports the estimate beyond (PostgREST's `count=estimated`)."""
+    ENTITY_COUNT_ESTIMATE_ABOVE, and reports the estimate beyond (PostgREST's `count=estimated`).
+    `count_where` (a `$similar`: CompiledFilter.where_to_count) is the same set, cheaper to count
+    exactly; the planner estimates `where` (it cannot estimate the stamp's `embedded_version = version`)."""
     if mode in ("planned", "estimated"):
         estimate = planned_count(where)
         if mode == "planned" or estimate > current_app.config["ENTITY_COUNT_ESTIMATE_ABOVE"]:
             return estimate, "planned" if mode == "planned" else "estimated"
-    return int(db.session.scalar(select(func.count()).select_from(T).where(*where)) or 0), "exact"
+    exact = select(func.count()).select_from(T).where(*(count_where or where))
+    return int(db.session.scalar(exact) or 0), "exact"
+
+
+def _count(definition: EntityDefinition, compiled: Any, mode: str) -> tuple[int, str]:
+    scope = record_scope(definition)
+    return counted([*scope, compiled.where], mode, [*scope, compiled.where_to_count])
 
 
 def count_records(definition: EntityDefinition, filters: Any, count_mode: str = "exact") -> tuple[int, str]:
     """How many active records of the definition match `filters`, and how that number was counted."""
     compiled = compile_request_filters(filters, definition_context(definition))
-    return counted([*record_scope(definition), compiled.where], count_mode)
+    return _count(definition, compiled, count_mode)
 
 
 def query_records(definition: EntityDefinition, params: dict[str, Any], count_mode: str = "exact") -> dict[str, Any]:
@@ -126,7 +134,7 @@ def query_records(definition: EntityDefinition, params: dict[str, Any], count_mo
     lookups = _lookup_specs(schema.catalog, params.get("includeLookups") or [])
 
     where = [*record_scope(definition), compiled.where]
-    total, how = counted(where, count_mode)
+    total, how = _count(definition, compiled, count_mode)
     rows: list = []
     offset = (page - 1) * page_size
     if position is not None or offset < total or how != "exact":  # an estimate may be low: fetch anyway

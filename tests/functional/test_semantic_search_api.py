@@ -392,3 +392,59 @@ def test_cli_backfill_re_embeds_records_whose_vectors_are_gone(client, auth, app
 
     other = app.test_cli_runner().invoke(args=["embeddings", "backfill", "--org", "org-that-has-nothing"])
     assert other.exit_code == 0 and "0 definition(s) queued" in other.output
+
+
+def test_total_count_is_the_number_of_records_with_a_current_vector(client, auth, app, org_id, celery_worker):
+    """The exact totalCount of `$similar` is counted from the records' own stamp (migration v0003), not
+    by joining the vectors: it must equal the records that really have a current vector, through
+    a vector going stale (record version moved on), re-embedding, a re-stamp and a lost vector."""
+    from sqlalchemy import delete, func, update
+
+    from app.db import db
+    from app.embeddings.models import EntityEmbedding
+    from app.embeddings.pipeline import embed_records
+    from app.entities.models import EntityDefinition, EntityRecord
+
+    headers = auth()
+    create_definition(client, headers, "stamped", SCHEMA, embeddingsConfig=ENABLED)
+    records = [create_record(client, headers, "stamped", topic) for topic in TOPICS[:4]]
+    wait_embedded(client, headers, "stamped", 4)
+    R, E = EntityRecord.__table__, EntityEmbedding.__table__
+
+    def truth() -> int:
+        with app.app_context(), db.product_session("default") as session:
+            return session.scalar(select(func.count()).select_from(R.join(E, E.c.record_id == R.c.id)).where(
+                R.c.org_id == org_id, R.c.is_active.is_(True), E.c.record_version == R.c.version,
+                R.c.entity_id == select(EntityDefinition.id).where(EntityDefinition.org_id == org_id,
+                                                                  EntityDefinition.name == "stamped")
+                .scalar_subquery()))
+
+    def total(**params) -> int:
+        return similar(client, headers, "stamped", "automobile", pageSize=100, **params)["totalCount"]
+
+    assert total() == truth() == 4
+    stale = records[0]["id"]
+    with app.app_context(), db.product_session("default") as session:  # a record update whose task has not run
+        session.execute(update(R).where(R.c.id == stale).values(version=R.c.version + 1))
+    assert truth() == 3 and total() == 3
+    assert stale not in [r["id"] for r in similar(client, headers, "stamped", "automobile", pageSize=100)["records"]]
+    with app.app_context():  # the task re-embeds it (same text: the vector is re-stamped with the new version)
+        embed_records("default", org_id, records[0]["entityId"], [stale])
+    assert truth() == 4 and total() == 4
+
+    resp = client.put(f"{BASE}/stamped/records/{records[1]['id']}", headers=headers, json={
+        "fields": {"body": "A rocket launch carries a satellite into orbit around the earth."}})
+    assert resp.status_code == 200, resp.get_json()
+    wait_for(lambda: names_of(similar(client, headers, "stamped", "spacecraft orbit"))[0] == TOPICS[1]["name"],
+             timeout=90.0)
+    assert truth() == 4 and total() == 4
+
+    with app.app_context(), db.product_session("default") as session:  # a vector lost (an operator's DELETE)
+        session.execute(delete(E).where(E.c.record_id == records[2]["id"]))
+    assert truth() == 3 and total() == 3
+    # with maxDistance every candidate's distance is computed: the count agrees with the page
+    for max_distance, expected in ((2.0, 3), (0.0, 0)):
+        resp = query(client, headers, "stamped", pageSize=100,
+                     filters={"$similar": {"query": "automobile", "maxDistance": max_distance}})
+        assert resp.status_code == 200, resp.get_json()
+        assert resp.get_json()["totalCount"] == len(resp.get_json()["records"]) == expected
