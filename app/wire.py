@@ -55,3 +55,16 @@ def success_envelope(data: Any) -> dict[str, Any]:
 def json_text(body: str, status: int = 200) -> Response:
     """A response whose body is JSON text already (from the database), sent without decoding."""
     return Response(body, status=status, mimetype="application/json")
+
+
+def preferences() -> list[str]:
+    """The tokens of the request's Prefer headers (RFC 7240), lower-cased, parameters dropped."""
+    from flask import request
+
+    prefer = ",".join(request.headers.getlist("Prefer"))
+    return [token.strip().split(";")[0].strip().lower() for token in prefer.split(",") if token.strip()]
+
+
+def wants_async() -> bool:
+    """`Prefer: respond-async`: the caller takes a 202 and a job to follow instead of the result."""
+    return "respond-async" in preferences()

@@ -42,7 +42,7 @@ from app.entities.services import common, definitions, records, relationships, v
 from app.errors import InvalidInput
 from app.extensions import Blueprint, SuccessSchema
 from app.ratelimit import may_be_rate_limited, rate_limited
-from app.wire import SUCCESS
+from app.wire import SUCCESS, preferences, wants_async
 
 READ, WRITE = "read:entities", "write:entities"
 
@@ -241,19 +241,13 @@ class Record(MethodView):
 
 # --- bulk -----------------------------------------------------------------------------------------
 
-def _preferences() -> list[str]:
-    """The tokens of the Prefer header (RFC 7240), lower-cased, parameters dropped."""
-    prefer = ",".join(request.headers.getlist("Prefer"))
-    return [token.strip().split(";")[0].strip().lower() for token in prefer.split(",") if token.strip()]
-
-
 def _count_preference() -> str:
     """`count=exact|planned|estimated` from Prefer (PostgREST's names); anything else is ignored."""
     return _asked_count() or "exact"
 
 
 def _asked_count() -> str | None:
-    for token in _preferences():
+    for token in preferences():
         name, _, value = token.partition("=")
         value = value.strip().strip('"')
         if name.strip() == "count" and value in query.COUNT_MODES:
@@ -267,13 +261,9 @@ def _count_applied(how: str) -> dict[str, str]:
     return {"Preference-Applied": f"count={how}"} if _asked_count() else {}
 
 
-def _wants_async() -> bool:
-    return "respond-async" in _preferences()
-
-
 def _bulk(entityName: str, operation: str, items: list):
     definition = definitions.find_definition(entityName)
-    if _wants_async():
+    if wants_async():
         job = tasks.start_bulk_job(definition, operation, items)
         response = jsonify({"jobId": job.id})
         response.status_code = 202

@@ -16,6 +16,7 @@ from app.errors import Forbidden, Unauthorized
 from app.extensions import Blueprint
 from app.ops.schemas import SeedQueuedSchema, SeedReportSchema, SeedStatusQuerySchema, SeedStatusSchema
 from app.ops.seeding import SeedRequestSchema
+from app.wire import wants_async
 
 blp = Blueprint("internal", __name__, url_prefix="/internal",
                 description="Cluster-internal operations (X-Internal-Token or an admin token)")
@@ -101,7 +102,3 @@ class SeedStatus(MethodView):
 
         return seed_status(orgId.lower(), args.get("product") or current_app.config["DEFAULT_PRODUCT"])
 
-
-def wants_async() -> bool:
-    prefer = request.headers.get("Prefer", "")
-    return any(t.strip().split(";")[0].strip().lower() == "respond-async" for t in prefer.split(","))

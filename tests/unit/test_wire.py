@@ -36,3 +36,16 @@ def test_ids_and_envelopes():
     assert ok["data"] == {"a": 1} and ok["metadata"]["success"] is True and isinstance(ok["metadata"]["timestamp"], int)
     err = envelope("NOT_FOUND", "gone")
     assert err["error"] == {"code": "NOT_FOUND", "message": "gone"} and err["metadata"]["success"] is False
+
+
+def test_prefer_tokens_come_from_every_prefer_header():
+    from flask import Flask
+
+    from app.wire import preferences, wants_async
+
+    app = Flask(__name__)
+    with app.test_request_context(headers=[("Prefer", "count=planned; x=1"), ("Prefer", " Respond-Async ")]):
+        assert preferences() == ["count=planned", "respond-async"]
+        assert wants_async()
+    with app.test_request_context(headers={"Prefer": "return=minimal"}):
+        assert not wants_async()
