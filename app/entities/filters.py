@@ -138,8 +138,19 @@ class FieldRef:
     spec: FieldSpec | None = None
 
 
+class NotProjected(Exception):  # noqa: N818 (a signal, not an error: the caller falls back)
+    """Raised by a projection's resolver for what its typed table cannot answer exactly (the caller
+    compiles the query against `entity_records` instead)."""
+
+
 class FieldResolver:
-    """Typed SQL expressions of record fields and system columns (filters, sorting, aggregation)."""
+    """Typed SQL expressions of record fields and system columns (filters, sorting, aggregation).
+
+    The target is `entity_records` (fields as JSONB expressions); app.entities.projection subclasses
+    it to target a definition's typed projection table (real columns), raising `NotProjected` for
+    what that table does not hold."""
+
+    projected = False  # True: expressions over a projection's columns (equality may be NULL)
 
     def __init__(self, catalog: FieldCatalog, table=None):
         self.catalog = catalog
@@ -191,6 +202,12 @@ class FieldResolver:
         if ref.kind == KIND_TEXT:
             return case((kind_of == "string", jt.collate("C")), else_=None)
         return jv
+
+    def scalar_equals(self, ref: FieldRef, value: Any) -> ColumnElement:
+        """Equality of a text, number, bool or date field with a scalar: JSONB containment, which the
+        GIN (jsonb_path_ops) index answers (never NULL). Same matches as `typed(ref) == value`: a
+        JSON string/number/boolean contains only an equal value of its own type."""
+        return self.t.c.fields.contains({ref.name: _json_scalar(value)})
 
     def sort_key(self, ref: FieldRef) -> ColumnElement:
         """Ordering expression: typed for numbers and datetimes, text for the rest."""
@@ -467,22 +484,37 @@ class CompiledFilter:
     similar: SimilarSpec | None = None
     similarity: SimilarityClause | None = None
     count_where: ColumnElement | None = None  # `where` for counting, when it differs (a $similar)
+    resolver: FieldResolver | None = None     # what it was compiled against (entity_records or a projection)
+
+    @property
+    def table(self):
+        """The table `where` is over: entity_records, or the definition's projection."""
+        return self.resolver.t if self.resolver is not None else EntityRecord.__table__
+
+    @property
+    def projected(self) -> bool:
+        return self.resolver is not None and self.resolver.projected
 
     @property
     def where_to_count(self) -> ColumnElement:
         return self.where if self.count_where is None else self.count_where
 
 
-def compile_filters(raw: Any, ctx: FilterContext, similarity: SimilarityClause | None = None) -> CompiledFilter:
+def compile_filters(raw: Any, ctx: FilterContext, similarity: SimilarityClause | None = None,
+                    resolver: FieldResolver | None = None) -> CompiledFilter:
     """Compile `raw` (a filter object, or one `parse_filters` already checked) into a WHERE expression
-    (plus ranking / distance expressions); `similarity` is what its `$similar` was resolved to."""
+    (plus ranking / distance expressions); `similarity` is what its `$similar` was resolved to.
+    `resolver` targets another table (a projection's; `NotProjected` when it cannot answer)."""
     parsed = raw if isinstance(raw, ParsedFilter) else parse_filters(raw, ctx)
-    compiler = _Compiler(FieldResolver(ctx.catalog))
+    resolver = resolver if resolver is not None else FieldResolver(ctx.catalog)
+    if resolver.projected and parsed.similar is not None:
+        raise NotProjected("$similar")  # semantic search reads entity_records (its stamp, its vectors)
+    compiler = _Compiler(resolver)
     where = compiler.node(parsed.root)
-    out = CompiledFilter(where, parsed.search, similar=parsed.similar)
+    out = CompiledFilter(where, parsed.search, similar=parsed.similar, resolver=resolver)
     if parsed.search is not None:
         query = func.websearch_to_tsquery(SEARCH_CONFIG, parsed.search)
-        out.rank = func.ts_rank_cd(EntityRecord.__table__.c.search_vector, query)
+        out.rank = func.ts_rank_cd(resolver.t.c.search_vector, query)
     if parsed.similar is not None:
         if not ctx.embeddings_enabled or similarity is None:
             out.where = false()  # spec: semantic search returns results only with embeddings enabled
@@ -580,8 +612,9 @@ class _Compiler:
             return self.true_only(self.r.jsonb(ref) == cast(value.value, JSONB))
         if ref.kind == KIND_DATETIME or (ref.spec is not None and ref.spec.field_type == "currency"):
             return self.true_only(self.r.typed(ref) == value)
-        # text, number, bool, date: JSONB containment, which the GIN (jsonb_path_ops) index answers
-        return self.t.c.fields.contains({ref.name: _json_scalar(value)})
+        # text, number, bool, date: JSONB containment (GIN), or a projection's typed column
+        equal = self.r.scalar_equals(ref, value)
+        return self.true_only(equal) if self.r.projected else equal
 
     def member(self, ref: FieldRef, value: str) -> ColumnElement:
         if ref.system:

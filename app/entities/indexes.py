@@ -37,6 +37,7 @@ from sqlalchemy import text
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 
+from app.entities import projection
 from app.entities.fieldtypes import KIND_DATE, KIND_DATETIME, KIND_NUMBER, KIND_TEXT, FieldCatalog
 from app.entities.filters import FieldResolver
 
@@ -165,7 +166,8 @@ def sync_definition(product: str, definition_id: str, *, concurrently: bool | No
         if definition is not None and definition.is_active:
             catalog = compile_definition_schema(definition.schema or {}).catalog
             if have and have == {p.name for p in plan_indexes(definition_id, catalog)} \
-                    and not invalid_indexes(session.connection(), schema, have):
+                    and not invalid_indexes(session.connection(), schema, have) \
+                    and definition.projection == projection.plan_for(definition, catalog).name:
                 session.rollback()
                 return {"created": [], "dropped": []}  # the usual case after a bulk create: nothing to count
             count = int(session.scalar(select(func.count()).select_from(EntityRecord).where(
@@ -175,11 +177,18 @@ def sync_definition(product: str, definition_id: str, *, concurrently: bool | No
                 count = current_app.config["ENTITY_INDEX_MIN_RECORDS"]  # indexed once: keep (and follow the schema)
         session.rollback()
     engine = db.engine_for(product)
+    min_records = current_app.config["ENTITY_INDEX_MIN_RECORDS"]
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text("SET lock_timeout = '10s'"))
-        return sync_indexes(conn, schema, definition_id, catalog, active_records=count,
-                            min_records=current_app.config["ENTITY_INDEX_MIN_RECORDS"],
-                            concurrently=not eager if concurrently is None else concurrently)
+        result = sync_indexes(conn, schema, definition_id, catalog, active_records=count, min_records=min_records,
+                              concurrently=not eager if concurrently is None else concurrently)
+    # the typed projection follows the same rule: built once the definition has its own indexes
+    plan = projection.plan_projection(definition_id, catalog) if catalog is not None and count >= min_records \
+        else None
+    built = projection.sync_projection(engine, schema, definition_id, plan)
+    result["created"] += built["created"]
+    result["dropped"] += built["dropped"]
+    return result
 
 
 def invalid_indexes(conn: Connection, schema: str, names: set[str]) -> set[str]:

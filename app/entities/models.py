@@ -52,6 +52,8 @@ class EntityDefinition(Audited, TenantBase):
     source: Mapped[str | None] = mapped_column(String(100))
     is_active: Mapped[bool] = mapped_column(Boolean, default=True)
     version: Mapped[int] = mapped_column(Integer, default=1)
+    # the READY typed projection table of this definition, if any (app.entities.projection)
+    projection: Mapped[str | None] = mapped_column(String(63))
 
 
 class EntityView(Audited, TenantBase):

@@ -22,11 +22,12 @@ from sqlalchemy.sql.expression import Executable
 
 from app.db import db
 from app.entities import cursor as cursors
-from app.entities import hooks
+from app.entities import hooks, projection
 from app.entities.filters import (
     CompiledFilter,
     FieldResolver,
     FilterError,
+    NotProjected,
     SimilarityClause,
     SimilarSpec,
     compile_filters,
@@ -54,9 +55,20 @@ def resolve_similarity(similar: SimilarSpec | None, dctx: DefinitionContext) -> 
     return hook(similar, dctx.filters) if hook is not None else None
 
 
-def compile_request_filters(raw: Any, dctx: DefinitionContext) -> CompiledFilter:
-    """Parse, resolve `$similar` (before compiling), compile."""
+def compile_request_filters(raw: Any, dctx: DefinitionContext, *, sort_by: str | None = None,
+                            projected: bool = False) -> CompiledFilter:
+    """Parse, resolve `$similar` (before compiling), compile. `projected`: against the definition's
+    ready typed projection when it answers the filter (and `sort_by`) exactly, else entity_records."""
     parsed = parse_filters(raw, dctx.filters)
+    if projected and parsed.similar is None:
+        resolver = projection.resolver_for(dctx.definition, dctx.filters.catalog)
+        if resolver is not None:
+            try:
+                if sort_by:
+                    resolver.sort_key(resolver.resolve(sort_by))
+                return compile_filters(parsed, dctx.filters, None, resolver)
+            except (NotProjected, FilterError):  # not projected, or an unknown sortBy (400 below)
+                pass
     return compile_filters(parsed, dctx.filters, resolve_similarity(parsed.similar, dctx))
 
 
@@ -77,9 +89,9 @@ def _compile_explain(element, compiler, **kw):
     return "EXPLAIN (FORMAT JSON) " + compiler.process(element.stmt, **kw)
 
 
-def planned_count(where: list) -> int:
+def planned_count(where: list, table=T) -> int:
     """The planner's estimate of the matching rows (PostgREST's `count=planned`): no scan at all."""
-    plan = db.session.scalar(_ExplainJson(select(literal(1)).select_from(T).where(*where)))
+    plan = db.session.scalar(_ExplainJson(select(literal(1)).select_from(table).where(*where)))
     if isinstance(plan, str):
         import json
 
@@ -87,27 +99,29 @@ def planned_count(where: list) -> int:
     return max(0, int(round(plan[0]["Plan"]["Plan Rows"])))
 
 
-def counted(where: list, mode: str = "exact", count_where: list | None = None) -> tuple[int, str]:
+def counted(where: list, mode: str = "exact", count_where: list | None = None, table=T) -> tuple[int, str]:
     """(count, how it was counted). `estimated` counts exactly while the estimate is at most
     ENTITY_COUNT_ESTIMATE_ABOVE, and reports the estimate beyond (PostgREST's `count=estimated`).
     `count_where` (a `$similar`: CompiledFilter.where_to_count) is the same set, cheaper to count
     exactly; the planner estimates `where` (it cannot estimate the stamp's `embedded_version = version`)."""
     if mode in ("planned", "estimated"):
-        estimate = planned_count(where)
+        estimate = planned_count(where, table)
         if mode == "planned" or estimate > current_app.config["ENTITY_COUNT_ESTIMATE_ABOVE"]:
             return estimate, "planned" if mode == "planned" else "estimated"
-    exact = select(func.count()).select_from(T).where(*(count_where or where))
+    exact = select(func.count()).select_from(table).where(*(count_where or where))
     return int(db.session.scalar(exact) or 0), "exact"
 
 
 def _count(definition: EntityDefinition, compiled: Any, mode: str) -> tuple[int, str]:
+    if compiled.projected:  # the projection holds exactly the definition's active records
+        return counted([compiled.where], mode, table=compiled.table)
     scope = record_scope(definition)
     return counted([*scope, compiled.where], mode, [*scope, compiled.where_to_count])
 
 
 def count_records(definition: EntityDefinition, filters: Any, count_mode: str = "exact") -> tuple[int, str]:
     """How many active records of the definition match `filters`, and how that number was counted."""
-    compiled = compile_request_filters(filters, definition_context(definition))
+    compiled = compile_request_filters(filters, definition_context(definition), projected=True)
     return _count(definition, compiled, count_mode)
 
 
@@ -121,19 +135,22 @@ def query_records(definition: EntityDefinition, params: dict[str, Any], count_mo
     if page_size > max_page_size:
         raise ValidationFailed(f"pageSize is at most {max_page_size}.",
                                {"fields": {"query.pageSize": [f"must be between 1 and {max_page_size}"]}})
-    compiled = compile_request_filters(params.get("filters") or {}, dctx)
-    resolver = FieldResolver(ctx.catalog)
+    compiled = compile_request_filters(params.get("filters") or {}, dctx, sort_by=params.get("sortBy"),
+                                       projected=True)
+    resolver = compiled.resolver  # entity_records, or the projection: where, order and cursor key alike
+    P = compiled.table  # noqa: N806
     order_by = _order_by(resolver, compiled, params.get("sortBy"), params.get("sortOrder"))
     keyset = _keyset(resolver, compiled, params.get("sortBy"), params.get("sortOrder"))
     digest = cursors.query_digest(params)
     position = _position(definition, params, keyset, digest)
     if position is not None:
         page = position.page
-    include, exclude = _projection(resolver, params.get("include"), "include"), \
-        _projection(resolver, params.get("exclude"), "exclude")
+    include, exclude = _projection(ctx.catalog, params.get("include"), "include"), \
+        _projection(ctx.catalog, params.get("exclude"), "exclude")
     lookups = _lookup_specs(schema.catalog, params.get("includeLookups") or [])
 
-    where = [*record_scope(definition), compiled.where]
+    # on the projection: its rows select the page, entity_records gives the records (by primary key)
+    where = [T.c.id == P.c.id, compiled.where] if compiled.projected else [*record_scope(definition), compiled.where]
     total, how = _count(definition, compiled, count_mode)
     rows: list = []
     offset = (page - 1) * page_size
@@ -145,7 +162,7 @@ def query_records(definition: EntityDefinition, params: dict[str, Any], count_mo
         if keyset is not None:
             columns.append(keyset[0].label("cursor_key"))
         if position is not None:  # keyset: no OFFSET to walk, stable under concurrent writes
-            rows = fetch_page(db.session, columns, [*where, cursors.after(keyset[0], T.c.id, keyset[1], position)],
+            rows = fetch_page(db.session, columns, [*where, cursors.after(keyset[0], P.c.id, keyset[1], position)],
                               order_by, None, None, total, 0, page_size)
         else:
             rows = fetch_page(db.session, columns, where, order_by, similarity, compiled.rank, total, offset,
@@ -172,7 +189,7 @@ def _keyset(resolver: FieldResolver, compiled: CompiledFilter, sort_by: str | No
         return resolver.sort_key(resolver.resolve(sort_by, "query.sortBy")), sort_order == -1
     if compiled.distance is not None or compiled.rank is not None:
         return None
-    return T.c.created_at, sort_order != 1
+    return resolver.t.c.created_at, sort_order != 1
 
 
 def _position(definition: EntityDefinition, params: dict[str, Any], keyset, digest: str):
@@ -230,6 +247,7 @@ def _fused_page(session: Session, columns: list, where: list, similarity: Simila
 def _order_by(resolver: FieldResolver, compiled: CompiledFilter, sort_by: str | None, sort_order: int | None):
     """Explicit sortBy (typed, NULLs last) > similarity distance > search rank > newest first; id breaks ties."""
     descending = sort_order == -1
+    t = resolver.t  # entity_records or the projection
     if sort_by:
         try:
             ref = resolver.resolve(sort_by, "query.sortBy")
@@ -238,20 +256,20 @@ def _order_by(resolver: FieldResolver, compiled: CompiledFilter, sort_by: str | 
                                    {"fields": {"query.sortBy": [f"unknown field '{sort_by}'"]}}) from None
         key = resolver.sort_key(ref)
         primary = key.desc().nulls_last() if descending else key.asc().nulls_last()
-        return [primary, T.c.id.desc() if descending else T.c.id.asc()]
+        return [primary, t.c.id.desc() if descending else t.c.id.asc()]
     if compiled.distance is not None:
-        return [compiled.distance.asc(), T.c.id.asc()]
+        return [compiled.distance.asc(), t.c.id.asc()]
     if compiled.rank is not None:
-        return [compiled.rank.desc(), T.c.id.asc()]
+        return [compiled.rank.desc(), t.c.id.asc()]
     if sort_order == 1:
-        return [T.c.created_at.asc(), T.c.id.asc()]
-    return [T.c.created_at.desc(), T.c.id.desc()]
+        return [t.c.created_at.asc(), t.c.id.asc()]
+    return [t.c.created_at.desc(), t.c.id.desc()]
 
 
-def _projection(resolver: FieldResolver, names: list[str] | None, key: str) -> set[str] | None:
+def _projection(catalog, names: list[str] | None, key: str) -> set[str] | None:
     if names is None:
         return None
-    unknown = [n for n in names if resolver.catalog.get(n) is None]
+    unknown = [n for n in names if catalog.get(n) is None]
     if unknown:
         raise ValidationFailed(f"Unknown field(s) in {key}.",
                                {"fields": {f"query.{key}": [f"unknown field(s): {', '.join(unknown)}"]}})

@@ -139,6 +139,9 @@ def update_definition(name: str, data: dict, *, provenance: bool = False, commit
         changed(db.session, current_tenant().product, definition, previous_embeddings)
     if definition.schema != previous_schema or "isActive" in data:
         from app.entities.indexes import schedule_sync
+        from app.entities.projection import follow_schema
+
+        follow_schema(definition)  # a projection of another schema stops answering queries now
 
         # per-field indexes follow the schema (built off the request path)
         schedule_sync(db.session, current_tenant().product, definition.id)
@@ -168,6 +171,7 @@ def delete_definition(name: str, *, delete_records: bool = False, hard_delete: b
                 EntityRecord.org_id == definition.org_id, EntityRecord.entity_id == definition.id,
                 EntityRecord.is_active.is_(True)).values(is_active=False, updated_at=utcnow()))
         definition.is_active = False
+        definition.projection = None
         definition.version += 1
         definition.updated_at = utcnow()
     from app.entities.indexes import schedule_sync

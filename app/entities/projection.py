@@ -1,0 +1,382 @@
+"""Typed projection of a big definition: a narrow table of real columns, what a hand-indexed typed table has.
+
+Per-definition expression indexes (app.entities.indexes) answer ranges, sorts and substring matches,
+but an exact count over many matches still visits the heap page of every match in the wide JSONB
+table: PostgreSQL cannot use an expression index over `fields` in an index-only scan. So a definition
+that gets its own indexes also gets a projection table `erp_<definition key>_<plan digest>` in the
+product schema:
+
+- one row per ACTIVE record of the definition: `id` (PK), `name`, `created_at`, `updated_at`,
+  `version`, `search_vector`, and one typed column per scalar field of the schema (numbers `numeric`,
+  dates `text COLLATE "C"`, datetimes `timestamptz`, booleans `boolean`, short text `text COLLATE "C"`
+  holding string values plus a second, normally NULL, column holding the text of a non-string value
+  so that `fields ->> name` is reproduced exactly). Every value is computed by the filter compiler's
+  own `FieldResolver` expressions (rendered here with the values inlined), so a column holds exactly
+  what the compiler's typed expression evaluates to (invalid/missing → NULL): results cannot change;
+- b-trees per column (dates `DESC NULLS LAST`; `(created_at, id)` for the default order), pg_trgm GIN
+  on short text, GIN on the tsvector;
+- kept exact in the writer's own transaction by three statement-level AFTER triggers with transition
+  tables on `entity_records` (INSERT / UPDATE / DELETE, each restricted to the definition's rows):
+  set-based, so a bulk create costs one INSERT … SELECT more, not a trigger call per row.
+
+Build (the index task, never a request): create table + function + triggers in one short transaction
+(CREATE TRIGGER waits for writers in flight; every later write maintains the table), then backfill in
+batches of `BACKFILL_BATCH` ids with `SELECT … FOR SHARE` (a row a concurrent transaction updates,
+deactivates or deletes is waited for and re-read at its latest version, so the backfill never
+resurrects an old version) and `ON CONFLICT DO NOTHING` (a trigger already wrote a newer one), then
+the indexes, VACUUM ANALYZE (visibility map: index-only counts), and finally
+`entity_definitions.projection = <table>` under the definition's row lock, only if the table's plan
+is still the one of the current schema. A schema change whose plan differs clears `projection` in
+the same transaction (queries fall back at once) and the task builds the new table and drops the old;
+a deactivated or deleted definition loses it.
+
+Queries (app.entities.query) compile against the projection through `ProjectionResolver` (a
+`FieldResolver` over the projection's columns) when every field the filter and sort mention is
+projected and every operator has a column form; anything else (`$exists`, `$empty`, equality with
+null, list/JSON/long-text fields, `tags`, `is_active`, sorting by a boolean, `$similar`) raises
+`NotProjected` and the request compiles against `entity_records` exactly as before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from sqlalchemy import Boolean, Column, Integer, MetaData, Numeric, Table, Text, case, cast, func, text
+from sqlalchemy.dialects.postgresql import TIMESTAMP, TSVECTOR
+from sqlalchemy.engine import Connection
+from sqlalchemy.sql.elements import ColumnElement
+
+from app.db import PRODUCT_PLACEHOLDER
+from app.entities.fieldtypes import KIND_BOOL, KIND_DATE, KIND_DATETIME, KIND_NUMBER, KIND_TEXT, FieldCatalog
+from app.entities.filters import FieldRef, FieldResolver, NotProjected
+
+log = logging.getLogger(__name__)
+PREFIX = "erp_"
+LONG_TEXT = ("text", "stringMultiline")
+BACKFILL_BATCH = 5000
+SYSTEM = {"id": "text", "name": "text", "created_at": "timestamptz", "updated_at": "timestamptz",
+          "version": "integer"}
+_SA_TYPES = {"text": Text, 'text COLLATE "C"': Text, "numeric": Numeric, "timestamptz": TIMESTAMP(timezone=True),
+             "boolean": Boolean, "integer": Integer, "tsvector": TSVECTOR}
+
+
+def definition_key(definition_id: str) -> str:
+    return hashlib.sha256(definition_id.encode()).hexdigest()[:12]
+
+
+def _digest(text_: str, n: int = 10) -> str:
+    return hashlib.sha256(text_.encode()).hexdigest()[:n]
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+@dataclass(frozen=True)
+class ProjectedField:
+    field: str
+    kind: str
+    column: str              # the typed value
+    other: str | None = None  # short text: the text of a non-string value (normally NULL)
+
+
+@dataclass(frozen=True)
+class Plan:
+    definition_id: str
+    name: str
+    fields: tuple[ProjectedField, ...]
+    columns: tuple[tuple[str, str, str], ...]   # (column, SQL type, SQL expression over an entity_records row)
+    indexes: tuple[tuple[str, str], ...]         # (index name, "USING … (…)")
+    table: Table = field(compare=False, hash=False, repr=False)
+
+    def field(self, name: str) -> ProjectedField | None:
+        return next((f for f in self.fields if f.field == name), None)
+
+
+def _sql(expr) -> str:
+    from app.entities.indexes import _sql as render
+
+    return render(expr)
+
+
+def plan_projection(definition_id: str, catalog: FieldCatalog) -> Plan:
+    """The projection table a definition with this schema gets (pure: no session)."""
+    source = FieldResolver(catalog)
+    columns: list[tuple[str, str, str]] = [(name, kind, name) for name, kind in SYSTEM.items()]
+    columns.append(("search_vector", "tsvector", "search_vector"))
+    fields: list[ProjectedField] = []
+    for name, spec in sorted(catalog.fields.items()):
+        ref = source.resolve(name)
+        if ref.system:
+            continue
+        column = f"f_{_digest(name)}"
+        if spec.kind == KIND_NUMBER:
+            columns.append((column, "numeric", _sql(source.typed(ref))))
+        elif spec.kind == KIND_DATE:
+            columns.append((column, 'text COLLATE "C"', _sql(source.typed(ref))))
+        elif spec.kind == KIND_DATETIME:
+            columns.append((column, "timestamptz", _sql(source.typed(ref))))
+        elif spec.kind == KIND_BOOL:
+            jv = source.jsonb(ref)
+            columns.append((column, "boolean", _sql(case((func.jsonb_typeof(jv) == "boolean", cast(jv, Boolean)),
+                                                         else_=None))))
+        elif spec.kind == KIND_TEXT and spec.field_type not in LONG_TEXT:
+            jv, jt = source.jsonb(ref), source.text(ref)
+            other = f"o_{_digest(name)}"
+            columns.append((column, 'text COLLATE "C"', _sql(source.typed(ref))))
+            columns.append((other, 'text COLLATE "C"', _sql(case((func.jsonb_typeof(jv) != "string", jt),
+                                                                 else_=None))))
+            fields.append(ProjectedField(name, spec.kind, column, other))
+            continue
+        else:
+            continue  # long text, lists, JSON, files: not projected (queries on them fall back)
+        fields.append(ProjectedField(name, spec.kind, column))
+    key = definition_key(definition_id)
+    body = repr(columns)
+    table_name = f"{PREFIX}{key}_{_digest(body)}"
+    table = Table(table_name, MetaData(schema=PRODUCT_PLACEHOLDER),
+                  *(Column(c, _SA_TYPES[t], primary_key=c == "id") for c, t, _ in columns))
+    target = ProjectionResolver(catalog, table, {f.field: f for f in fields})
+    wanted: list[str] = ["USING btree (created_at, id)", "USING gin (search_vector)"]
+    for f in fields:
+        ref = target.resolve(f.field)
+        if f.kind in (KIND_DATE, KIND_DATETIME):
+            wanted.append(f"USING btree ({f.column} DESC NULLS LAST)")
+        else:
+            wanted.append(f"USING btree ({f.column})")
+        if f.kind == KIND_TEXT and catalog.get(f.field).field_type != "dropdown":
+            wanted.append(f"USING gin (({_sql(target.text(ref))}) public.gin_trgm_ops)")
+    indexes = tuple((f"{table_name}_{_digest(w, 8)}", w) for w in wanted)
+    return Plan(definition_id, table_name, tuple(fields), tuple(columns), indexes, table)
+
+
+@lru_cache(maxsize=512)
+def _cached_plan(definition_id: str, version: int, schema_json: str) -> Plan:
+    import json
+
+    from app.entities.fieldtypes import compile_definition_schema
+
+    return plan_projection(definition_id, compile_definition_schema(json.loads(schema_json)).catalog)
+
+
+def plan_for(definition, catalog: FieldCatalog | None = None) -> Plan:
+    """The plan of the definition's current schema (cached per definition version)."""
+    import json
+
+    if catalog is not None:
+        return plan_projection(definition.id, catalog)
+    return _cached_plan(definition.id, definition.version, json.dumps(definition.schema or {}, sort_keys=True))
+
+
+class ProjectionResolver(FieldResolver):
+    """`FieldResolver` over a projection table: the same typed values, as real columns."""
+
+    projected = True
+
+    def __init__(self, catalog: FieldCatalog, table: Table, fields: dict[str, ProjectedField]):
+        super().__init__(catalog, table)
+        self.fields = fields
+
+    def resolve(self, name: Any, path: str = "field") -> FieldRef:
+        ref = super().resolve(name, path)
+        if (ref.system and ref.name not in SYSTEM) or (not ref.system and ref.name not in self.fields):
+            raise NotProjected(ref.name)
+        return ref
+
+    def jsonb(self, ref: FieldRef) -> ColumnElement:
+        raise NotProjected(f"{ref.name}: JSON value")  # $exists, $empty, = null, sort by a boolean
+
+    def text(self, ref: FieldRef) -> ColumnElement:
+        if ref.system:
+            return self.t.c[ref.name]
+        f = self.fields[ref.name]
+        if f.other is None:
+            raise NotProjected(f"{ref.name}: text of a {ref.kind}")
+        # = `fields ->> name` (default collation: ILIKE folds case as it does there)
+        return func.coalesce(self.t.c[f.column], self.t.c[f.other]).collate("default")
+
+    def typed(self, ref: FieldRef) -> ColumnElement:
+        if ref.system:
+            return super().typed(ref)
+        return self.t.c[self.fields[ref.name].column]
+
+    def scalar_equals(self, ref: FieldRef, value: Any) -> ColumnElement:
+        return self.typed(ref) == value  # NULL when missing/other type: the compiler makes it false
+
+
+def resolver_for(definition, catalog: FieldCatalog) -> ProjectionResolver | None:
+    """The resolver of the definition's READY projection, or None (none, or not of this schema)."""
+    if not getattr(definition, "projection", None):
+        return None
+    plan = plan_for(definition)
+    if plan.name != definition.projection:
+        return None
+    return ProjectionResolver(catalog, plan.table, {f.field: f for f in plan.fields})
+
+
+# --- DDL and the build ------------------------------------------------------------------------------
+
+def _literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _trigger_function(schema: str, plan: Plan) -> str:
+    q = _quote(schema)
+    table = f"{q}.{plan.name}"
+    names = ", ".join(c for c, _, _ in plan.columns)
+    exprs = ", ".join(e for _, _, e in plan.columns)
+    changed = ", ".join(f"{c} = EXCLUDED.{c}" for c, _, _ in plan.columns if c != "id")
+    mine = f"entity_id = {_literal(plan.definition_id)} AND is_active IS TRUE"
+    upsert = (f"INSERT INTO {table} ({names}) SELECT {exprs} FROM new_rows WHERE {mine} "
+              f"ON CONFLICT (id) DO UPDATE SET {changed} "
+              f"WHERE ({', '.join(f'{plan.name}.{c}' for c, _, _ in plan.columns)}) IS DISTINCT FROM "
+              f"({', '.join(f'EXCLUDED.{c}' for c, _, _ in plan.columns)})")
+    return f"""CREATE OR REPLACE FUNCTION {q}.{plan.name}() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+  IF TG_OP = 'INSERT' THEN
+    {upsert};
+  ELSIF TG_OP = 'UPDATE' THEN
+    DELETE FROM {table} p USING new_rows n WHERE p.id = n.id AND NOT (n.{mine.replace(' AND ', ' AND n.')});
+    {upsert};
+  ELSE
+    DELETE FROM {table} p USING old_rows o WHERE p.id = o.id;
+  END IF;
+  RETURN NULL;
+END
+$fn$"""
+
+
+def install(conn: Connection, schema: str, plan: Plan) -> None:
+    """Table, function and triggers, in the caller's transaction (writers from then on maintain it)."""
+    q = _quote(schema)
+    cols = ", ".join(f"{c} {t}{' PRIMARY KEY' if c == 'id' else ''}" for c, t, _ in plan.columns)
+    conn.execute(text(f"CREATE TABLE IF NOT EXISTS {q}.{plan.name} ({cols})"))
+    conn.execute(text(_trigger_function(schema, plan)))
+    for suffix, event, ref in (("i", "INSERT", "NEW TABLE AS new_rows"), ("u", "UPDATE", "NEW TABLE AS new_rows"),
+                               ("d", "DELETE", "OLD TABLE AS old_rows")):
+        conn.execute(text(f"CREATE OR REPLACE TRIGGER {plan.name}_{suffix} AFTER {event} ON {q}.entity_records "
+                          f"REFERENCING {ref} FOR EACH STATEMENT EXECUTE FUNCTION {q}.{plan.name}()"))
+
+
+def backfill(engine, schema: str, plan: Plan, *, batch: int = BACKFILL_BATCH) -> int:
+    """Copy the definition's active records, `batch` ids per transaction. FOR SHARE waits for a
+    concurrent writer of a row and re-reads its latest version, so a record deactivated or deleted
+    meanwhile is skipped; ON CONFLICT keeps what a trigger already wrote (a newer version)."""
+    q = _quote(schema)
+    names = ", ".join(c for c, _, _ in plan.columns)
+    exprs = ", ".join(e for _, _, e in plan.columns)
+    last, total = "", 0
+    while True:
+        with engine.begin() as conn:
+            ids = list(conn.scalars(text(
+                f"SELECT id FROM {q}.entity_records WHERE entity_id = :d AND is_active IS TRUE AND id > :last "
+                f"ORDER BY id LIMIT :n"), {"d": plan.definition_id, "last": last, "n": batch}))
+            if not ids:
+                return total
+            conn.execute(text(
+                f"INSERT INTO {q}.{plan.name} ({names}) SELECT {exprs} FROM (SELECT * FROM {q}.entity_records "
+                f"WHERE id = ANY(:ids) AND entity_id = :d AND is_active IS TRUE FOR SHARE) r "
+                f"ON CONFLICT (id) DO NOTHING"), {"ids": ids, "d": plan.definition_id})
+            total += len(ids)
+            last = ids[-1]
+
+
+def create_indexes(conn: Connection, schema: str, plan: Plan) -> None:
+    q = _quote(schema)
+    for name, body in plan.indexes:
+        conn.execute(text(f"CREATE INDEX IF NOT EXISTS {name} ON {q}.{plan.name} {body}"))
+
+
+def drop(conn: Connection, schema: str, table_name: str) -> None:
+    q = _quote(schema)
+    for suffix in ("i", "u", "d"):
+        conn.execute(text(f"DROP TRIGGER IF EXISTS {table_name}_{suffix} ON {q}.entity_records"))
+    conn.execute(text(f"DROP FUNCTION IF EXISTS {q}.{table_name}()"))
+    conn.execute(text(f"DROP TABLE IF EXISTS {q}.{table_name}"))
+
+
+COMPLETE = "complete"  # the table comment once backfilled and indexed (else: an interrupted build)
+
+
+def existing(conn: Connection, schema: str, definition_id: str) -> dict[str, bool]:
+    """The definition's projection tables → complete?"""
+    pattern = f"{PREFIX}{definition_key(definition_id)}\\_%"
+    rows = conn.execute(text("SELECT c.relname, obj_description(c.oid, 'pg_class') = :done FROM pg_class c "
+                             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = :schema "
+                             "AND c.relkind = 'r' AND c.relname LIKE :p"),
+                        {"schema": schema, "p": pattern, "done": COMPLETE})
+    return {name: bool(done) for name, done in rows}
+
+
+def _point_at(engine, schema: str, definition_id: str, plan: Plan | None) -> bool:
+    """Set the definition's `projection` to `plan`'s table if its current schema still plans that table
+    (else, or with no plan, to NULL), under the definition's row lock. True when it points at it."""
+    from app.entities.fieldtypes import compile_definition_schema
+
+    q = _quote(schema)
+    with engine.begin() as conn:
+        row = conn.execute(text(f"SELECT schema, is_active, projection FROM {q}.entity_definitions WHERE id = :d "
+                                "FOR UPDATE"), {"d": definition_id}).first()
+        if row is None:
+            return False
+        target = None
+        if plan is not None and row.is_active and plan_projection(
+                definition_id, compile_definition_schema(row.schema or {}).catalog).name == plan.name:
+            target = plan.name
+        if row.projection != target:
+            conn.execute(text(f"UPDATE {q}.entity_definitions SET projection = :p WHERE id = :d"),
+                         {"p": target, "d": definition_id})
+        return target is not None
+
+
+def sync_projection(engine, schema: str, definition_id: str, plan: Plan | None) -> dict[str, list[str]]:
+    """Build `plan`'s table if missing and make it the definition's; drop the definition's others.
+    `plan` None: the definition keeps none. One build per definition at a time (advisory lock)."""
+    created, dropped = [], []
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("SET lock_timeout = '10s'"))
+        lock = conn.scalar(text("SELECT hashtextextended(:k, 0)"), {"k": f"entity-projection:{definition_id}"})
+        conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": lock})
+        try:
+            have = existing(conn, schema, definition_id)
+            if plan is not None and not have.get(plan.name):
+                if plan.name in have:  # an interrupted build: start over
+                    drop(conn, schema, plan.name)
+                with engine.begin() as tx:  # one transaction: every write after it maintains the table
+                    tx.execute(text("SET LOCAL lock_timeout = '10s'"))
+                    install(tx, schema, plan)
+                backfill(engine, schema, plan)
+                create_indexes(conn, schema, plan)
+                conn.execute(text(f"VACUUM (ANALYZE) {_quote(schema)}.{plan.name}"))
+                conn.execute(text(f"COMMENT ON TABLE {_quote(schema)}.{plan.name} IS '{COMPLETE}'"))
+                created.append(plan.name)
+            ready = _point_at(engine, schema, definition_id, plan)
+            keep = {plan.name} if plan is not None and ready else set()
+            for name in sorted(set(have) - keep - set(created)):
+                drop(conn, schema, name)
+                dropped.append(name)
+            if plan is not None and not ready and plan.name in created:
+                drop(conn, schema, plan.name)  # the schema changed meanwhile: the next task builds its own
+        finally:
+            conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": lock})
+    if created or dropped:
+        log.info("entity projection of %s in %s: created %s, dropped %s", definition_id, schema, created, dropped)
+    return {"created": created, "dropped": dropped}
+
+
+def follow_schema(definition) -> None:
+    """A definition's schema or isActive changed (in the caller's transaction, the row locked): its
+    projection is no longer the current one unless the new schema plans the same table."""
+    if definition.projection and (not definition.is_active or plan_for(
+            definition, _catalog(definition)).name != definition.projection):
+        definition.projection = None
+
+
+def _catalog(definition) -> FieldCatalog:
+    from app.entities.fieldtypes import compile_definition_schema
+
+    return compile_definition_schema(definition.schema or {}).catalog
