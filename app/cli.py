@@ -240,7 +240,8 @@ def artifacts_resume(rollout_id) -> None:
 @definition_options
 @with_appcontext
 def entities_sync_indexes(product, org, entity) -> None:
-    """Create (CONCURRENTLY) or drop the per-definition indexes of every definition, now.
+    """Create (CONCURRENTLY) or drop the per-definition indexes and typed projections of every
+    definition, now.
 
     What task `bulk.entity_indexes` does after a schema change or a bulk create; run it once after
     deploying the feature or changing ENTITY_INDEX_MIN_RECORDS. Idempotent.

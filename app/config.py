@@ -123,7 +123,8 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "ENTITY_COUNT_ESTIMATE_ABOVE": (10000, int, "With `Prefer: count=estimated`, totalCount is exact up to this "
                                                 "many (planner-estimated) matches and the estimate beyond"),
     "ENTITY_INDEX_MIN_RECORDS": (5000, int, "A definition with at least this many active records gets its own "
-                                            "per-field indexes (built in the background)"),
+                                            "per-field indexes and typed projection table (built in the "
+                                            "background)"),
     # Email
     "EMAIL_BACKEND": ("console", str, "`console` (VAR_DIR/outbox + log) or `smtp`"),
     "SMTP_HOST": ("localhost", str, "SMTP server"),

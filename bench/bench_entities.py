@@ -254,10 +254,15 @@ def typed_runner(conn, statements):
     return run
 
 
+def record_statement(statement: str) -> bool:
+    """A statement over the records (entity_records or the definition's projection `erp_…`)."""
+    return "entity_records" in statement or "erp_" in statement
+
+
 def explain(conn, statements) -> str:
     lines = []
     for statement, params in statements:
-        if "entity_records" not in statement and TYPED not in statement \
+        if not record_statement(statement) and TYPED not in statement \
                 or "entity_definitions" in statement.split("WHERE")[0]:
             continue
         plan = [r[0] for r in conn.execute("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY ON) " + statement,
@@ -291,9 +296,24 @@ def bench_deep_pages(app, client, headers, conn, definition_id: str) -> list[lis
     return out
 
 
-def result_row(label: str, app_ms, floor_ms, typed_ms) -> list:
-    a, f, t = summary(app_ms), summary(floor_ms), summary(typed_ms)
-    return [label, a["p50"], a["p99"], f["p50"], t["p50"], t["p99"], a["p50"] / f["p50"], a["p50"] / t["p50"]]
+def result_row(label: str, app_ms, old_app_ms, floor_ms, old_floor_ms, typed_ms) -> list:
+    a, oa, f, of, t = (summary(x) for x in (app_ms, old_app_ms, floor_ms, old_floor_ms, typed_ms))
+    return [label, a["p50"], a["p99"], oa["p50"], f["p50"], of["p50"], t["p50"], a["p50"] / t["p50"],
+            f["p50"] / t["p50"], of["p50"] / t["p50"]]
+
+
+def without_projection(fn):
+    """`fn` as the app ran it before the typed projection: every query compiled against entity_records."""
+    from app.entities import projection
+
+    def run():
+        original = projection.resolver_for
+        projection.resolver_for = lambda *a, **k: None
+        try:
+            return fn()
+        finally:
+            projection.resolver_for = original
+    return run
 
 
 def bulk_rows(count: int, seed: int) -> list[dict]:
@@ -302,11 +322,32 @@ def bulk_rows(count: int, seed: int) -> list[dict]:
     return [{"name": title, "fields": fields} for title, fields in (fake_fields(rng, base) for _ in range(count))]
 
 
-def bench_bulk(client, conn, definition_id) -> tuple[float, float]:
+def copy_rows(conn, definition_id: str, rows: list[dict], vectors: list[str]) -> float:
+    """COPY the final rows (tsvectors computed beforehand) into entity_records; seconds."""
+    now = datetime.now(UTC)
+    start = time.perf_counter()
+    with conn.cursor().copy(f"COPY {SCHEMA}.entity_records (id, org_id, entity_id, name, fields, tags, "
+                            "search_vector, is_active, version, created_at, updated_at, created_by, "
+                            "updated_by) FROM STDIN") as copy:
+        copy.set_types(["text", "text", "text", "text", "jsonb", "text[]", "text", "bool", "int4",
+                        "timestamptz", "timestamptz", "text", "text"])
+        for row, vector in zip(rows, vectors, strict=True):
+            copy.write_row((str(uuid.uuid4()), BULK_ORG, definition_id, row["name"], Jsonb(row["fields"]), [],
+                            vector, True, 1, now, now, "bench", "bench"))
+    conn.commit()
+    return time.perf_counter() - start
+
+
+def bench_bulk(client, conn, definition_id) -> tuple[float, float, float]:
+    """records/s of the API bulk create, of a raw COPY of the same rows into the same table, and of that
+    COPY with the definition's projection trigger disabled (the table as it was before projections).
+    The first round (which also builds the definition's indexes and projection) warms up."""
+    from app.entities.projection import definition_key
+
     headers = {"Authorization": f"Bearer {bench_token(BULK_ORG)}"}
     conn.execute(f"DELETE FROM {SCHEMA}.entity_records WHERE org_id = %s", (BULK_ORG,))
     conn.commit()
-    api_seconds, copy_seconds, n = 0.0, 0.0, 5000
+    api_seconds, copy_seconds, bare_seconds, n = 0.0, 0.0, 0.0, 5000
     for run in range(4):
         rows = bulk_rows(n, seed=100 + run)
         body = json.dumps({"records": rows})
@@ -315,29 +356,30 @@ def bench_bulk(client, conn, definition_id) -> tuple[float, float]:
                            headers={**headers, "Content-Type": "application/json"})
         elapsed = time.perf_counter() - start
         assert resp.status_code == 200 and resp.get_json()["count"] == n, resp.get_json()
-        # the floor: the same final rows, tsvectors computed beforehand, COPY'd into the same table
         docs = [" ".join([r["name"], r["fields"]["title"], r["fields"]["description"], r["fields"]["status"],
                           r["fields"]["priority"], r["fields"]["owner_email"], *r["fields"]["labels"]]) for r in rows]
         vectors = [v for (v,) in conn.execute("SELECT to_tsvector('english', d)::text FROM unnest(%s::text[]) d",
                                               (docs,)).fetchall()]
-        now = datetime.now(UTC)
-        start_copy = time.perf_counter()
-        with conn.cursor().copy(f"COPY {SCHEMA}.entity_records (id, org_id, entity_id, name, fields, tags, "
-                                "search_vector, is_active, version, created_at, updated_at, created_by, "
-                                "updated_by) FROM STDIN") as copy:
-            copy.set_types(["text", "text", "text", "text", "jsonb", "text[]", "text", "bool", "int4",
-                            "timestamptz", "timestamptz", "text", "text"])
-            for row, vector in zip(rows, vectors, strict=True):
-                copy.write_row((str(uuid.uuid4()), BULK_ORG, definition_id, row["name"], Jsonb(row["fields"]), [],
-                                vector, True, 1, now, now, "bench", "bench"))
+        copy_elapsed = copy_rows(conn, definition_id, rows, vectors)
+        triggers = [t for (t,) in conn.execute("SELECT tgname FROM pg_trigger WHERE tgname LIKE %s",
+                                               (f"erp_{definition_key(definition_id)}%_i",)).fetchall()]
+        for trigger in triggers:
+            conn.execute(f"ALTER TABLE {SCHEMA}.entity_records DISABLE TRIGGER {trigger}")
         conn.commit()
-        copy_elapsed = time.perf_counter() - start_copy
+        try:  # (rows COPY'd meanwhile are missing from the projection: deleted below, with the rest)
+            bare_elapsed = copy_rows(conn, definition_id, rows, vectors)
+        finally:
+            for trigger in triggers:
+                conn.execute(f"ALTER TABLE {SCHEMA}.entity_records ENABLE TRIGGER {trigger}")
+            conn.commit()
         if run:  # the first round warms caches
+            assert triggers, "the bulk definition has no projection"
             api_seconds += elapsed
             copy_seconds += copy_elapsed
+            bare_seconds += bare_elapsed
     conn.execute(f"DELETE FROM {SCHEMA}.entity_records WHERE org_id = %s", (BULK_ORG,))
     conn.commit()
-    return 3 * n / api_seconds, 3 * n / copy_seconds
+    return 3 * n / api_seconds, 3 * n / copy_seconds, 3 * n / bare_seconds
 
 
 def bench_setup():
@@ -368,11 +410,14 @@ def main() -> str:
                                    headers=headers)
                 assert resp.status_code == 200, resp.get_json()
                 return resp
-            statements = [s for s in capture.during(call) if "entity_records" in s[0]]
+            statements = [s for s in capture.during(call) if record_statement(s[0])]
+            old_statements = [s for s in capture.during(without_projection(call)) if record_statement(s[0])]
             total = call().get_json()["totalCount"]
+            assert without_projection(call)().get_json()["totalCount"] == total
             typed = typed_statements(label[:3])
-            app_ms, floor_ms, typed_ms = measure(call, floor_runner(conn, statements), typed_runner(conn, typed))
-            rows.append(result_row(f"{label} — {total} match", app_ms, floor_ms, typed_ms))
+            samples = measure(call, without_projection(call), floor_runner(conn, statements),
+                              floor_runner(conn, old_statements), typed_runner(conn, typed))
+            rows.append(result_row(f"{label} — {total} match", *samples))
             plans.append(f"**{label}**\n\n{explain(conn, statements)}\n\ntyped table:\n\n{explain(conn, typed)}")
 
         def count_call():
@@ -380,31 +425,40 @@ def main() -> str:
                                headers=headers)
             assert resp.status_code == 200
             return resp
-        statements = [s for s in capture.during(count_call) if "entity_records" in s[0]]
+        statements = [s for s in capture.during(count_call) if record_statement(s[0])]
+        old_statements = [s for s in capture.during(without_projection(count_call)) if record_statement(s[0])]
         matched = count_call().get_json()
+        assert without_projection(count_call)().get_json() == matched
         typed = typed_statements(None)
-        app_ms, floor_ms, typed_ms = measure(count_call, floor_runner(conn, statements), typed_runner(conn, typed))
-        rows.append(result_row(f"count {json.dumps(COUNT_FILTER)} — {matched}", app_ms, floor_ms, typed_ms))
+        samples = measure(count_call, without_projection(count_call), floor_runner(conn, statements),
+                          floor_runner(conn, old_statements), typed_runner(conn, typed))
+        rows.append(result_row(f"count {json.dumps(COUNT_FILTER)} — {matched}", *samples))
         plans.append(f"**count**\n\n{explain(conn, statements)}\n\ntyped table:\n\n{explain(conn, typed)}")
         deep = bench_deep_pages(app, client, headers, conn, ids[BIG_ORG])
         conn.autocommit = False
-        api_rate, copy_rate = bench_bulk(client, conn, ids[BULK_ORG])
+        api_rate, copy_rate, bare_rate = bench_bulk(client, conn, ids[BULK_ORG])
 
-    body = table(["query on the 100k-record org", "app p50 ms", "app p99 ms", "own SQL p50 ms",
-                  "typed table p50 ms", "typed table p99 ms", "ratio app/own SQL", "ratio app/typed table"], rows)
+    body = table(["query on the 100k-record org", "app p50 ms", "app p99 ms", "app p50 ms, no projection",
+                  "own SQL p50 ms", "own SQL p50 ms, no projection", "typed table p50 ms", "ratio app/typed",
+                  "ratio own SQL/typed", "ratio own SQL/typed, no projection"], rows)
     body += "\n\n" + table(["listing, 20 per page, newest first (100 000 records)", "p50 ms, exact count",
                             "p50 ms, `Prefer: count=planned`"], deep)
     body += "\n\n" + table(["bulk create, 5 000 records per request", "records/s"], [
-        ["POST …/records/bulk/create (validation + COPY → INSERT … SELECT)", api_rate],
-        ["raw COPY of the same final rows (floor)", copy_rate],
-        ["ratio API/COPY", api_rate / copy_rate],
+        ["POST …/records/bulk/create (validation + COPY → INSERT … SELECT), projection maintained", api_rate],
+        ["raw COPY of the same final rows into the same table (projection trigger fires too)", copy_rate],
+        ["raw COPY of the same final rows, projection trigger disabled (the table before projections)",
+         bare_rate],
+        ["ratio API/COPY (same table)", api_rate / copy_rate],
+        ["ratio API/COPY without projection", api_rate / bare_rate],
     ])
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     notes = (f"Machine load average (1/5/15 min) at the end: {load} — the 2 cores are shared with other work.\n\n"
              f"{TOTAL} records over {len(ORGS)} orgs (one org with {BIG}); {ROUNDS * PER_ROUND} samples per "
-             "query per side, app and floor interleaved in rounds. App = in-process Flask test client (no "
+             "query per side, all sides interleaved in rounds. App = in-process Flask test client (no "
              "network), own SQL = the same statements through one psycopg connection, typed table = the same page "
-             "and exact count on `bench_typed.deals` (see the module docstring) through the same connection.\n\n"
+             "and exact count on `bench_typed.deals` (see the module docstring) through the same connection; "
+             "'no projection' = the same app with the definition's typed projection ignored (every query "
+             "compiled against entity_records, as before app.entities.projection), and its statements.\n\n"
              + READING + "\n\n### EXPLAIN (ANALYZE) of the floor statements (count, then page)\n\n"
              + "\n\n".join(plans))
     return write_result("entities", "Entity store benchmark", body, notes)

@@ -13,8 +13,10 @@ product schema:
   so that `fields ->> name` is reproduced exactly). Every value is computed by the filter compiler's
   own `FieldResolver` expressions (rendered here with the values inlined), so a column holds exactly
   what the compiler's typed expression evaluates to (invalid/missing → NULL): results cannot change;
-- b-trees per column (dates `DESC NULLS LAST`; `(created_at, id)` for the default order), pg_trgm GIN
-  on short text, GIN on the tsvector;
+- b-trees per column (dates `DESC NULLS LAST`; `(created_at, id)` for the default order), except
+  booleans and dropdowns, which share one b-tree (fewest values first: equality on any subset of them
+  is an index-only scan, with PostgreSQL 18's skip scan over the columns left out); pg_trgm GIN on
+  short text; GIN on the tsvector;
 - kept exact in the writer's own transaction by three statement-level AFTER triggers with transition
   tables on `entity_records` (INSERT / UPDATE / DELETE, each restricted to the definition's rows):
   set-based, so a bulk create costs one INSERT … SELECT more, not a trigger call per row.
@@ -58,6 +60,7 @@ log = logging.getLogger(__name__)
 PREFIX = "erp_"
 LONG_TEXT = ("text", "stringMultiline")
 BACKFILL_BATCH = 5000
+ENUM_INDEX_COLUMNS = 8  # booleans and dropdowns in the shared b-tree (the rest get one each)
 SYSTEM = {"id": "text", "name": "text", "created_at": "timestamptz", "updated_at": "timestamptz",
           "version": "integer"}
 _SA_TYPES = {"text": Text, 'text COLLATE "C"': Text, "numeric": Numeric, "timestamptz": TIMESTAMP(timezone=True),
@@ -135,23 +138,34 @@ def plan_projection(definition_id: str, catalog: FieldCatalog) -> Plan:
         else:
             continue  # long text, lists, JSON, files: not projected (queries on them fall back)
         fields.append(ProjectedField(name, spec.kind, column))
-    key = definition_key(definition_id)
-    body = repr(columns)
-    table_name = f"{PREFIX}{key}_{_digest(body)}"
-    table = Table(table_name, MetaData(schema=PRODUCT_PLACEHOLDER),
-                  *(Column(c, _SA_TYPES[t], primary_key=c == "id") for c, t, _ in columns))
-    target = ProjectionResolver(catalog, table, {f.field: f for f in fields})
+    def table_named(name: str) -> Table:
+        return Table(name, MetaData(schema=PRODUCT_PLACEHOLDER),
+                     *(Column(c, _SA_TYPES[t], primary_key=c == "id") for c, t, _ in columns))
+
+    target = ProjectionResolver(catalog, table_named("draft"), {f.field: f for f in fields})
     wanted: list[str] = ["USING btree (created_at, id)", "USING gin (search_vector)"]
+    # Few-valued fields (booleans, dropdowns) share one b-tree, fewest values first: equalities on any
+    # of them are answered from that index alone (index-only; PostgreSQL 18 skips over the leading
+    # columns a filter leaves out), where one index per field would need a BitmapAnd and heap visits.
+    enums = sorted((f for f in fields if f.kind == KIND_BOOL or catalog.get(f.field).field_type == "dropdown"),
+                   key=lambda f: (2 if f.kind == KIND_BOOL else max(len(catalog.get(f.field).options), 2), f.column))
+    enums = enums[:ENUM_INDEX_COLUMNS]
+    if enums:
+        wanted.append(f"USING btree ({', '.join(f.column for f in enums)})")
     for f in fields:
         ref = target.resolve(f.field)
-        if f.kind in (KIND_DATE, KIND_DATETIME):
+        if f in enums:
+            pass
+        elif f.kind in (KIND_DATE, KIND_DATETIME):
             wanted.append(f"USING btree ({f.column} DESC NULLS LAST)")
         else:
             wanted.append(f"USING btree ({f.column})")
         if f.kind == KIND_TEXT and catalog.get(f.field).field_type != "dropdown":
             wanted.append(f"USING gin (({_sql(target.text(ref))}) public.gin_trgm_ops)")
+    # the name changes with the columns or the indexes: another plan is another table, built anew
+    table_name = f"{PREFIX}{definition_key(definition_id)}_{_digest(repr(columns) + repr(wanted))}"
     indexes = tuple((f"{table_name}_{_digest(w, 8)}", w) for w in wanted)
-    return Plan(definition_id, table_name, tuple(fields), tuple(columns), indexes, table)
+    return Plan(definition_id, table_name, tuple(fields), tuple(columns), indexes, table_named(table_name))
 
 
 @lru_cache(maxsize=512)

@@ -139,7 +139,8 @@ def query_records(definition: EntityDefinition, params: dict[str, Any], count_mo
                                        projected=True)
     resolver = compiled.resolver  # entity_records, or the projection: where, order and cursor key alike
     P = compiled.table  # noqa: N806
-    order_by = _order_by(resolver, compiled, params.get("sortBy"), params.get("sortOrder"))
+    order = _order_spec(resolver, compiled, params.get("sortBy"), params.get("sortOrder"))
+    order_by = _ordered(order)
     keyset = _keyset(resolver, compiled, params.get("sortBy"), params.get("sortOrder"))
     digest = cursors.query_digest(params)
     position = _position(definition, params, keyset, digest)
@@ -149,8 +150,7 @@ def query_records(definition: EntityDefinition, params: dict[str, Any], count_mo
         _projection(ctx.catalog, params.get("exclude"), "exclude")
     lookups = _lookup_specs(schema.catalog, params.get("includeLookups") or [])
 
-    # on the projection: its rows select the page, entity_records gives the records (by primary key)
-    where = [T.c.id == P.c.id, compiled.where] if compiled.projected else [*record_scope(definition), compiled.where]
+    where = [compiled.where] if compiled.projected else [*record_scope(definition), compiled.where]
     total, how = _count(definition, compiled, count_mode)
     rows: list = []
     offset = (page - 1) * page_size
@@ -161,7 +161,11 @@ def query_records(definition: EntityDefinition, params: dict[str, Any], count_mo
         similarity = compiled.similarity if not params.get("sortBy") else None
         if keyset is not None:
             columns.append(keyset[0].label("cursor_key"))
-        if position is not None:  # keyset: no OFFSET to walk, stable under concurrent writes
+        if compiled.projected:
+            if position is not None:
+                where = [*where, cursors.after(keyset[0], P.c.id, keyset[1], position)]
+            rows = _projected_page(P, where, order, keyset, 0 if position is not None else offset, page_size)
+        elif position is not None:  # keyset: no OFFSET to walk, stable under concurrent writes
             rows = fetch_page(db.session, columns, [*where, cursors.after(keyset[0], P.c.id, keyset[1], position)],
                               order_by, None, None, total, 0, page_size)
         else:
@@ -244,8 +248,32 @@ def _fused_page(session: Session, columns: list, where: list, similarity: Simila
     return list(session.execute(stmt))
 
 
-def _order_by(resolver: FieldResolver, compiled: CompiledFilter, sort_by: str | None, sort_order: int | None):
-    """Explicit sortBy (typed, NULLs last) > similarity distance > search rank > newest first; id breaks ties."""
+def _projected_page(P, where: list, order: list, keyset, offset: int, limit: int) -> list:  # noqa: N803
+    """A page on a definition's projection: the page's ids and sort keys from the projection alone
+    (filter, order, LIMIT/OFFSET on its indexes), then those records from entity_records by primary
+    key, in the same order."""
+    keys = [expr.label(f"k{i}") for i, (expr, _, _) in enumerate(order)]
+    extra = [keyset[0].label("cursor_key")] if keyset is not None else []
+    page = (select(P.c.id.label("pid"), *keys, *extra).where(*where).order_by(*_ordered(order))
+            .limit(limit).offset(offset).subquery("page"))
+    columns = [T.c[name] for name in RECORD_COLUMNS] + ([page.c.cursor_key] if keyset is not None else [])
+    stmt = (select(*columns).join_from(T, page, T.c.id == page.c.pid)
+            .order_by(*_ordered([(page.c[f"k{i}"], d, n) for i, (_, d, n) in enumerate(order)])))
+    return list(db.session.execute(stmt))
+
+
+def _ordered(order: list) -> list:
+    """ORDER BY clauses of an order spec [(expression, descending, nulls last)]."""
+    clauses = []
+    for expr, descending, nulls_last in order:
+        clause = expr.desc() if descending else expr.asc()
+        clauses.append(clause.nulls_last() if nulls_last else clause)
+    return clauses
+
+
+def _order_spec(resolver: FieldResolver, compiled: CompiledFilter, sort_by: str | None, sort_order: int | None):
+    """Explicit sortBy (typed, NULLs last) > similarity distance > search rank > newest first; id breaks
+    ties. As [(expression, descending, nulls last)]."""
     descending = sort_order == -1
     t = resolver.t  # entity_records or the projection
     if sort_by:
@@ -254,16 +282,14 @@ def _order_by(resolver: FieldResolver, compiled: CompiledFilter, sort_by: str | 
         except FilterError:
             raise ValidationFailed(f"Cannot sort by unknown field '{sort_by}'.",
                                    {"fields": {"query.sortBy": [f"unknown field '{sort_by}'"]}}) from None
-        key = resolver.sort_key(ref)
-        primary = key.desc().nulls_last() if descending else key.asc().nulls_last()
-        return [primary, t.c.id.desc() if descending else t.c.id.asc()]
+        return [(resolver.sort_key(ref), descending, True), (t.c.id, descending, False)]
     if compiled.distance is not None:
-        return [compiled.distance.asc(), t.c.id.asc()]
+        return [(compiled.distance, False, False), (t.c.id, False, False)]
     if compiled.rank is not None:
-        return [compiled.rank.desc(), t.c.id.asc()]
+        return [(compiled.rank, True, False), (t.c.id, False, False)]
     if sort_order == 1:
-        return [t.c.created_at.asc(), t.c.id.asc()]
-    return [t.c.created_at.desc(), t.c.id.desc()]
+        return [(t.c.created_at, False, False), (t.c.id, False, False)]
+    return [(t.c.created_at, True, False), (t.c.id, True, False)]
 
 
 def _projection(catalog, names: list[str] | None, key: str) -> set[str] | None:
