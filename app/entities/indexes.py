@@ -24,6 +24,12 @@ so equality and `$search` need not intersect the global GIN with the org index.
 
 Long text (`text`, `stringMultiline`) gets no trigram index (large, slow to maintain); booleans,
 lists and JSON fields are served by the generic GIN (containment).
+
+Once the definition's typed projection (app.entities.projection, built by the same task) is ready,
+the per-field indexes and the tsvector copy are dropped: every query they served reads the projection
+(real columns, index-only counts), and keeping both would make every write maintain two sets of
+per-field indexes. Only the `fields jsonb_path_ops` copy stays (queries that fall back: lists, JSON,
+`$exists`…). While a schema change rebuilds the projection, queries use the generic indexes.
 """
 
 from __future__ import annotations
@@ -72,16 +78,23 @@ def definition_key(definition_id: str) -> str:
     return hashlib.sha256(definition_id.encode()).hexdigest()[:12]
 
 
-def plan_indexes(definition_id: str, catalog: FieldCatalog) -> list[PlannedIndex]:
-    """The indexes the definition should have (pure: no session)."""
+def plan_indexes(definition_id: str, catalog: FieldCatalog, *, projected: bool = False) -> list[PlannedIndex]:
+    """The indexes the definition should have (pure: no session). `projected`: the definition has a
+    ready typed projection (app.entities.projection), which answers every query these per-field
+    indexes and the tsvector copy served: only the `fields` GIN copy stays (equality on lists/JSON,
+    the queries that fall back), so a write maintains one set of per-field indexes, not two."""
     resolver = FieldResolver(catalog)
     key = definition_key(definition_id)
     planned: list[PlannedIndex] = []
     # The generic GINs hold every org's rows: a query of one definition ANDs them with the org index
     # (100 000 entries for a 100 000-record definition). Its own copies skip that step.
     for method, definition in (("gin", "(fields jsonb_path_ops)"), ("gin", "(search_vector)")):
+        if projected and definition == "(search_vector)":
+            continue
         digest = hashlib.sha256(f"{method}{definition}".encode()).hexdigest()[:10]
         planned.append(PlannedIndex(f"{PREFIX}{key}_{digest}", "", method, definition))
+    if projected:
+        return planned
     for name, spec in sorted(catalog.fields.items()):
         ref = resolver.resolve(name)  # how queries resolve the name (a system column has its own indexes)
         if ref.system:
@@ -108,7 +121,8 @@ def existing_indexes(conn: Connection, schema: str, definition_id: str) -> set[s
 
 
 def sync_indexes(conn: Connection, schema: str, definition_id: str, catalog: FieldCatalog | None, *,
-                 active_records: int, min_records: int, concurrently: bool = True) -> dict[str, list[str]]:
+                 active_records: int, min_records: int, concurrently: bool = True,
+                 projected: bool = False) -> dict[str, list[str]]:
     """Create the missing planned indexes and drop this definition's stale ones.
 
     `conn` must be in autocommit mode (CREATE INDEX CONCURRENTLY cannot run in a transaction).
@@ -116,7 +130,8 @@ def sync_indexes(conn: Connection, schema: str, definition_id: str, catalog: Fie
     by an interrupted concurrent build is dropped and rebuilt.
     """
     table = f'"{schema}".entity_records'
-    wanted = [] if catalog is None or active_records < min_records else plan_indexes(definition_id, catalog)
+    wanted = [] if catalog is None or active_records < min_records else plan_indexes(definition_id, catalog,
+                                                                                      projected=projected)
     have = existing_indexes(conn, schema, definition_id)
     invalid = invalid_indexes(conn, schema, have)
     created, dropped = [], []
@@ -165,9 +180,9 @@ def sync_definition(product: str, definition_id: str, *, concurrently: bool | No
         have = existing_indexes(session.connection(), schema, definition_id)
         if definition is not None and definition.is_active:
             catalog = compile_definition_schema(definition.schema or {}).catalog
-            if have and have == {p.name for p in plan_indexes(definition_id, catalog)} \
-                    and not invalid_indexes(session.connection(), schema, have) \
-                    and definition.projection == projection.plan_for(definition, catalog).name:
+            ready = definition.projection == projection.plan_for(definition, catalog).name
+            if ready and have == {p.name for p in plan_indexes(definition_id, catalog, projected=True)} \
+                    and not invalid_indexes(session.connection(), schema, have):
                 session.rollback()
                 return {"created": [], "dropped": []}  # the usual case after a bulk create: nothing to count
             count = int(session.scalar(select(func.count()).select_from(EntityRecord).where(
@@ -178,14 +193,16 @@ def sync_definition(product: str, definition_id: str, *, concurrently: bool | No
         session.rollback()
     engine = db.engine_for(product)
     min_records = current_app.config["ENTITY_INDEX_MIN_RECORDS"]
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(text("SET lock_timeout = '10s'"))
-        result = sync_indexes(conn, schema, definition_id, catalog, active_records=count, min_records=min_records,
-                              concurrently=not eager if concurrently is None else concurrently)
-    # the typed projection follows the same rule: built once the definition has its own indexes
+    # The typed projection first (same rule: a definition past the threshold), then the indexes on
+    # entity_records: the per-field ones only while the definition has no ready projection.
     plan = projection.plan_projection(definition_id, catalog) if catalog is not None and count >= min_records \
         else None
     built = projection.sync_projection(engine, schema, definition_id, plan)
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("SET lock_timeout = '10s'"))
+        result = sync_indexes(conn, schema, definition_id, catalog, active_records=count, min_records=min_records,
+                              concurrently=not eager if concurrently is None else concurrently,
+                              projected=built["ready"])
     result["created"] += built["created"]
     result["dropped"] += built["dropped"]
     return result

@@ -23,7 +23,7 @@ product schema:
 
 Build (the index task, never a request): create table + function + triggers in one short transaction
 (CREATE TRIGGER waits for writers in flight; every later write maintains the table), then backfill in
-batches of `BACKFILL_BATCH` ids with `SELECT … FOR SHARE` (a row a concurrent transaction updates,
+batches of `BACKFILL_BATCH` records (creation order) with `SELECT … FOR SHARE` (a row a concurrent transaction updates,
 deactivates or deletes is waited for and re-read at its latest version, so the backfill never
 resurrects an old version) and `ON CONFLICT DO NOTHING` (a trigger already wrote a newer one), then
 the indexes, VACUUM ANALYZE (visibility map: index-only counts), and finally
@@ -277,26 +277,42 @@ def install(conn: Connection, schema: str, plan: Plan) -> None:
 
 
 def backfill(engine, schema: str, plan: Plan, *, batch: int = BACKFILL_BATCH) -> int:
-    """Copy the definition's active records, `batch` ids per transaction. FOR SHARE waits for a
-    concurrent writer of a row and re-reads its latest version, so a record deactivated or deleted
-    meanwhile is skipped; ON CONFLICT keeps what a trigger already wrote (a newer version)."""
+    """Copy the definition's active records, `batch` per transaction, in creation order (the table's
+    physical order then follows `created_at`, as later inserts do: the default listing reads few
+    pages). FOR SHARE waits for a concurrent writer of a row and re-reads its latest version, so a
+    record deactivated or deleted meanwhile is skipped; ON CONFLICT keeps what a trigger already wrote
+    (a newer version)."""
     q = _quote(schema)
     names = ", ".join(c for c, _, _ in plan.columns)
     exprs = ", ".join(e for _, _, e in plan.columns)
-    last, total = "", 0
+    with engine.connect() as conn:
+        org = conn.scalar(text(f"SELECT org_id FROM {q}.entity_definitions WHERE id = :d"), {"d": plan.definition_id})
+    if org is None:
+        return 0
+    scope = "org_id = :org AND entity_id = :d AND is_active IS TRUE"
+    after, total = None, 0
     while True:
         with engine.begin() as conn:
-            ids = list(conn.scalars(text(
-                f"SELECT id FROM {q}.entity_records WHERE entity_id = :d AND is_active IS TRUE AND id > :last "
-                f"ORDER BY id LIMIT :n"), {"d": plan.definition_id, "last": last, "n": batch}))
-            if not ids:
-                return total
-            conn.execute(text(
-                f"INSERT INTO {q}.{plan.name} ({names}) SELECT {exprs} FROM (SELECT * FROM {q}.entity_records "
-                f"WHERE id = ANY(:ids) AND entity_id = :d AND is_active IS TRUE FOR SHARE) r "
-                f"ON CONFLICT (id) DO NOTHING"), {"ids": ids, "d": plan.definition_id})
+            params = {"org": org, "d": plan.definition_id, "n": batch}
+            where = scope + " AND created_at IS NOT NULL"
+            if after is not None:
+                where += " AND (created_at, id) > (:c, :i)"
+                params.update(c=after[0], i=after[1])
+            keys = conn.execute(text(f"SELECT created_at, id FROM {q}.entity_records WHERE {where} "
+                                     "ORDER BY created_at, id LIMIT :n"), params).all()
+            ids = [k.id for k in keys]
+            if not ids:  # last: records without created_at (none are written so; for completeness)
+                ids = list(conn.scalars(text(f"SELECT id FROM {q}.entity_records WHERE {scope} "
+                                             "AND created_at IS NULL"), params))
+            if ids:
+                conn.execute(text(
+                    f"INSERT INTO {q}.{plan.name} ({names}) SELECT {exprs} FROM (SELECT * FROM {q}.entity_records "
+                    f"WHERE id = ANY(:ids) AND {scope} ORDER BY created_at, id FOR SHARE) r "
+                    f"ON CONFLICT (id) DO NOTHING"), {**params, "ids": ids})
             total += len(ids)
-            last = ids[-1]
+            if not keys:
+                return total
+            after = tuple(keys[-1])
 
 
 def create_indexes(conn: Connection, schema: str, plan: Plan) -> None:
@@ -347,9 +363,10 @@ def _point_at(engine, schema: str, definition_id: str, plan: Plan | None) -> boo
         return target is not None
 
 
-def sync_projection(engine, schema: str, definition_id: str, plan: Plan | None) -> dict[str, list[str]]:
+def sync_projection(engine, schema: str, definition_id: str, plan: Plan | None) -> dict[str, Any]:
     """Build `plan`'s table if missing and make it the definition's; drop the definition's others.
-    `plan` None: the definition keeps none. One build per definition at a time (advisory lock)."""
+    `plan` None: the definition keeps none. One build per definition at a time (advisory lock).
+    Returns created / dropped table names and `ready` (the definition now points at `plan`'s table)."""
     created, dropped = [], []
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text("SET lock_timeout = '10s'"))
@@ -379,7 +396,7 @@ def sync_projection(engine, schema: str, definition_id: str, plan: Plan | None) 
             conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": lock})
     if created or dropped:
         log.info("entity projection of %s in %s: created %s, dropped %s", definition_id, schema, created, dropped)
-    return {"created": created, "dropped": dropped}
+    return {"created": created, "dropped": dropped, "ready": plan is not None and ready}
 
 
 def follow_schema(definition) -> None:

@@ -135,6 +135,12 @@ def test_plan_projects_scalar_fields_with_the_compilers_expressions():
     assert types[amount.column] == "numeric" and types[at.column] == "timestamptz"
     exprs = {c: e for c, _, e in plan.columns}
     assert "public.entity_iso_timestamptz" in exprs[at.column] and "'amount'" in exprs[amount.column]
+    # booleans and dropdowns share one b-tree, fewest values first; the other fields one each
+    bodies = [body for _, body in plan.indexes]
+    active, status = plan.field("active"), plan.field("status")
+    assert f"USING btree ({active.column}, {status.column})" in bodies
+    assert f"USING btree ({status.column})" not in bodies and f"USING btree ({plan.field('qty').column})" in bodies
+    assert f"USING btree ({plan.field('due').column} DESC NULLS LAST)" in bodies
     assert plan.name == plan_of("def-1").name and plan.name != plan_of("def-2").name and len(plan.name) <= 63
     narrower = {**ALL_TYPES_SCHEMA, "properties": {k: v for k, v in ALL_TYPES_SCHEMA["properties"].items()
                                                     if k != "qty"}}

@@ -78,8 +78,10 @@ def test_index_task_builds_after_growth_follows_the_schema_and_drops_on_delete(i
 
     bulk_create(client, headers, "items", FIXED_RECORDS[2:])
     built = definition_indexes(indexing_app, definition_id)
-    planned = plan_indexes(definition_id, compile_definition_schema(ALL_TYPES_SCHEMA).catalog)
-    assert set(built) == {p.name for p in planned}
+    # the definition got its typed projection too, which replaces the per-field indexes and the tsvector
+    # copy: only the `fields` GIN copy stays on entity_records (app.entities.projection)
+    planned = plan_indexes(definition_id, compile_definition_schema(ALL_TYPES_SCHEMA).catalog, projected=True)
+    assert set(built) == {p.name for p in planned} and [p.definition for p in planned] == ["(fields jsonb_path_ops)"]
     assert all(f"WHERE ((entity_id)::text = '{definition_id}'::text)" in d for d in built.values())
 
     # results are those of the reference data set, with the indexes in place
@@ -88,17 +90,43 @@ def test_index_task_builds_after_growth_follows_the_schema_and_drops_on_delete(i
     assert names(query(client, headers, "items", filters={"$not": {"qty": {"$gte": 5}}})) == {"Alpha", "Delta"}
     assert names(query(client, headers, "items", filters={"at": {"$gte": "2026-01-10T11:00:00Z"}})) == {"Epsilon"}
 
-    # a field leaves the schema: its indexes go, the others stay
+    # a field leaves the schema: the projection is rebuilt, the index set stays
     schema = {**ALL_TYPES_SCHEMA, "properties": {k: v for k, v in ALL_TYPES_SCHEMA["properties"].items()
                                                   if k != "title"}, "required": []}
     resp = client.put(f"{BASE}/definitions/items", json={"schema": schema}, headers=headers)
     assert resp.status_code == 200, resp.get_json()
-    after = definition_indexes(indexing_app, definition_id)
-    assert set(after) == {p.name for p in planned if p.field != "title"} and len(after) < len(built)
+    assert definition_indexes(indexing_app, definition_id) == built
 
     resp = client.delete(f"{BASE}/definitions/items", headers=headers)
     assert resp.status_code == 200, resp.get_json()
     assert definition_indexes(indexing_app, definition_id) == {}
+
+
+def test_per_field_indexes_follow_the_schema_while_there_is_no_projection(indexing_app):
+    """Without a ready projection (before it is built, or while a schema change rebuilds it) a big
+    definition has one index per field; a field that leaves the schema loses its indexes."""
+    from app.db import db
+    from app.entities.indexes import sync_indexes
+
+    client = indexing_app.test_client()
+    _org, headers = org_headers()
+    definition_id = create_definition(client, headers)
+    full = compile_definition_schema(ALL_TYPES_SCHEMA).catalog
+    narrower = compile_definition_schema({**ALL_TYPES_SCHEMA, "properties": {
+        k: v for k, v in ALL_TYPES_SCHEMA["properties"].items() if k != "title"}, "required": []}).catalog
+    planned = plan_indexes(definition_id, full)
+    with indexing_app.app_context(), db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        sync_indexes(conn, "product_default", definition_id, full, active_records=3, min_records=3,
+                     concurrently=False)
+        assert set(definition_indexes(indexing_app, definition_id)) == {p.name for p in planned}
+        sync_indexes(conn, "product_default", definition_id, narrower, active_records=3, min_records=3,
+                     concurrently=False)
+        assert set(definition_indexes(indexing_app, definition_id)) == {p.name for p in planned
+                                                                        if p.field != "title"}
+        sync_indexes(conn, "product_default", definition_id, narrower, active_records=3, min_records=3,
+                     concurrently=False, projected=True)
+        assert set(definition_indexes(indexing_app, definition_id)) == {
+            p.name for p in plan_indexes(definition_id, narrower, projected=True)}
 
 
 def test_cli_syncs_definitions_that_grew_without_a_bulk_create(indexing_app):
@@ -112,7 +140,7 @@ def test_cli_syncs_definitions_that_grew_without_a_bulk_create(indexing_app):
     assert result.exit_code == 0, result.output
     assert "1 definition(s) checked" in result.output and "created 0" not in result.output
     assert len(definition_indexes(indexing_app, definition_id)) == len(
-        plan_indexes(definition_id, compile_definition_schema(ALL_TYPES_SCHEMA).catalog))
+        plan_indexes(definition_id, compile_definition_schema(ALL_TYPES_SCHEMA).catalog, projected=True))
     again = indexing_app.test_cli_runner().invoke(args=["entities", "sync-indexes", "--org", org])
     assert "created 0, dropped 0" in again.output  # idempotent
 
