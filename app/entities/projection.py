@@ -342,6 +342,15 @@ def existing(conn: Connection, schema: str, definition_id: str) -> dict[str, boo
     return {name: bool(done) for name, done in rows}
 
 
+def triggered(conn: Connection, schema: str, definition_id: str) -> set[str]:
+    """Projection names that have triggers on entity_records (a table dropped by hand leaves them)."""
+    pattern = f"{PREFIX}{definition_key(definition_id)}\\_%"
+    return {name[:-2] for name in conn.scalars(text(
+        "SELECT t.tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n "
+        "ON n.oid = c.relnamespace WHERE n.nspname = :schema AND c.relname = 'entity_records' "
+        "AND t.tgname LIKE :p"), {"schema": schema, "p": pattern})}
+
+
 def _point_at(engine, schema: str, definition_id: str, plan: Plan | None) -> bool:
     """Set the definition's `projection` to `plan`'s table if its current schema still plans that table
     (else, or with no plan, to NULL), under the definition's row lock. True when it points at it."""
@@ -374,6 +383,8 @@ def sync_projection(engine, schema: str, definition_id: str, plan: Plan | None) 
         conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": lock})
         try:
             have = existing(conn, schema, definition_id)
+            for name in sorted(triggered(conn, schema, definition_id) - set(have)):
+                drop(conn, schema, name)  # triggers (and function) whose table is gone
             if plan is not None and not have.get(plan.name):
                 if plan.name in have:  # an interrupted build: start over
                     drop(conn, schema, plan.name)

@@ -4,6 +4,9 @@
    context, built once per request;
 2. `compile_request_filters`: parse the filters, resolve `$similar` through the app's similarity hook
    (embedding the query text is the only I/O), then compile (pure, app.entities.filters);
+   When the definition has a ready typed projection (app.entities.projection) that covers the filter
+   and the sort, the same compiler targets its columns instead (a `ProjectionResolver`): the count
+   reads the projection alone and `_projected_page` takes the page's ids from it, then the records by id;
 3. `fetch_page`: the one executor of a page (plain order, exact distance, ANN index walk, rank fusion);
 4. shaping: projection, `distance`, lookups.
 """

@@ -301,3 +301,21 @@ def test_backfill_keeps_writes_made_after_the_triggers_and_during_the_copy(index
     assert done.is_set()
     assert differences(app, plan) == 0
     assert rows(app, plan) == len(FIXED_RECORDS) + 1 - 2  # + New, - Beta, - Gamma
+
+
+def test_a_projection_table_dropped_by_hand_is_rebuilt_with_its_triggers(projected):
+    from app.db import db
+    from app.entities.indexes import sync_definition
+
+    app, client, headers, definition_id, plan = projected
+    with app.app_context(), db.engine.connect() as conn:
+        conn.execute(text(f"UPDATE {SCHEMA}.entity_definitions SET projection = NULL WHERE id = :d"),
+                     {"d": definition_id})
+        conn.execute(text(f"DROP TABLE {SCHEMA}.{plan.name}"))  # its triggers and function stay behind
+        conn.commit()
+    with app.app_context():
+        sync_definition("default", definition_id)
+    assert pointed(app, definition_id) == plan.name and triggers(app, definition_id) == {
+        f"{plan.name}_{s}" for s in "iud"}
+    create_record(client, headers, "items", {"name": "After", "fields": {"title": "a", "qty": 1}})
+    assert differences(app, plan) == 0 and rows(app, plan) == len(FIXED_RECORDS) + 1
