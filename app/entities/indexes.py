@@ -26,10 +26,10 @@ Long text (`text`, `stringMultiline`) gets no trigram index (large, slow to main
 lists and JSON fields are served by the generic GIN (containment).
 
 Once the definition's typed projection (app.entities.projection, built by the same task) is ready,
-the per-field indexes and the tsvector copy are dropped: every query they served reads the projection
-(real columns, index-only counts), and keeping both would make every write maintain two sets of
-per-field indexes. Only the `fields jsonb_path_ops` copy stays (queries that fall back: lists, JSON,
-`$exists`…). While a schema change rebuilds the projection, queries use the generic indexes.
+its indexes here are all dropped: every query they served reads the projection (real columns,
+index-only counts), and keeping both would make every write maintain two sets of per-definition
+indexes. Queries that fall back (lists, JSON, `$exists`…) use the generic indexes, as do all queries
+while a schema change rebuilds the projection.
 """
 
 from __future__ import annotations
@@ -81,20 +81,19 @@ def definition_key(definition_id: str) -> str:
 def plan_indexes(definition_id: str, catalog: FieldCatalog, *, projected: bool = False) -> list[PlannedIndex]:
     """The indexes the definition should have (pure: no session). `projected`: the definition has a
     ready typed projection (app.entities.projection), which answers every query these per-field
-    indexes and the tsvector copy served: only the `fields` GIN copy stays (equality on lists/JSON,
-    the queries that fall back), so a write maintains one set of per-field indexes, not two."""
+    indexes and the tsvector copy served: none stay (the queries that fall back — lists, JSON,
+    `$exists`… — use the generic indexes, as a small definition's do), so a write maintains one set
+    of per-definition indexes, the projection's, not two."""
     resolver = FieldResolver(catalog)
     key = definition_key(definition_id)
     planned: list[PlannedIndex] = []
     # The generic GINs hold every org's rows: a query of one definition ANDs them with the org index
     # (100 000 entries for a 100 000-record definition). Its own copies skip that step.
-    for method, definition in (("gin", "(fields jsonb_path_ops)"), ("gin", "(search_vector)")):
-        if projected and definition == "(search_vector)":
-            continue
-        digest = hashlib.sha256(f"{method}{definition}".encode()).hexdigest()[:10]
-        planned.append(PlannedIndex(f"{PREFIX}{key}_{digest}", "", method, definition))
     if projected:
         return planned
+    for method, definition in (("gin", "(fields jsonb_path_ops)"), ("gin", "(search_vector)")):
+        digest = hashlib.sha256(f"{method}{definition}".encode()).hexdigest()[:10]
+        planned.append(PlannedIndex(f"{PREFIX}{key}_{digest}", "", method, definition))
     for name, spec in sorted(catalog.fields.items()):
         ref = resolver.resolve(name)  # how queries resolve the name (a system column has its own indexes)
         if ref.system:
@@ -188,7 +187,8 @@ def sync_definition(product: str, definition_id: str, *, concurrently: bool | No
             count = int(session.scalar(select(func.count()).select_from(EntityRecord).where(
                 EntityRecord.org_id == definition.org_id, EntityRecord.entity_id == definition.id,
                 EntityRecord.is_active.is_(True))) or 0)
-            if have and count < current_app.config["ENTITY_INDEX_MIN_RECORDS"]:
+            built = have or definition.projection or projection.existing(session.connection(), schema, definition_id)
+            if built and count < current_app.config["ENTITY_INDEX_MIN_RECORDS"]:
                 count = current_app.config["ENTITY_INDEX_MIN_RECORDS"]  # indexed once: keep (and follow the schema)
         session.rollback()
     engine = db.engine_for(product)

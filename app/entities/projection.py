@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -321,10 +322,31 @@ def create_indexes(conn: Connection, schema: str, plan: Plan) -> None:
         conn.execute(text(f"CREATE INDEX IF NOT EXISTS {name} ON {q}.{plan.name} {body}"))
 
 
+def _retrying(conn: Connection, timeout: str, attempts: int, action) -> None:
+    """Run `action()` with a short lock_timeout, a few times: DROP TRIGGER takes an ACCESS EXCLUSIVE
+    lock on entity_records and CREATE TRIGGER a SHARE ROW EXCLUSIVE one; waiting long for either
+    would queue every request's reads (or writes) behind it."""
+    from sqlalchemy.exc import OperationalError
+
+    conn.execute(text(f"SET lock_timeout = '{timeout}'"))
+    try:
+        for attempt in range(attempts):
+            try:
+                return action()
+            except OperationalError as exc:
+                if "lock timeout" not in str(exc) or attempt == attempts - 1:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+    finally:
+        conn.execute(text("SET lock_timeout = '10s'"))
+
+
 def drop(conn: Connection, schema: str, table_name: str) -> None:
+    """Triggers (each under a short lock timeout, retried), function, table."""
     q = _quote(schema)
     for suffix in ("i", "u", "d"):
-        conn.execute(text(f"DROP TRIGGER IF EXISTS {table_name}_{suffix} ON {q}.entity_records"))
+        _retrying(conn, "500ms", 10, lambda suffix=suffix: conn.execute(
+            text(f"DROP TRIGGER IF EXISTS {table_name}_{suffix} ON {q}.entity_records")))
     conn.execute(text(f"DROP FUNCTION IF EXISTS {q}.{table_name}()"))
     conn.execute(text(f"DROP TABLE IF EXISTS {q}.{table_name}"))
 
@@ -388,9 +410,11 @@ def sync_projection(engine, schema: str, definition_id: str, plan: Plan | None) 
             if plan is not None and not have.get(plan.name):
                 if plan.name in have:  # an interrupted build: start over
                     drop(conn, schema, plan.name)
-                with engine.begin() as tx:  # one transaction: every write after it maintains the table
-                    tx.execute(text("SET LOCAL lock_timeout = '10s'"))
-                    install(tx, schema, plan)
+                def create():
+                    with engine.begin() as tx:  # one transaction: every write after it maintains the table
+                        tx.execute(text("SET LOCAL lock_timeout = '1s'"))
+                        install(tx, schema, plan)
+                _retrying(conn, "1s", 10, create)
                 backfill(engine, schema, plan)
                 create_indexes(conn, schema, plan)
                 conn.execute(text(f"VACUUM (ANALYZE) {_quote(schema)}.{plan.name}"))

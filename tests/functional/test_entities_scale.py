@@ -78,11 +78,14 @@ def test_index_task_builds_after_growth_follows_the_schema_and_drops_on_delete(i
 
     bulk_create(client, headers, "items", FIXED_RECORDS[2:])
     built = definition_indexes(indexing_app, definition_id)
-    # the definition got its typed projection too, which replaces the per-field indexes and the tsvector
-    # copy: only the `fields` GIN copy stays on entity_records (app.entities.projection)
-    planned = plan_indexes(definition_id, compile_definition_schema(ALL_TYPES_SCHEMA).catalog, projected=True)
-    assert set(built) == {p.name for p in planned} and [p.definition for p in planned] == ["(fields jsonb_path_ops)"]
-    assert all(f"WHERE ((entity_id)::text = '{definition_id}'::text)" in d for d in built.values())
+    # the definition got its typed projection too, which replaces its indexes on entity_records
+    # (app.entities.projection): the task built them, then dropped them once the projection was ready
+    assert plan_indexes(definition_id, compile_definition_schema(ALL_TYPES_SCHEMA).catalog, projected=True) == []
+    assert built == {}
+    from app.db import db
+    from app.entities.projection import existing
+    with indexing_app.app_context(), db.engine.connect() as conn:
+        assert len(existing(conn, "product_default", definition_id)) == 1
 
     # results are those of the reference data set, with the indexes in place
     assert names(query(client, headers, "items", filters={"qty": {"$gte": 5}})) == {"Beta", "Gamma", "Epsilon"}
@@ -147,19 +150,23 @@ def test_cli_syncs_definitions_that_grew_without_a_bulk_create(indexing_app):
 
 def test_index_task_replaces_an_invalid_index(indexing_app):
     from app.db import db
-    from app.entities.indexes import sync_definition
+    from app.entities.indexes import sync_indexes
 
     client = indexing_app.test_client()
     _org, headers = org_headers()
     definition_id = create_definition(client, headers)
-    bulk_create(client, headers, "items", FIXED_RECORDS)
+    catalog = compile_definition_schema(ALL_TYPES_SCHEMA).catalog
+    with indexing_app.app_context(), db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        sync_indexes(conn, "product_default", definition_id, catalog, active_records=3, min_records=3,
+                     concurrently=False)  # a definition without its projection yet: per-field indexes
     name = sorted(definition_indexes(indexing_app, definition_id))[0]
     with indexing_app.app_context(), db.engine.connect() as conn:  # what an interrupted CONCURRENTLY leaves
         conn.execute(text("UPDATE pg_index SET indisvalid = false WHERE indexrelid = "
                           "('product_default.' || :n)::regclass"), {"n": name})
         conn.commit()
-    with indexing_app.app_context():
-        result = sync_definition("default", definition_id)
+    with indexing_app.app_context(), db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        result = sync_indexes(conn, "product_default", definition_id, catalog, active_records=3, min_records=3,
+                              concurrently=False)
     assert name in result["dropped"] and name in result["created"]
     with indexing_app.app_context(), db.engine.connect() as conn:
         assert conn.scalar(text("SELECT indisvalid FROM pg_index WHERE indexrelid = "
