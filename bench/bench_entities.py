@@ -96,7 +96,8 @@ READING = """### Reading the plans
   table (whose index is that very (status, priority, is_hot)).
 - The 'fallback path' columns show the same queries compiled against entity_records, as a query the
   projection does not cover would be (`$exists`, lists, JSON, long text, `$similar`…): once the
-  projection is ready the definition keeps only its `fields` GIN copy there, so those are slow.
+  projection is ready the definition keeps no index of its own there (the generic indexes serve it,
+  as they serve a small definition), so those are slow on 100 000 records.
 - The app's overhead per request is the definition lookup, BEGIN/ROLLBACK around the request's
   statements, and request parsing, filter compilation and JSON/marshmallow work (the token check is
   cached per token, the pool no longer pre-pings busy connections): 2–3 ms on a quiet machine, much
@@ -483,8 +484,8 @@ def main() -> str:
              "and exact count on `bench_typed.deals` (see the module docstring) through the same connection; "
              "'fallback path' = the same app with the definition's typed projection ignored (every query "
              "compiled against entity_records, as queries the projection does not cover are), and its statements: "
-             "NOT the state before projections, since a projected definition keeps only its `fields` GIN copy "
-             "on entity_records (see bench/results/entities.md in git history, 17:49 UTC, for that).\n\n"
+             "NOT the state before projections, since a projected definition keeps no index of its own on "
+             "entity_records (docs/decisions.md has the figures of that state).\n\n"
              + READING + "\n\n### EXPLAIN (ANALYZE) of the floor statements (count, then page)\n\n"
              + "\n\n".join(plans))
     return write_result("entities", "Entity store benchmark", body, notes)
