@@ -60,6 +60,8 @@ QUERIES = {
     "(b) amount in [1000, 1500)": {"filters": {"amount": {"$gte": 1000, "$lt": 1500}}, "pageSize": 20},
     "(c) title $contains 'zephyr'": {"filters": {"title": {"$contains": "zephyr"}}, "pageSize": 20},
     "(d) $search 'quantum'": {"filters": {"$search": "quantum"}, "pageSize": 20},
+    "(e) amount in [1000, 1500) and labels has red (list: not projected)": {
+        "filters": {"amount": {"$gte": 1000, "$lt": 1500}, "labels": "red"}, "pageSize": 20},
 }
 COUNT_FILTER = {"status": "won", "priority": "high", "is_hot": True}
 TYPED = "bench_typed.deals"
@@ -72,6 +74,7 @@ TYPED_QUERIES = {
     "(c)": ("title ILIKE '%zephyr%'", "created_at DESC, id DESC"),
     "(d)": ("search_vector @@ websearch_to_tsquery('english', 'quantum')",
             "ts_rank_cd(search_vector, websearch_to_tsquery('english', 'quantum')) DESC, id"),
+    "(e)": ("amount >= 1000 AND amount < 1500 AND labels @> ARRAY['red']", "created_at DESC, id DESC"),
 }
 TYPED_COUNT = "status = 'won' AND priority = 'high' AND is_hot"
 ROUNDS, PER_ROUND = 5, 20
@@ -92,6 +95,9 @@ READING = """### Reading the plans
 - (c) `$contains`: a bitmap scan of the projection's trigram GIN over its narrow heap (the typed table
   does the same), top-N of the 1 000 matches on the projection, then the 20 records.
 - (d) `$search`: a bitmap scan of the projection's tsvector GIN, `ts_rank_cd` + top-N.
+- (e) A list field is not projected, so the query compiles against entity_records, but its projected
+  term (the amount range) narrows the rows through the projection: `id IN (SELECT id FROM erp_…
+  WHERE amount …)` (index-only), then the list condition on those records.
 - count: all three equalities are the shared b-tree's columns: an index-only scan, as on the typed
   table (whose index is that very (status, priority, is_hot)).
 - The 'fallback path' columns show the same queries compiled against entity_records, as a query the

@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any, Protocol
 
-from sqlalchemy import Numeric, and_, case, cast, false, func, literal_column, not_, or_, true
+from sqlalchemy import Numeric, and_, case, cast, false, func, literal_column, not_, or_, select, true
 from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -501,16 +501,21 @@ class CompiledFilter:
 
 
 def compile_filters(raw: Any, ctx: FilterContext, similarity: SimilarityClause | None = None,
-                    resolver: FieldResolver | None = None) -> CompiledFilter:
+                    resolver: FieldResolver | None = None, narrow: FieldResolver | None = None) -> CompiledFilter:
     """Compile `raw` (a filter object, or one `parse_filters` already checked) into a WHERE expression
     (plus ranking / distance expressions); `similarity` is what its `$similar` was resolved to.
-    `resolver` targets another table (a projection's; `NotProjected` when it cannot answer)."""
+    `resolver` targets another table (a projection's; `NotProjected` when it cannot answer).
+    `narrow` (a projection's resolver, when the filter as a whole is not projected): the top-level
+    AND terms it can answer become one `id IN (SELECT id FROM <projection> WHERE …)`, which its
+    indexes answer; the other terms compile against entity_records as usual."""
     parsed = raw if isinstance(raw, ParsedFilter) else parse_filters(raw, ctx)
     resolver = resolver if resolver is not None else FieldResolver(ctx.catalog)
     if resolver.projected and parsed.similar is not None:
         raise NotProjected("$similar")  # semantic search reads entity_records (its stamp, its vectors)
     compiler = _Compiler(resolver)
-    where = compiler.node(parsed.root)
+    where = _narrowed(parsed.root, compiler, narrow) if narrow is not None else None
+    if where is None:
+        where = compiler.node(parsed.root)
     out = CompiledFilter(where, parsed.search, similar=parsed.similar, resolver=resolver)
     if parsed.search is not None:
         query = func.websearch_to_tsquery(SEARCH_CONFIG, parsed.search)
@@ -524,6 +529,22 @@ def compile_filters(raw: Any, ctx: FilterContext, similarity: SimilarityClause |
             out.count_where = and_(where, count_where) if count_where is not None else None
             out.similarity = similarity
     return out
+
+
+def _narrowed(root: Node, compiler: _Compiler, narrow: FieldResolver) -> ColumnElement | None:
+    """`root`'s top-level AND terms split between the projection (`narrow`) and entity_records, or None
+    when the projection answers none of them."""
+    terms = root.children if isinstance(root, Logical) and root.op == "and" else (root,)
+    covered, rest = [], []
+    for term in terms:
+        try:
+            covered.append(_Compiler(narrow).node(term))
+        except NotProjected:
+            rest.append(term)
+    if not covered:
+        return None
+    ids = select(narrow.t.c.id).where(*covered)
+    return and_(compiler.t.c.id.in_(ids), *(compiler.node(term) for term in rest))
 
 
 class _Compiler:

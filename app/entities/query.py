@@ -63,16 +63,17 @@ def compile_request_filters(raw: Any, dctx: DefinitionContext, *, sort_by: str |
     """Parse, resolve `$similar` (before compiling), compile. `projected`: against the definition's
     ready typed projection when it answers the filter (and `sort_by`) exactly, else entity_records."""
     parsed = parse_filters(raw, dctx.filters)
-    if projected and parsed.similar is None:
-        resolver = projection.resolver_for(dctx.definition, dctx.filters.catalog)
-        if resolver is not None:
-            try:
-                if sort_by:
-                    resolver.sort_key(resolver.resolve(sort_by))
-                return compile_filters(parsed, dctx.filters, None, resolver)
-            except (NotProjected, FilterError):  # not projected, or an unknown sortBy (400 below)
-                pass
-    return compile_filters(parsed, dctx.filters, resolve_similarity(parsed.similar, dctx))
+    resolver = projection.resolver_for(dctx.definition, dctx.filters.catalog) if projected else None
+    if resolver is not None and parsed.similar is None:
+        try:
+            if sort_by:
+                resolver.sort_key(resolver.resolve(sort_by))
+            return compile_filters(parsed, dctx.filters, None, resolver)
+        except (NotProjected, FilterError):  # not projected, or an unknown sortBy (400 below)
+            pass
+    # entity_records; the terms the projection can answer still narrow the rows through its indexes
+    return compile_filters(parsed, dctx.filters, resolve_similarity(parsed.similar, dctx),
+                           narrow=resolver if parsed.similar is None else None)  # $similar: its own path
 
 
 COUNT_MODES = ("exact", "planned", "estimated")

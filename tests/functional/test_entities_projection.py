@@ -187,8 +187,12 @@ def test_projection_follows_every_write(projected):
     ({"body": {"$contains": "x"}}, False),
     ({"tags": "vip"}, False),
     ({"qty": None}, False),
+    # not covered as a whole: the terms the projection answers narrow entity_records through it
+    ({"qty": {"$gte": 2}, "labels": "red"}, True),
+    ({"status": "open", "$or": [{"qty": {"$exists": False}}, {"tags": "vip"}]}, True),
 ])
 def test_queries_use_the_projection_only_when_it_covers_them(projected, flt, covered):
+    """`covered`: the projection answers the whole filter, or at least one of its top-level AND terms."""
     app, client, headers, definition_id, plan = projected
     with statements(app) as seen:
         got = query(client, headers, "items", filters=flt, pageSize=100).get_json()
