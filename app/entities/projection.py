@@ -36,7 +36,8 @@ Queries (app.entities.query) compile against the projection through `ProjectionR
 `FieldResolver` over the projection's columns) when every field the filter and sort mention is
 projected and every operator has a column form; anything else (`$exists`, `$empty`, equality with
 null, list/JSON/long-text fields, `tags`, `is_active`, sorting by a boolean, `$similar`) raises
-`NotProjected` and the request compiles against `entity_records` exactly as before.
+`NotProjected` and the request compiles against `entity_records` as before, narrowed by the
+top-level AND terms the projection does answer (`id IN (SELECT id FROM <projection> WHERE …)`).
 """
 
 from __future__ import annotations
