@@ -408,15 +408,18 @@ def test_worker_stores_buffered_events_in_one_batch(worker_client, app, auth, or
     assert (s["total_chats"], s["total_messages"], s["unique_users"]) == (30, 60, 7)
 
 
-def test_a_backlog_is_drained_by_parallel_flushes_without_double_counting(app, auth, org_id, database_url,
+def test_a_backlog_is_drained_by_parallel_flushes_without_double_counting(make_app, auth, org_id, database_url,
                                                                           redis_url):
     """Batches of 7 events: the first take sees a backlog and starts a helper flush (slot 1), so two
-    worker processes store batches concurrently; totals stay exact."""
+    worker processes store batches concurrently; totals stay exact. A private key prefix keeps the
+    session's worker (default batch size) away from these tasks."""
     from app.analytics import tasks
     from tests.conftest import start_worker, stop_worker
 
-    proc = start_worker(database_url, redis_url, extra_env={"ANALYTICS_BATCH_SIZE": "7"},
-                        log_name="worker-parallel.log")
+    prefix = f"test-flush-{uuid.uuid4().hex[:8]}:"
+    app = make_app(REDIS_URL=redis_url, CELERY_KEY_PREFIX=prefix)
+    proc = start_worker(database_url, redis_url, prefix=prefix, queues="analytics",
+                        extra_env={"ANALYTICS_BATCH_SIZE": "7"}, log_name="worker-parallel.log")
     try:
         client_ = app.test_client()
         h = auth()
