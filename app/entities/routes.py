@@ -193,7 +193,7 @@ class RecordQuery(MethodView):
         `Prefer: count=planned` (the planner's estimate, no counting scan) or `count=estimated` (exact up
         to ENTITY_COUNT_ESTIMATE_ABOVE matches, the estimate beyond) make `totalCount` approximate;
         `Preference-Applied: count=…` then says how it was counted. Without it, `totalCount` is exact."""
-        result = query.query_records(definitions.find_definition(entityName), data["query"], _count_preference())
+        result = query.query_records(definitions.read_definition(entityName), data["query"], _count_preference())
         return result, 200, _count_applied(result.pop("countMode"))
 
 
@@ -207,7 +207,7 @@ class RecordCount(MethodView):
     def post(self, data, entityName):
         """Count the records matching `filters` (the response is a bare number; `Prefer: count=planned|
         estimated` as for the query)."""
-        total, how = query.count_records(definitions.find_definition(entityName), data.get("filters"),
+        total, how = query.count_records(definitions.read_definition(entityName), data.get("filters"),
                                          _count_preference())
         response = jsonify(total)
         response.headers.extend(_count_applied(how))
