@@ -167,6 +167,14 @@ class Blueprint(_Blueprint):
     def requires(*scopes: str, roles: tuple[str, ...] = ()):
         return require(*scopes, roles=roles)
 
+    def arguments(self, schema, *args, **kwargs):
+        """flask-smorest's `arguments`, given one schema instance per route: webargs instantiates a schema
+        class on every request (and marshmallow then builds each Nested schema again). Loading keeps
+        no state on the schema, so one instance serves every request; OpenAPI names it the same."""
+        if isinstance(schema, type):
+            schema = schema()
+        return super().arguments(schema, *args, **kwargs)
+
     def _store_endpoint_docs(self, endpoint, obj, parameters, tags, **options):
         super()._store_endpoint_docs(endpoint, obj, parameters, tags, **options)
         view_class = obj if isinstance(obj, type) else None
