@@ -6,6 +6,7 @@ from flask import jsonify, request
 from flask.views import MethodView
 
 from app.auth import require_role, require_scopes
+from app.db import db
 from app.entities import bulk, query, reads, tasks
 from app.entities.aggregation_routes import blp as aggregation_blp
 from app.entities.schemas import (
@@ -39,7 +40,6 @@ from app.entities.schemas import (
     ViewListSchema,
 )
 from app.entities.services import common, definitions, records, relationships, views
-from app.db import db
 from app.errors import InvalidInput
 from app.extensions import Blueprint, SuccessSchema
 from app.ratelimit import may_be_rate_limited, rate_limited

@@ -23,7 +23,8 @@ RECORD_KEYS = ["id", "entityId", "name", "fields", "tags", "metadata", "createdA
 def _typical_record(draw) -> dict:
     return {"id": draw(st.text(max_size=4)), "entityId": "e1", "name": draw(st.one_of(st.none(), st.text(max_size=3))),
             "fields": draw(st.dictionaries(st.text(max_size=3), JSONISH, max_size=3)),
-            "tags": draw(st.lists(st.text(max_size=3), max_size=2)), "metadata": draw(st.one_of(st.none(), st.just({}))),
+            "tags": draw(st.lists(st.text(max_size=3), max_size=2)),
+            "metadata": draw(st.one_of(st.none(), st.just({}))),
             "createdAt": "2026-01-01T00:00:00.000Z", "updatedAt": "2026-01-01T00:00:00.000Z",
             "createdBy": "u", "updatedBy": None, "isActive": True, "version": draw(st.integers(1, 9))}
 
