@@ -16,8 +16,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import psycopg
 from flask import current_app
 from sqlalchemy import func, literal, select
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ClauseElement, ColumnElement
@@ -123,15 +125,40 @@ def _count(definition: EntityDefinition, compiled: Any, mode: str) -> tuple[int,
     return counted([*scope, compiled.where], mode, [*scope, compiled.where_to_count])
 
 
+def _projection_gone(exc: DBAPIError) -> bool:
+    """The statement named a projection table that a rebuild dropped after this request read its
+    definition (the definition is read in its own statement, before the query's)."""
+    return isinstance(exc.orig, psycopg.errors.UndefinedTable) and projection.PREFIX in str(exc.orig)
+
+
+def _without_vanished_projection(run):
+    """`run(projected=True)`; if the definition's projection vanished meanwhile (a rebuild finished
+    between reading the definition and querying), the same question again on entity_records alone."""
+    try:
+        return run(True)
+    except DBAPIError as exc:
+        if not _projection_gone(exc):
+            raise
+        db.session.rollback()  # a read-only request: nothing of it is lost
+        return run(False)
+
+
 def count_records(definition: EntityDefinition, filters: Any, count_mode: str = "exact") -> tuple[int, str]:
     """How many active records of the definition match `filters`, and how that number was counted."""
-    compiled = compile_request_filters(filters, definition_context(definition), projected=True)
-    return _count(definition, compiled, count_mode)
+    dctx = definition_context(definition)
+    return _without_vanished_projection(
+        lambda projected: _count(definition, compile_request_filters(filters, dctx, projected=projected),
+                                 count_mode))
 
 
 def query_records(definition: EntityDefinition, params: dict[str, Any], count_mode: str = "exact") -> dict[str, Any]:
     """One page of records matching the filters, as a PaginatedResult (`countMode` says how
     `totalCount` was counted: exact unless the caller preferred otherwise)."""
+    return _without_vanished_projection(lambda projected: _query_records(definition, params, count_mode, projected))
+
+
+def _query_records(definition: EntityDefinition, params: dict[str, Any], count_mode: str,
+                   projected: bool) -> dict[str, Any]:
     dctx = definition_context(definition)
     schema, ctx = dctx.schema, dctx.filters
     page, page_size = params.get("page") or 1, params.get("pageSize", 20)
@@ -140,7 +167,7 @@ def query_records(definition: EntityDefinition, params: dict[str, Any], count_mo
         raise ValidationFailed(f"pageSize is at most {max_page_size}.",
                                {"fields": {"query.pageSize": [f"must be between 1 and {max_page_size}"]}})
     compiled = compile_request_filters(params.get("filters") or {}, dctx, sort_by=params.get("sortBy"),
-                                       projected=True)
+                                       projected=projected)
     resolver = compiled.resolver  # entity_records, or the projection: where, order and cursor key alike
     P = compiled.table  # noqa: N806
     order = _order_spec(resolver, compiled, params.get("sortBy"), params.get("sortOrder"))

@@ -323,3 +323,41 @@ def test_a_projection_table_dropped_by_hand_is_rebuilt_with_its_triggers(project
         f"{plan.name}_{s}" for s in "iud"}
     create_record(client, headers, "items", {"name": "After", "fields": {"title": "a", "qty": 1}})
     assert differences(app, plan) == 0 and rows(app, plan) == len(FIXED_RECORDS) + 1
+
+
+def test_a_projection_dropped_after_the_request_read_its_definition_is_not_an_error(projected, monkeypatch):
+    """A rebuild may finish between the request's definition read and its query: the request then
+    answers from entity_records alone (same records, same totals), never with a 500."""
+    from app.db import db
+    from app.entities.services import definitions
+
+    app, client, headers, definition_id, plan = projected
+    flt = {"qty": {"$gte": 2}}
+    expected = query(client, headers, "items", filters=flt, pageSize=100).get_json()
+    expected_count = client.post(f"{BASE}/items/records/count", json={"filters": flt}, headers=headers).get_json()
+    read = definitions.read_definition
+
+    def read_then_rebuilt(name):
+        definition = read(name)
+        assert definition.projection == plan.name  # the request goes on with this (stale) pointer
+        with db.engine.connect() as conn:  # what a finished rebuild does to the old table
+            conn.execute(text(f"UPDATE {SCHEMA}.entity_definitions SET projection = NULL WHERE id = :d"),
+                         {"d": definition_id})
+            projection.drop(conn, SCHEMA, plan.name)
+            conn.commit()
+        return definition
+
+    monkeypatch.setattr(definitions, "read_definition", read_then_rebuilt)
+    with statements(app) as seen:
+        got = query(client, headers, "items", filters=flt, pageSize=100)
+    assert got.status_code == 200, got.get_json()
+    assert used(seen, plan)  # it did try the projection first
+    assert [r["id"] for r in got.get_json()["records"]] == [r["id"] for r in expected["records"]]
+    assert got.get_json()["totalCount"] == expected["totalCount"]
+    from app.entities.indexes import sync_definition
+
+    with app.app_context():
+        sync_definition("default", definition_id)  # rebuilt; the count request drops it again meanwhile
+    assert pointed(app, definition_id) == plan.name
+    count = client.post(f"{BASE}/items/records/count", json={"filters": flt}, headers=headers)
+    assert count.status_code == 200 and count.get_json() == expected_count
