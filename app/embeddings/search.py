@@ -22,12 +22,12 @@ import math
 
 from flask import current_app
 from pgvector.sqlalchemy import HALFVEC, Vector
-from sqlalchemy import Float, and_, case, cast, false, func, literal, literal_column
+from sqlalchemy import Float, and_, case, cast, false, func, literal, literal_column, select
 from sqlalchemy.orm import Session
 
 from app.db import db
 from app.embeddings import EmbedderConfigError, EmbedderError, EmbedderTransientError, get_query_cache
-from app.embeddings.models import INDEXED_DIMENSIONS, EntityEmbedding
+from app.embeddings.models import EMBEDDED_COUNTS, INDEXED_DIMENSIONS, EntityEmbedding
 from app.embeddings.pipeline import embedding_target
 from app.entities.filters import FilterContext, SimilarSpec
 from app.entities.models import EntityRecord
@@ -46,6 +46,7 @@ class NoMatches:
     """`$similar` that cannot match (e.g. a field-level `$similar` on a field that is not embedded)."""
 
     where = count_where = false()
+    count_total = None
     distance = literal(None, Float)
     index_distance = None
 
@@ -79,6 +80,12 @@ class SemanticClause:
         # index-only scan, migration v0003); with maxDistance every candidate's distance is computed.
         self.count_where = self.where if max_distance is not None else and_(
             T.c.embedded_hash == config_hash, T.c.embedded_version == T.c.version)
+        # ... and every such record of the definition, with no other condition, is the per-definition
+        # counter of stamped records (migration v0004): a sum over a few delta rows, O(1) in the matches.
+        C = EMBEDDED_COUNTS.c
+        self.count_total = None if max_distance is not None else (
+            select(func.coalesce(func.sum(C.n), 0))
+            .where(C.entity_id == entity_id, C.embedded_hash == config_hash, C.org_id == org_id))
 
     def index_scan_settings(self, session: Session, total: int, end: int) -> dict[str, str] | None:
         """SET LOCAL settings for an HNSW walk to the first `end` of `total` matches, or None when an

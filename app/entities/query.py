@@ -101,6 +101,8 @@ def counted(where: list, mode: str = "exact", count_where: list | None = None) -
 
 
 def _count(definition: EntityDefinition, compiled: Any, mode: str) -> tuple[int, str]:
+    if mode == "exact" and getattr(compiled, "count_total", None) is not None:  # a lone $similar: its counter
+        return int(db.session.scalar(compiled.count_total) or 0), "exact"
     scope = record_scope(definition)
     return counted([*scope, compiled.where], mode, [*scope, compiled.where_to_count])
 
