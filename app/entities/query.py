@@ -208,8 +208,8 @@ def fetch_page(session: Session, columns: list, where: list, order_by: list, sim
     if settings is None:
         stmt = select(*columns).where(*where).order_by(similarity.distance, T.c.id).offset(offset).limit(limit)
         return list(session.execute(stmt))
-    for name, value in settings.items():
-        session.execute(select(func.set_config(name, value, True)))  # SET LOCAL: this transaction only
+    # SET LOCAL (this transaction only), all settings in one round trip
+    session.execute(select(*[func.set_config(name, value, True) for name, value in settings.items()]))
     candidates = (select(*columns).where(*where).order_by(similarity.index_distance).limit(end)
                   .cte("similar_candidates").prefix_with("MATERIALIZED"))
     stmt = (select(*[candidates.c[c.name] for c in columns])
