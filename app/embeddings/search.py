@@ -79,8 +79,9 @@ class SemanticClause:
             conditions.append(func.coalesce(self.distance <= max_distance, false()))
         self.where = and_(*conditions)
         # Counting: without maxDistance, "has a current vector of this size" is the record's own stamp
-        # (app.embeddings.pipeline keeps it; a partial index of current rows makes the count an
-        # index-only scan, migration v0003); with maxDistance every candidate's distance is computed.
+        # (a trigger keeps it, migration v0003: no join with the vectors; with another filter, that
+        # filter's index and a check of the stamp on the rows it finds); with maxDistance every
+        # candidate's distance is computed.
         self.count_where = self.where if max_distance is not None else and_(
             T.c.embedded_hash == config_hash, T.c.embedded_version == T.c.version)
         # ... and every such record of the definition, with no other condition, is the per-definition
