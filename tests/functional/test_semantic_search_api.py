@@ -561,3 +561,13 @@ def test_total_count_counter_stays_exact_through_every_write(make_app, fake, aut
         rows = session.execute(select(C.c.n).where(C.c.entity_id == entity_id)).scalars().all()
     assert rows == [33]
     assert total() == truth() == 33
+
+    # A record written already stamped (COPY, a restore) counts from its insert
+    restored = str(uuid.uuid4())
+    with fake_app.app_context(), db.product_session("default") as session:
+        vector = session.execute(select(E).where(E.c.record_id == bulk_ids[0])).mappings().one()
+        session.execute(R.insert().values(id=restored, org_id=org_id, entity_id=entity_id, name="restored",
+                                          fields={"body": "restored", "rating": 0}, version=3, is_active=True,
+                                          embedded_hash=vector["config_hash"], embedded_version=3))
+        session.execute(E.insert().values({**vector, "record_id": restored, "record_version": 3}))
+    assert total() == truth() == 34
