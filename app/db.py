@@ -65,7 +65,7 @@ class _DatabaseState:
     def __init__(self, engine: Engine, default_product: str) -> None:
         self.engine = engine
         self.default_product = default_product
-        self.product_engines: dict[str, Engine] = {}
+        self.product_engines: dict[tuple[str, bool], Engine] = {}
         self.rendered: dict[tuple[Executable, str], tuple[str, dict[str, Any]]] = {}
 
 
@@ -108,15 +108,16 @@ class Database:
     def default_product(self) -> str:
         return self._state().default_product
 
-    def engine_for(self, product: str) -> Engine:
-        """The engine view whose statements address `product`'s schema (cached per product)."""
+    def engine_for(self, product: str, *, autocommit: bool = False) -> Engine:
+        """The engine view whose statements address `product`'s schema (cached per product); with
+        `autocommit`, the view whose connections run each statement on its own (no BEGIN/ROLLBACK)."""
         state = self._state()
-        engine = state.product_engines.get(product)
+        engine = state.product_engines.get((product, autocommit))
         if engine is None:
-            engine = state.engine.execution_options(
-                schema_translate_map={PRODUCT_PLACEHOLDER: schema_for(product)}
-            )
-            state.product_engines[product] = engine
+            options: dict[str, Any] = {"schema_translate_map": {PRODUCT_PLACEHOLDER: schema_for(product)}}
+            if autocommit:
+                options["isolation_level"] = "AUTOCOMMIT"
+            engine = state.product_engines[(product, autocommit)] = state.engine.execution_options(**options)
         return engine
 
     def context_product(self) -> str:
@@ -130,9 +131,19 @@ class Database:
         """The Session of the current app context, bound to the current product."""
         session = g.get("_db_session")
         if session is None:
-            session = Session(bind=self.engine_for(self.context_product()), expire_on_commit=False)
+            session = Session(bind=self.engine_for(self.context_product(), autocommit=g.get("_db_reads_only", False)),
+                              expire_on_commit=False)
             g._db_session = session
         return session
+
+    def reads_only(self) -> None:
+        """Declare that the current request (or app context) only reads, and needs nothing that lives
+        for a transaction (SET LOCAL, FOR UPDATE, a write):
+        its session, once created, runs each statement in autocommit, which saves the BEGIN and
+        ROLLBACK round trips. Visibility is that of READ COMMITTED, where every statement takes its own
+        snapshot inside a transaction too. Does nothing when the session exists already."""
+        if g.get("_db_session") is None:
+            g._db_reads_only = True
 
     def read_first(self, stmt: Executable, params: dict[str, Any]) -> dict[str, Any] | None:
         """The first row (column name → value) of a hot one-statement read: `stmt` is a module-level

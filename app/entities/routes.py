@@ -6,6 +6,7 @@ from flask import jsonify, request
 from flask.views import MethodView
 
 from app.auth import require_role, require_scopes
+from app.db import db
 from app.entities import bulk, query, reads, tasks
 from app.entities.aggregation_routes import blp as aggregation_blp
 from app.entities.schemas import (
@@ -193,7 +194,8 @@ class RecordQuery(MethodView):
         `Prefer: count=planned` (the planner's estimate, no counting scan) or `count=estimated` (exact up
         to ENTITY_COUNT_ESTIMATE_ABOVE matches, the estimate beyond) make `totalCount` approximate;
         `Preference-Applied: count=…` then says how it was counted. Without it, `totalCount` is exact."""
-        result = query.query_records(definitions.find_definition(entityName), data["query"], _count_preference())
+        _reads_only_unless_similar(data["query"].get("filters"))
+        result = query.query_records(definitions.read_definition(entityName), data["query"], _count_preference())
         return result, 200, _count_applied(result.pop("countMode"))
 
 
@@ -207,7 +209,8 @@ class RecordCount(MethodView):
     def post(self, data, entityName):
         """Count the records matching `filters` (the response is a bare number; `Prefer: count=planned|
         estimated` as for the query)."""
-        total, how = query.count_records(definitions.find_definition(entityName), data.get("filters"),
+        _reads_only_unless_similar(data.get("filters"))
+        total, how = query.count_records(definitions.read_definition(entityName), data.get("filters"),
                                          _count_preference())
         response = jsonify(total)
         response.headers.extend(_count_applied(how))
@@ -240,6 +243,22 @@ class Record(MethodView):
 
 
 # --- bulk -----------------------------------------------------------------------------------------
+
+def _reads_only_unless_similar(filters) -> None:
+    """A query or count reads only; without `$similar` it needs no transaction either (a `$similar` page
+    may SET LOCAL the vector index walk's settings), so its statements run in autocommit
+    (db.reads_only). `$similar` as a key anywhere in the filters keeps the transaction."""
+    stack = [filters]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if "$similar" in node:
+                return
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    db.reads_only()
+
 
 def _count_preference() -> str:
     """`count=exact|planned|estimated` from Prefer (PostgREST's names); anything else is ignored."""

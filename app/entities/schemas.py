@@ -5,6 +5,8 @@ from __future__ import annotations
 from marshmallow import EXCLUDE, RAISE, Schema, ValidationError, pre_load, validate
 from marshmallow import fields as ma
 
+from app.extensions import ExactDumpSchema
+
 ENTITY_NAME = r"^[a-z][a-z0-9_-]{0,63}$"
 VIEW_TYPES = ("table", "kanban", "calendar", "gallery", "list", "timeline")
 
@@ -225,7 +227,7 @@ class RecordInputSchema(Schema):
     version = ma.Integer(metadata={"description": "on update: the version you read; stale → 409"})
 
 
-class RecordSchema(AuditedSchema):
+class RecordSchema(AuditedSchema, ExactDumpSchema):
     id = ma.String(required=True)
     entityId = ma.String(required=True)
     name = ma.String()
@@ -279,7 +281,7 @@ class QueryRequestSchema(Schema):
     query = ma.Nested(QueryParamsSchema, load_default=lambda: QueryParamsSchema().load({}))
 
 
-class PaginatedResultSchema(Schema):
+class PaginatedResultSchema(ExactDumpSchema):
     records = ma.List(ma.Nested(RecordSchema), required=True)
     totalCount = ma.Integer(required=True)
     currentPage = ma.Integer(required=True)

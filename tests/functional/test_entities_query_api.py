@@ -278,3 +278,51 @@ def test_include_lookups(client, auth):
     assert resp.status_code == 400
     resp = query(client, headers, "deals", includeLookups=[{"name": "owner"}])
     assert resp.status_code == 400
+
+
+def _record_statements(app, fn) -> list[bool]:
+    """Whether each statement on entity_records ran in autocommit (no BEGIN/ROLLBACK around it)."""
+    from sqlalchemy import event
+
+    from app.db import db
+
+    with app.app_context():
+        engine = db.engine
+    seen: list[bool] = []
+
+    def before(conn, _cursor, statement, *_args):
+        if "entity_records" in statement:
+            seen.append(conn.connection.dbapi_connection.autocommit)
+
+    event.listen(engine, "before_cursor_execute", before)
+    try:
+        fn()
+    finally:
+        event.remove(engine, "before_cursor_execute", before)
+    return seen
+
+
+def test_query_and_count_without_similar_run_in_autocommit_with_the_same_answers(app, dataset):
+    client, headers, _ids = dataset
+    filters = {"$or": [{"status": "open"}, {"qty": {"$gt": 5}}]}
+
+    def both():
+        page = query(client, headers, "items", filters=filters, sortBy="qty")
+        assert page.status_code == 200 and names(page) == {"Alpha", "Delta", "Gamma"}
+        count = client.post(f"{BASE}/items/records/count", json={"filters": filters}, headers=headers)
+        assert count.status_code == 200 and count.get_json() == 3
+
+    seen = _record_statements(app, both)
+    assert len(seen) == 3 and all(seen)  # count + page, then the count route's count
+
+
+def test_similar_in_the_filters_keeps_the_transaction(app, dataset):
+    client, headers, _ids = dataset
+    filters = {"status": "open", "$similar": {"query": "x"}}  # no embeddings here: matches nothing
+
+    def similar():
+        resp = client.post(f"{BASE}/items/records/count", json={"filters": filters}, headers=headers)
+        assert resp.status_code == 200 and resp.get_json() == 0, resp.get_json()
+
+    seen = _record_statements(app, similar)
+    assert seen and not any(seen)

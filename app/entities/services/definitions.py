@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from marshmallow import ValidationError
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import bindparam, delete, func, select, update
+from sqlalchemy import inspect as sa_inspect
 
 from app.db import db
 from app.entities import hooks
@@ -22,7 +23,7 @@ from app.entities.services.records import (
 )
 from app.entities.services.views import owned_view
 from app.errors import ApiError, Conflict, NotFound, ValidationFailed
-from app.tenancy import current_tenant, tenant_select
+from app.tenancy import current_org, current_tenant, tenant_select
 from app.wire import iso, utcnow
 
 
@@ -59,6 +60,25 @@ def find_definition(name: str, *, include_inactive: bool = False, lock: bool = F
     if definition is None:
         raise NotFound(f"Entity '{name}' not found.")
     return definition
+
+
+_D = EntityDefinition.__table__
+# find_definition(name) as one constant statement (db.read_first renders it once per product)
+_ACTIVE_DEFINITION = (select(_D).where(_D.c.org_id == bindparam("org"), _D.c.name == bindparam("name"),
+                                       _D.c.is_active.is_(True))
+                      .order_by(_D.c.updated_at.desc()).limit(1))
+_ATTRIBUTES = [(prop.key, prop.columns[0].name) for prop in sa_inspect(EntityDefinition).column_attrs]
+
+
+def read_definition(name: str) -> EntityDefinition:
+    """`find_definition(name)` for requests that only read: the same row, one round trip through
+    `db.read_first` (no ORM query, no BEGIN when the request has no transaction yet), returned as a
+    transient EntityDefinition that is not in the session. Callers must not change it or attach it to
+    anything written (use `find_definition` for that)."""
+    row = db.read_first(_ACTIVE_DEFINITION, {"org": current_org(), "name": name})
+    if row is None:
+        raise NotFound(f"Entity '{name}' not found.")
+    return EntityDefinition(**{key: row[column] for key, column in _ATTRIBUTES})
 
 def _check_embeddings_config(config: dict | None, compiled: CompiledSchema) -> None:
     if not config:

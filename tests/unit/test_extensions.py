@@ -1,0 +1,113 @@
+"""ExactDumpSchema: its shortcut answers exactly what marshmallow's own dump answers."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from marshmallow import Schema, post_dump
+from marshmallow import fields as ma
+
+from app.entities.schemas import PaginatedResultSchema, RecordSchema
+from app.extensions import ExactDumpSchema
+
+SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.floats(-2, 2), st.text(max_size=3))
+JSONISH = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                        st.dictionaries(st.text(max_size=3), inner, max_size=3)),
+                       max_leaves=6)
+RECORD_KEYS = ["id", "entityId", "name", "fields", "tags", "metadata", "createdAt", "updatedAt", "createdBy",
+               "updatedBy", "isActive", "version", "distance", "lookups", "unknownKey"]
+
+
+def _typical_record(draw) -> dict:
+    return {"id": draw(st.text(max_size=4)), "entityId": "e1", "name": draw(st.one_of(st.none(), st.text(max_size=3))),
+            "fields": draw(st.dictionaries(st.text(max_size=3), JSONISH, max_size=3)),
+            "tags": draw(st.lists(st.text(max_size=3), max_size=2)),
+            "metadata": draw(st.one_of(st.none(), st.just({}))),
+            "createdAt": "2026-01-01T00:00:00.000Z", "updatedAt": "2026-01-01T00:00:00.000Z",
+            "createdBy": "u", "updatedBy": None, "isActive": True, "version": draw(st.integers(1, 9))}
+
+
+@st.composite
+def records(draw) -> dict:
+    """Mostly wire-shaped records; some with a value of another type or an extra key."""
+    record = _typical_record(draw)
+    for key in draw(st.lists(st.sampled_from(RECORD_KEYS), max_size=2)):
+        record[key] = draw(JSONISH)
+    for key in draw(st.lists(st.sampled_from(RECORD_KEYS), max_size=1)):
+        record.pop(key, None)
+    return record
+
+
+@st.composite
+def pages(draw) -> dict:
+    page = {"records": draw(st.lists(records(), max_size=3)), "totalCount": draw(st.integers(0, 9)),
+            "currentPage": 1, "pageSize": 20, "totalPages": 1, "hasNextPage": False, "hasPreviousPage": False,
+            "nextCursor": draw(st.one_of(st.none(), st.text(max_size=3)))}
+    for key in draw(st.lists(st.sampled_from([*page, "other"]), max_size=1)):
+        page[key] = draw(JSONISH)
+    return page
+
+
+def _marshmallow(schema: Schema, obj) -> str:
+    return json.dumps(Schema.dump(schema, obj), sort_keys=True)
+
+
+def _dumped(schema: Schema, obj) -> str:
+    return json.dumps(schema.dump(obj), sort_keys=True)
+
+
+def _comparable(schema: Schema, obj):
+    """Both dumps, or None when marshmallow itself cannot dump the object (nothing to compare)."""
+    try:
+        expected = _marshmallow(schema, obj)
+    except (TypeError, ValueError, AttributeError):
+        return None
+    return expected, _dumped(schema, obj)
+
+
+@settings(max_examples=400, deadline=None)
+@given(records())
+def test_record_dump_equals_marshmallow(record):
+    both = _comparable(RecordSchema(), record)
+    if both is not None:
+        assert both[1] == both[0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(pages())
+def test_page_dump_equals_marshmallow(page):
+    both = _comparable(PaginatedResultSchema(), page)
+    if both is not None:
+        assert both[1] == both[0]
+
+
+def test_wire_shaped_objects_are_returned_unchanged_and_others_are_dumped():
+    record = {"id": "r", "entityId": "e", "name": "n", "fields": {"a": [1, {"b": None}]}, "tags": ["x"],
+              "metadata": None, "createdAt": "t", "updatedAt": "t", "createdBy": "u", "updatedBy": None,
+              "isActive": True, "version": 2}
+    page = {"records": [record], "totalCount": 1, "currentPage": 1, "pageSize": 20, "totalPages": 1,
+            "hasNextPage": False, "hasPreviousPage": False, "nextCursor": None}
+    assert RecordSchema().dump(record) is record
+    assert PaginatedResultSchema().dump(page) is page
+    converted = RecordSchema().dump(dict(record, version=True, tags=[1], extra="dropped"))
+    assert converted["version"] == 1 and converted["tags"] == ["1"] and "extra" not in converted
+    assert PaginatedResultSchema().dump(dict(page, totalCount="3"))["totalCount"] == 3
+
+
+def test_schemas_with_dump_hooks_or_unknown_field_kinds_always_dump():
+    class Hooked(ExactDumpSchema):
+        name = ma.String()
+
+        @post_dump
+        def shout(self, data, **kwargs):
+            return {"name": data["name"].upper()}
+
+    class Dated(ExactDumpSchema):
+        when = ma.DateTime()
+
+    assert Hooked().dump({"name": "a"}) == {"name": "A"}
+    assert Hooked(only=("name",))._exact_checks() is None
+    assert Dated()._exact_checks() is None
+    assert RecordSchema(only=("id",)).dump({"id": "r", "name": "n"}) == {"id": "r"}
