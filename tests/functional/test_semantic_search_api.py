@@ -571,3 +571,41 @@ def test_total_count_counter_stays_exact_through_every_write(make_app, fake, aut
                                           embedded_hash=vector["config_hash"], embedded_version=3))
         session.execute(E.insert().values({**vector, "record_id": restored, "record_version": 3}))
     assert total() == truth() == 34
+
+
+def test_an_index_walk_in_autocommit_has_its_settings(make_app, fake, auth, org_id):
+    """A `$similar` query runs in autocommit (no transaction for SET LOCAL): the walk's settings are set
+    at session level, once per connection and values, and must be in force when the page runs."""
+    from sqlalchemy import event
+
+    from app.db import db
+    from app.embeddings.tasks import embed_records
+
+    headers = auth()
+    fake_app, client, entity_id = remote_definition(make_app, fake, headers, {**ENABLED, "dimensions": 384},
+                                                    EMBEDDINGS_EXACT_SEARCH_MAX_ROWS=0)
+    records = [create_record(client, headers, "remote", t) for t in TOPICS]
+    assert run_task(fake_app, embed_records, "default", org_id, entity_id, [r["id"] for r in records]).successful()
+    with fake_app.app_context():
+        engine = db.engine
+    pages, set_calls = [], []
+
+    def before(conn, _cursor, statement, *_args):
+        dbapi = conn.connection.dbapi_connection
+        if "set_config" in statement:
+            set_calls.append(statement)
+        if "similar_candidates" in statement:
+            with dbapi.cursor() as cur:
+                cur.execute("SELECT current_setting('hnsw.iterative_scan'), current_setting('hnsw.ef_search')")
+                pages.append((dbapi.autocommit, *cur.fetchone()))
+
+    event.listen(engine, "before_cursor_execute", before)
+    try:
+        results = [similar(client, headers, "remote", "automobile", pageSize=page_size)
+                   for page_size in (3, 3, 150)]
+    finally:
+        event.remove(engine, "before_cursor_execute", before)
+    assert pages == [(True, "relaxed_order", "100")] * 2 + [(True, "relaxed_order", "150")]
+    assert 2 <= len(set_calls) <= 3  # the second page, same values on the same pooled connection: nothing sent
+    assert [r["totalCount"] for r in results] == [5, 5, 5]
+    assert [r["id"] for r in results[0]["records"]] == [r["id"] for r in results[2]["records"]][:3]
