@@ -38,6 +38,8 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     # Analytics ingest (buffer drained by the `analytics.flush` task)
     "ANALYTICS_BATCH_SIZE": (20000, int, "Events stored per ingest transaction"),
     "ANALYTICS_FLUSH_BUDGET_SECONDS": (20, int, "How long one flush task drains the buffer before re-arming"),
+    "ANALYTICS_FLUSH_PARALLEL": (2, int, "Flush tasks that may drain the buffer at once (a backlog of a batch "
+                                         "or more starts helpers); run worker concurrency to match"),
     "ANALYTICS_FLUSH_TTL_SECONDS": (60, int, "Lifetime of the flush-pending flag (a lost flush task is "
                                               "replaced after this long)"),
     "ANALYTICS_INFLIGHT_STALE_SECONDS": (120, int, "An in-flight batch older than this (its worker died) "

@@ -8,8 +8,13 @@ into an in-flight list (atomically, in Lua), stores them in one transaction per 
 (`app.analytics.writer`: COPY of the JSON lines, then set-based SQL for the events and rollups), and
 deletes the in-flight list. A worker that dies mid-batch leaves the list behind; the next flush puts
 lists older than ANALYTICS_INFLIGHT_STALE_SECONDS back into the buffer. Re-storing them is harmless:
-ingest is idempotent by (org, eventId). No lost wake-up: the flusher clears the flag *then* re-checks
+ingest is idempotent by (org, eventId). No lost wake-up: a flusher clears its flag *then* re-checks
 the buffer, and the API pushes *then* tries to set the flag.
+A backlog of at least a batch behind the one just taken starts a helper flush (up to
+ANALYTICS_FLUSH_PARALLEL at once, each holding its own flag `flush-pending:<slot>`), so several worker
+processes drain in parallel: PostgreSQL then uses more than one core. Concurrent batches are safe:
+each statement locks what it touches in key order (events, chats, rollups, usage, users, names), and a
+deadlock would only roll one batch back into the buffer.
 Without REDIS_URL (or when Redis fails) the event is written inline in the request.
 """
 
@@ -35,13 +40,13 @@ log = logging.getLogger(__name__)
 
 _TAKE = """
 local items = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
-if #items == 0 then return items end
+if #items == 0 then return {0, items} end
 redis.call('LTRIM', KEYS[1], #items, -1)
 for i = 1, #items, 500 do
   redis.call('RPUSH', KEYS[2], unpack(items, i, math.min(i + 499, #items)))
 end
 redis.call('ZADD', KEYS[3], ARGV[2], KEYS[2])
-return items
+return {redis.call('LLEN', KEYS[1]), items}
 """
 _REQUEUE = """
 local items = redis.call('LRANGE', KEYS[2], 0, -1)
@@ -160,12 +165,32 @@ def requeue_stale(client, older_than: float) -> int:
     return moved
 
 
-def flush_once(client, batch_size: int) -> int:
-    """Take one batch from the buffer and store it; returns how many events it held (0 = empty)."""
+def _flag(slot: int) -> str:
+    return key("flush-pending") if slot == 0 else key(f"flush-pending:{slot}")
+
+
+def _start_helper(client) -> None:
+    """Claim a free helper slot, if any, and send a flush task for it."""
+    ttl = _config("ANALYTICS_FLUSH_TTL_SECONDS")
+    for slot in range(1, _config("ANALYTICS_FLUSH_PARALLEL")):
+        if client.set(_flag(slot), "1", nx=True, ex=ttl):
+            try:
+                flush.apply_async(kwargs={"slot": slot})
+            except Exception:
+                log.warning("analytics: could not send a helper flush task", exc_info=True)
+                client.delete(_flag(slot))
+            return
+
+
+def flush_once(client, batch_size: int, on_backlog=None) -> int:
+    """Take one batch from the buffer and store it; returns how many events it held (0 = empty).
+    `on_backlog(client)` is called when at least another batch is waiting behind this one."""
     batch_key = key(f"batch:{uuid.uuid4().hex}")
-    items = client.eval(_TAKE, 3, key("buffer"), batch_key, key("inflight"), batch_size, time.time())
+    remaining, items = client.eval(_TAKE, 3, key("buffer"), batch_key, key("inflight"), batch_size, time.time())
     if not items:
         return 0
+    if on_backlog is not None and remaining >= batch_size:
+        on_backlog(client)
     dead: list[bytes] = []
     try:
         _, dead = write_lines_by_product(items)
@@ -185,25 +210,35 @@ def flush_once(client, batch_size: int) -> int:
 
 @celery_app.task(name="analytics.flush", bind=True, acks_late=True, reject_on_worker_lost=True,
                  ignore_result=True)
-def flush(self) -> int:
-    """Drain the buffer in batches for up to ANALYTICS_FLUSH_BUDGET_SECONDS, then re-arm."""
+def flush(self, slot: int = 0) -> int:
+    """Drain the buffer in batches for up to ANALYTICS_FLUSH_BUDGET_SECONDS, then re-arm. Slot 0 is the
+    flush the API schedules; slots 1… are helpers started by a backlog."""
     client = redis_client()
     if client is None:
         return 0
-    requeue_stale(client, _config("ANALYTICS_INFLIGHT_STALE_SECONDS"))
+    if slot == 0:
+        requeue_stale(client, _config("ANALYTICS_INFLIGHT_STALE_SECONDS"))
     budget = time.monotonic() + _config("ANALYTICS_FLUSH_BUDGET_SECONDS")
     stored = 0
     try:
         while time.monotonic() < budget:
-            taken = flush_once(client, _config("ANALYTICS_BATCH_SIZE"))
+            taken = flush_once(client, _config("ANALYTICS_BATCH_SIZE"), on_backlog=_start_helper)
             if not taken:
                 break
             stored += taken
     except (OperationalError, DBAPIError) as exc:
-        client.delete(key("flush-pending"))
+        client.delete(_flag(slot))
+        if slot:
+            _rearm(client)
+            raise
         raise retry_or_give_up(self, exc, max_retries=8) from exc
-    client.delete(key("flush-pending"))
+    client.delete(_flag(slot))
+    _rearm(client)
+    return stored
+
+
+def _rearm(client) -> None:
+    """Events left in the buffer get the API's flush (slot 0) unless one is already pending."""
     if client.llen(key("buffer")) and client.set(key("flush-pending"), "1", nx=True,
                                                  ex=_config("ANALYTICS_FLUSH_TTL_SECONDS")):
         _schedule_flush(client)
-    return stored

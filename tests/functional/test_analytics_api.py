@@ -408,6 +408,45 @@ def test_worker_stores_buffered_events_in_one_batch(worker_client, app, auth, or
     assert (s["total_chats"], s["total_messages"], s["unique_users"]) == (30, 60, 7)
 
 
+def test_a_backlog_is_drained_by_parallel_flushes_without_double_counting(make_app, auth, org_id, database_url,
+                                                                          redis_url):
+    """Batches of 7 events: the first take sees a backlog and starts a helper flush (slot 1), so two
+    worker processes store batches concurrently; totals stay exact. A private key prefix keeps the
+    session's worker (default batch size) away from these tasks."""
+    from app.analytics import tasks
+    from tests.conftest import start_worker, stop_worker
+
+    prefix = f"test-flush-{uuid.uuid4().hex[:8]}:"
+    app = make_app(REDIS_URL=redis_url, CELERY_KEY_PREFIX=prefix)
+    proc = start_worker(database_url, redis_url, prefix=prefix, queues="analytics",
+                        extra_env={"ANALYTICS_BATCH_SIZE": "7"}, log_name="worker-parallel.log")
+    try:
+        client_ = app.test_client()
+        h = auth()
+        with app.app_context():
+            client = tasks.redis_client()
+            flag, helper = tasks.key("flush-pending"), tasks.key("flush-pending:1")
+        client.set(flag, "1", ex=60)
+        try:
+            events = [e for i in range(40) for e in chat_events(f"p{i}", user=f"u{i % 9}", agent=f"a{i % 3}",
+                                                                 csat=1 + i % 5)]
+            post_all(client_, h, events + events[:50])  # retries in the same backlog
+        finally:
+            client.delete(flag)
+        post_all(client_, h, [GOOD])
+        wait_for(lambda: len(_stored(app, org_id)) == len(events) + 1, timeout=60)
+        wait_for(lambda: not client.exists(flag, helper))
+        s = get(client_, h, "summary", **WINDOW)
+        assert (s["total_chats"], s["total_messages"], s["unique_users"]) == (40, 80, 9)
+        agents = {a["agent_id"]: a["total_chats"] for a in get(client_, h, "agents", **WINDOW)}
+        assert agents == {"a0": 14, "a1": 13, "a2": 13}
+    finally:
+        stop_worker(proc)
+    with open(proc.log_path) as fh:
+        received = fh.read().count("Task analytics.flush[")
+    assert received >= 2 * 2  # "received" and "succeeded" of slot 0 and of at least one helper
+
+
 def test_redelivered_batches_and_retries_are_not_double_counted(worker_client, app, auth, org_id):
     import json
     import time

@@ -69,3 +69,30 @@ def test_sql_writer_equals_the_reference(app, raw, rnd, n_batches, n_duplicates)
         assert stored == len(facts)
         with db.product_session("default") as session:
             assert _read(session, orgs) == reference(facts)
+
+
+def test_lines_that_are_not_json_objects_are_set_aside_and_the_rest_stored(app):
+    """The writer parses each line once when the batch is clean; a line PostgreSQL refuses makes it redo
+    the batch with such lines set aside (returned to the caller, which parks them)."""
+    import json
+
+    from sqlalchemy import text
+
+    from app.analytics.tasks import write_lines_by_product
+    from app.db import db
+
+    org = f"w-{uuid.uuid4().hex[:10]}"
+    good = [json.dumps({"product": "default", "org_id": org, "event_id": f"g{i}", "session_id": "s", "user_id": "u",
+                        "event_type": "page_view", "event_category": "nav", "page_path": None, "properties": None,
+                        "occurred_at": "2026-03-01T10:00:00Z"}).replace(" ", "").encode() for i in range(3)]
+    broken = b'{"product":"default","org_id":"' + org.encode() + b'","event_id":"x"'
+    scalar = b'{"product":"default"}'[:-1] + b',"x":[1,2'
+    with app.app_context():
+        clean, dead = write_lines_by_product(good[:1])
+        assert (clean, dead) == (1, [])
+        stored, dead = write_lines_by_product([good[1], broken, scalar, good[2], good[1]])
+        assert stored == 2 and sorted(dead) == sorted([broken, scalar])
+        with db.product_session("default") as session:
+            ids = session.execute(text("SELECT event_id FROM product_default.analytics_events WHERE org_id = :o "
+                                       "ORDER BY 1"), {"o": org}).scalars().all()
+        assert ids == ["g0", "g1", "g2"]
