@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from pgvector.sqlalchemy import Vector
-from sqlalchemy import DateTime, ForeignKey, Integer, String
+from sqlalchemy import BigInteger, Column, DateTime, ForeignKey, Integer, String, Table
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db import TenantBase
@@ -35,3 +35,15 @@ class EntityEmbedding(TenantBase):
     record_version: Mapped[int] = mapped_column(Integer)
     embedding: Mapped[list[float]] = mapped_column(Vector())
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+# Per (org, definition, embedding setup): how many active records are stamped with a current vector,
+# as delta rows summed at read (migration v0004 keeps it in the writers' own transactions by triggers
+# on entity_records; no primary key: rows are only inserted, and compacted by the writers).
+EMBEDDED_COUNTS = Table(
+    "entity_embedded_counts", TenantBase.metadata,
+    Column("org_id", String(64), nullable=False),
+    Column("entity_id", String(36), nullable=False),
+    Column("embedded_hash", String(64), nullable=False),
+    Column("n", BigInteger, nullable=False),
+)

@@ -19,15 +19,16 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 
 from flask import current_app
 from pgvector.sqlalchemy import HALFVEC, Vector
-from sqlalchemy import Float, and_, case, cast, false, func, literal, literal_column
+from sqlalchemy import Float, and_, case, cast, false, func, literal, literal_column, select
 from sqlalchemy.orm import Session
 
 from app.db import db
 from app.embeddings import EmbedderConfigError, EmbedderError, EmbedderTransientError, get_query_cache
-from app.embeddings.models import INDEXED_DIMENSIONS, EntityEmbedding
+from app.embeddings.models import EMBEDDED_COUNTS, INDEXED_DIMENSIONS, EntityEmbedding
 from app.embeddings.pipeline import embedding_target
 from app.entities.filters import FilterContext, SimilarSpec
 from app.entities.models import EntityRecord
@@ -40,12 +41,15 @@ E = EntityEmbedding.__table__
 MAX_EF_SEARCH = 1000       # pgvector's limit
 MAX_INDEX_WALK = 100_000   # beyond this many estimated index tuples an exact scan is cheaper
 MAX_SCAN_TUPLES = 400_000  # cap of hnsw.max_scan_tuples (pgvector default: 20 000)
+INDEXED_ROWS_TTL = 30.0    # seconds a process reuses the vector table's planner row estimate
+_indexed_rows_seen: dict[tuple[str, str], tuple[float, float]] = {}  # (database, table) → (expiry, rows)
 
 
 class NoMatches:
     """`$similar` that cannot match (e.g. a field-level `$similar` on a field that is not embedded)."""
 
     where = count_where = false()
+    count_total = None
     distance = literal(None, Float)
     index_distance = None
 
@@ -75,10 +79,17 @@ class SemanticClause:
             conditions.append(func.coalesce(self.distance <= max_distance, false()))
         self.where = and_(*conditions)
         # Counting: without maxDistance, "has a current vector of this size" is the record's own stamp
-        # (app.embeddings.pipeline keeps it; a partial index of current rows makes the count an
-        # index-only scan, migration v0003); with maxDistance every candidate's distance is computed.
+        # (a trigger keeps it, migration v0003: no join with the vectors; with another filter, that
+        # filter's index and a check of the stamp on the rows it finds); with maxDistance every
+        # candidate's distance is computed.
         self.count_where = self.where if max_distance is not None else and_(
             T.c.embedded_hash == config_hash, T.c.embedded_version == T.c.version)
+        # ... and every such record of the definition, with no other condition, is the per-definition
+        # counter of stamped records (migration v0004): a sum over a few delta rows, O(1) in the matches.
+        C = EMBEDDED_COUNTS.c
+        self.count_total = None if max_distance is not None else (
+            select(func.coalesce(func.sum(C.n), 0))
+            .where(C.entity_id == entity_id, C.embedded_hash == config_hash, C.org_id == org_id))
 
     def index_scan_settings(self, session: Session, total: int, end: int) -> dict[str, str] | None:
         """SET LOCAL settings for an HNSW walk to the first `end` of `total` matches, or None when an
@@ -87,7 +98,7 @@ class SemanticClause:
             return None
         # The index holds every org's vectors of this size: estimate how far the walk must go to
         # meet `end` matching rows, from the share of index rows that match.
-        indexed = max(db.estimated_rows(session, E), float(total))
+        indexed = max(_indexed_rows(session), float(total))
         estimate = math.ceil(end * indexed / max(total, 1))
         if estimate > MAX_INDEX_WALK:
             return None
@@ -122,6 +133,20 @@ def similarity_clause(spec: SimilarSpec, ctx: FilterContext) -> SemanticClause |
         raise ServiceUnavailable("Semantic search is not available: the embedding service refused the query.") \
             from None
     return SemanticClause(vector, target.config_hash, ctx.org_id, ctx.definition_id, spec.max_distance)
+
+
+def _indexed_rows(session: Session) -> float:
+    """pg_class.reltuples of entity_embeddings (all orgs), reused for INDEXED_ROWS_TTL: it moves only with
+    VACUUM/ANALYZE and only steers the plan (index walk or exact scan), so a request need not ask for it
+    (one round trip less per `$similar` page)."""
+    key = (session.get_bind().url.render_as_string(hide_password=True), db.qualified_name(session, E))
+    now = time.monotonic()
+    seen = _indexed_rows_seen.get(key)
+    if seen is not None and seen[0] > now:
+        return seen[1]
+    rows = db.estimated_rows(session, E)
+    _indexed_rows_seen[key] = (now + INDEXED_ROWS_TTL, rows)
+    return rows
 
 
 def _vector_text(vector: list[float]) -> str:

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from sqlalchemy import Numeric, and_, case, cast, false, func, literal_column, not_, or_, select, true
 from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP
-from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.elements import ColumnElement, True_
 
 from app.entities.fieldtypes import (
     KIND_ARRAY,
@@ -463,6 +463,8 @@ class SimilarityClause(Protocol):
 
     where: ColumnElement                   # which records take part (a current embedding, maxDistance)
     count_where: ColumnElement             # optional: the same set, cheaper to count (may omit the join)
+    count_total: Any                       # optional: a statement counting every match of the definition
+                                           # when `$similar` is the only condition (None: count `count_where`)
     distance: ColumnElement                # selected as the record's `distance`
     index_distance: ColumnElement | None   # the distance expression an ANN index orders by, if any
 
@@ -485,6 +487,7 @@ class CompiledFilter:
     similarity: SimilarityClause | None = None
     count_where: ColumnElement | None = None  # `where` for counting, when it differs (a $similar)
     resolver: FieldResolver | None = None     # what it was compiled against (entity_records or a projection)
+    count_total: Any = None  # a statement giving the exact count directly (a $similar and nothing else)
 
     @property
     def table(self):
@@ -527,6 +530,8 @@ def compile_filters(raw: Any, ctx: FilterContext, similarity: SimilarityClause |
             out.where, out.distance = and_(where, similarity.where), similarity.distance
             count_where = getattr(similarity, "count_where", None)  # optional: a hook may not have one
             out.count_where = and_(where, count_where) if count_where is not None else None
+            if isinstance(where, True_):  # no other condition: the hook may know the total outright
+                out.count_total = getattr(similarity, "count_total", None)
             out.similarity = similarity
     return out
 

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any
 
 import psycopg
@@ -121,6 +122,8 @@ def counted(where: list, mode: str = "exact", count_where: list | None = None, t
 def _count(definition: EntityDefinition, compiled: Any, mode: str) -> tuple[int, str]:
     if compiled.projected:  # the projection holds exactly the definition's active records
         return counted([compiled.where], mode, table=compiled.table)
+    if mode == "exact" and getattr(compiled, "count_total", None) is not None:  # a lone $similar: its counter
+        return int(db.session.scalar(compiled.count_total) or 0), "exact"
     scope = record_scope(definition)
     return counted([*scope, compiled.where], mode, [*scope, compiled.where_to_count])
 
@@ -258,13 +261,33 @@ def fetch_page(session: Session, columns: list, where: list, order_by: list, sim
     if settings is None:
         stmt = select(*columns).where(*where).order_by(similarity.distance, T.c.id).offset(offset).limit(limit)
         return list(session.execute(stmt))
-    for name, value in settings.items():
-        session.execute(select(func.set_config(name, value, True)))  # SET LOCAL: this transaction only
+    _walk_settings(session, settings)
     candidates = (select(*columns).where(*where).order_by(similarity.index_distance).limit(end)
                   .cte("similar_candidates").prefix_with("MATERIALIZED"))
     stmt = (select(*[candidates.c[c.name] for c in columns])
             .order_by(candidates.c.distance, candidates.c.id).offset(offset).limit(limit))
     return list(session.execute(stmt))
+
+
+# DBAPI connection → the hnsw.* values it holds at session level (set by _walk_settings in autocommit)
+_connection_settings: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _walk_settings(session: Session, settings: dict[str, str]) -> None:
+    """Give the index walk its settings, in one statement. Inside a transaction: SET LOCAL (gone at its
+    end). In autocommit (a read-only request, db.reads_only): session-level SET, which no rollback
+    can undo, remembered per connection so that the next `$similar` page on it with the same values
+    (the usual case: page 1 of any query) sends nothing. Only this walk uses the HNSW index, and it
+    always sets all three values first, so values left on a pooled connection affect no other query."""
+    connection = session.connection()
+    if connection.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
+        session.execute(select(*[func.set_config(name, value, True) for name, value in settings.items()]))
+        return
+    dbapi = connection.connection.dbapi_connection
+    wanted = tuple(sorted(settings.items()))
+    if _connection_settings.get(dbapi) != wanted:
+        session.execute(select(*[func.set_config(name, value, False) for name, value in settings.items()]))
+        _connection_settings[dbapi] = wanted
 
 
 def _fused_page(session: Session, columns: list, where: list, similarity: SimilarityClause, rank: ColumnElement,

@@ -245,18 +245,9 @@ class Record(MethodView):
 # --- bulk -----------------------------------------------------------------------------------------
 
 def _reads_only_unless_similar(filters) -> None:
-    """A query or count reads only; without `$similar` it needs no transaction either (a `$similar` page
-    may SET LOCAL the vector index walk's settings), so its statements run in autocommit
-    (db.reads_only). `$similar` as a key anywhere in the filters keeps the transaction."""
-    stack = [filters]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            if "$similar" in node:
-                return
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
+    """A query or count reads only and needs no transaction, so its statements run in autocommit
+    (db.reads_only); a `$similar` page too: in autocommit its index walk settings are set at session
+    level (app.entities.query._walk_settings) instead of SET LOCAL."""
     db.reads_only()
 
 

@@ -316,7 +316,8 @@ def test_query_and_count_without_similar_run_in_autocommit_with_the_same_answers
     assert len(seen) == 3 and all(seen)  # count + page, then the count route's count
 
 
-def test_similar_in_the_filters_keeps_the_transaction(app, dataset):
+def test_similar_in_the_filters_runs_in_autocommit_too(app, dataset):
+    """(Its index walk's settings are then session-level: test_semantic_search_api checks they hold.)"""
     client, headers, _ids = dataset
     filters = {"status": "open", "$similar": {"query": "x"}}  # no embeddings here: matches nothing
 
@@ -325,4 +326,4 @@ def test_similar_in_the_filters_keeps_the_transaction(app, dataset):
         assert resp.status_code == 200 and resp.get_json() == 0, resp.get_json()
 
     seen = _record_statements(app, similar)
-    assert seen and not any(seen)
+    assert seen and all(seen)

@@ -448,3 +448,164 @@ def test_total_count_is_the_number_of_records_with_a_current_vector(client, auth
                      filters={"$similar": {"query": "automobile", "maxDistance": max_distance}})
         assert resp.status_code == 200, resp.get_json()
         assert resp.get_json()["totalCount"] == len(resp.get_json()["records"]) == expected
+
+
+def test_total_count_counter_stays_exact_through_every_write(make_app, fake, auth, org_id):
+    """`$similar` alone counts from the per-definition counter of stamped records (migration v0004):
+    it must equal the records that really have a current vector after each kind of write — insert,
+    re-embedding, an update that makes the vector stale, a deactivation, a hard delete, a bulk create,
+    a vector lost, concurrent writers (which must not wait on one another) and a rolled-back write."""
+    import threading
+
+    from sqlalchemy import delete, func, text, update
+
+    from app.db import db, schema_for
+    from app.embeddings.models import EMBEDDED_COUNTS, EntityEmbedding
+    from app.embeddings.tasks import embed_records
+    from app.entities.models import EntityRecord
+
+    headers = auth()
+    fake_app, client, entity_id = remote_definition(make_app, fake, headers, {**ENABLED, "dimensions": 16})
+    R, E, C = EntityRecord.__table__, EntityEmbedding.__table__, EMBEDDED_COUNTS
+
+    def truth() -> int:  # joined with the vectors, as the page does
+        with fake_app.app_context(), db.product_session("default") as session:
+            return session.scalar(select(func.count()).select_from(R.join(E, E.c.record_id == R.c.id)).where(
+                R.c.org_id == org_id, R.c.entity_id == entity_id, R.c.is_active.is_(True),
+                E.c.record_version == R.c.version))
+
+    def total() -> int:
+        resp = client.post(f"{BASE}/remote/records/query", headers={**headers, "Prefer": "count=exact"},
+                           json={"query": {"filters": {"$similar": "automobile"}, "pageSize": 100}})
+        assert resp.status_code == 200 and resp.headers["Preference-Applied"] == "count=exact"
+        result = resp.get_json()
+        # with another condition the count goes through the stamp index, not the counter: both agree
+        filtered = similar(client, headers, "remote", "automobile", pageSize=100, filters={"rating": {"$gte": 0}})
+        assert filtered["totalCount"] == result["totalCount"] == len(result["records"])
+        return result["totalCount"]
+
+    def embed(*ids):
+        assert run_task(fake_app, embed_records, "default", org_id, entity_id, list(ids)).successful()
+
+    def sql(statement):
+        with fake_app.app_context(), db.product_session("default") as session:
+            session.execute(statement)
+
+    records = [create_record(client, headers, "remote", t) for t in TOPICS]  # insert
+    assert total() == truth() == 0
+    embed(*[r["id"] for r in records])
+    assert total() == truth() == 5
+    resp = client.put(f"{BASE}/remote/records/{records[0]['id']}", headers=headers,  # stale until re-embedded
+                      json={"fields": {"body": "A rocket launch carries a satellite into orbit."}})
+    assert resp.status_code == 200
+    assert total() == truth() == 4
+    embed(records[0]["id"])
+    assert total() == truth() == 5
+    embed(records[0]["id"])  # a redelivered task: the stamp is unchanged, so is the count
+    assert total() == truth() == 5
+    assert client.delete(f"{BASE}/remote/records/{records[1]['id']}", headers=headers).status_code in (200, 204)
+    assert total() == truth() == 4  # deactivated
+    sql(delete(R).where(R.c.id == records[2]["id"]))  # hard delete (its vector goes by cascade)
+    assert total() == truth() == 3
+    sql(delete(E).where(E.c.record_id == records[3]["id"]))  # a vector lost
+    assert total() == truth() == 2
+    embed(records[3]["id"])
+    assert total() == truth() == 3
+
+    resp = client.post(f"{BASE}/remote/records/bulk/create", headers=headers,
+                       json={"records": [{"name": f"bulk {i}", "fields": {"body": f"note {i}", "rating": i}}
+                                         for i in range(30)]})
+    assert resp.status_code == 200, resp.get_json()
+    bulk_ids = [r["id"] for r in query(client, headers, "remote", pageSize=100,
+                                       filters={"name": {"$startsWith": "bulk"}}).get_json()["records"]]
+    assert len(bulk_ids) == 30 and total() == truth() == 3
+    embed(*bulk_ids)
+    assert total() == truth() == 33
+
+    # Concurrent writers of one definition: each holds its transaction open until all have written, which
+    # would deadlock (barrier timeout) if the count were one row that every writer updates.
+    barrier, errors = threading.Barrier(4, timeout=30), []
+
+    def writer(ids):
+        try:
+            with fake_app.app_context(), db.product_session("default") as session:
+                session.execute(update(R).where(R.c.id.in_(ids)).values(version=R.c.version + 1))
+                barrier.wait()
+                session.commit()
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(bulk_ids[i::4][:5],)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert total() == truth() == 13
+    embed(*bulk_ids)
+    assert total() == truth() == 33
+
+    # A rolled-back write leaves the count as it was (its deltas go with it)
+    with fake_app.app_context(), db.product_session("default") as session:
+        session.execute(update(R).where(R.c.id.in_(bulk_ids)).values(is_active=False))
+        assert session.scalar(select(func.sum(C.c.n)).where(C.c.entity_id == entity_id)) == 3
+        session.rollback()
+    assert total() == truth() == 33
+
+    # Compaction keeps the sum: the key's delta rows become one row
+    q = '"' + schema_for("default") + '"'
+    with fake_app.app_context(), db.product_session("default") as session:
+        session.execute(text(f"SELECT {q}.entity_embedded_counts_compact(:e, h) FROM (SELECT DISTINCT embedded_hash "
+                             f"AS h FROM {q}.entity_embedded_counts WHERE entity_id = :e) AS k"), {"e": entity_id})
+        session.commit()
+        rows = session.execute(select(C.c.n).where(C.c.entity_id == entity_id)).scalars().all()
+    assert rows == [33]
+    assert total() == truth() == 33
+
+    # A record written already stamped (COPY, a restore) counts from its insert
+    restored = str(uuid.uuid4())
+    with fake_app.app_context(), db.product_session("default") as session:
+        vector = session.execute(select(E).where(E.c.record_id == bulk_ids[0])).mappings().one()
+        session.execute(R.insert().values(id=restored, org_id=org_id, entity_id=entity_id, name="restored",
+                                          fields={"body": "restored", "rating": 0}, version=3, is_active=True,
+                                          embedded_hash=vector["config_hash"], embedded_version=3))
+        session.execute(E.insert().values({**vector, "record_id": restored, "record_version": 3}))
+    assert total() == truth() == 34
+
+
+def test_an_index_walk_in_autocommit_has_its_settings(make_app, fake, auth, org_id):
+    """A `$similar` query runs in autocommit (no transaction for SET LOCAL): the walk's settings are set
+    at session level, once per connection and values, and must be in force when the page runs."""
+    from sqlalchemy import event
+
+    from app.db import db
+    from app.embeddings.tasks import embed_records
+
+    headers = auth()
+    fake_app, client, entity_id = remote_definition(make_app, fake, headers, {**ENABLED, "dimensions": 384},
+                                                    EMBEDDINGS_EXACT_SEARCH_MAX_ROWS=0)
+    records = [create_record(client, headers, "remote", t) for t in TOPICS]
+    assert run_task(fake_app, embed_records, "default", org_id, entity_id, [r["id"] for r in records]).successful()
+    with fake_app.app_context():
+        engine = db.engine
+    pages, set_calls = [], []
+
+    def before(conn, _cursor, statement, *_args):
+        dbapi = conn.connection.dbapi_connection
+        if "set_config" in statement:
+            set_calls.append(statement)
+        if "similar_candidates" in statement:
+            with dbapi.cursor() as cur:
+                cur.execute("SELECT current_setting('hnsw.iterative_scan'), current_setting('hnsw.ef_search')")
+                pages.append((dbapi.autocommit, *cur.fetchone()))
+
+    event.listen(engine, "before_cursor_execute", before)
+    try:
+        results = [similar(client, headers, "remote", "automobile", pageSize=page_size)
+                   for page_size in (3, 3, 150)]
+    finally:
+        event.remove(engine, "before_cursor_execute", before)
+    assert pages == [(True, "relaxed_order", "100")] * 2 + [(True, "relaxed_order", "150")]
+    assert 2 <= len(set_calls) <= 3  # the second page, same values on the same pooled connection: nothing sent
+    assert [r["totalCount"] for r in results] == [5, 5, 5]
+    assert [r["id"] for r in results[0]["records"]] == [r["id"] for r in results[2]["records"]][:3]

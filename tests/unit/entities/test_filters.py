@@ -92,6 +92,29 @@ def test_similar_without_embeddings_matches_nothing_and_hook_plugs_in():
     assert "false" in sql({"$similar": "hello"}, enabled).lower()  # enabled but no hook: still nothing
 
 
+def test_a_lone_similar_hands_over_the_hooks_total():
+    """`count_total` (the hook's counter) only when `$similar` is the only condition; otherwise the
+    count goes through `count_where` with every other condition."""
+    from sqlalchemy import literal, select
+
+    enabled = FilterContext(CTX.catalog, embeddings_enabled=True)
+    total = select(literal(7))
+    clause = SimpleNamespace(where=literal(True), count_where=literal(True), count_total=total,
+                             distance=literal(0.25))
+
+    def compiled(filters, similarity=clause):
+        parsed = parse_filters(filters, enabled)
+        return compile_filters(parsed, enabled, similarity)
+
+    assert compiled({"$similar": "cats"}).count_total is total
+    assert compiled({"qty": {"$similar": "cats"}}).count_total is total  # field-level, still alone
+    for other in ({"qty": 1}, {"$search": "cats"}, {"$or": [{"qty": 1}, {"qty": 2}]}, {"$not": {"qty": 1}}):
+        assert compiled({**other, "$similar": "cats"}).count_total is None, other
+    bare = SimpleNamespace(where=literal(True), distance=literal(0.25))  # a hook without count_where/total
+    assert compiled({"$similar": "cats"}, bare).count_total is None
+    assert compiled({"$similar": "cats"}, None).count_total is None  # no hook: matches nothing
+
+
 @pytest.mark.parametrize("condition", [
     {"qty": {"$gte": 5}}, {"title": {"$contains": "x"}}, {"at": {"$lt": "2026-01-01T00:00:00Z"}},
     {"due": {"$between": ["2026-01-01", "2026-02-01"]}}])
