@@ -49,7 +49,7 @@ class NoMatches:
     """`$similar` that cannot match (e.g. a field-level `$similar` on a field that is not embedded)."""
 
     where = count_where = false()
-    count_total = None
+    count_total = current_hash = None
     distance = literal(None, Float)
     index_distance = None
 
@@ -87,6 +87,9 @@ class SemanticClause:
         # ... and every such record of the definition, with no other condition, is the per-definition
         # counter of stamped records (migration v0004): a sum over a few delta rows, O(1) in the matches.
         C = EMBEDDED_COUNTS.c
+        # ... and with a filter the definition's typed projection answers: a count there, of the rows
+        # whose projected stamp is current (app.entities.projection, CURRENT_VECTOR)
+        self.current_hash = None if max_distance is not None else config_hash
         self.count_total = None if max_distance is not None else (
             select(func.coalesce(func.sum(C.n), 0))
             .where(C.entity_id == entity_id, C.embedded_hash == config_hash, C.org_id == org_id))

@@ -465,6 +465,8 @@ class SimilarityClause(Protocol):
     count_where: ColumnElement             # optional: the same set, cheaper to count (may omit the join)
     count_total: Any                       # optional: a statement counting every match of the definition
                                            # when `$similar` is the only condition (None: count `count_where`)
+    current_hash: str | None               # optional: a match is exactly an active record whose projected
+                                           # `embedded_current` equals it (None: not countable there)
     distance: ColumnElement                # selected as the record's `distance`
     index_distance: ColumnElement | None   # the distance expression an ANN index orders by, if any
 
@@ -488,6 +490,7 @@ class CompiledFilter:
     count_where: ColumnElement | None = None  # `where` for counting, when it differs (a $similar)
     resolver: FieldResolver | None = None     # what it was compiled against (entity_records or a projection)
     count_total: Any = None  # a statement giving the exact count directly (a $similar and nothing else)
+    count_projected: Any = None  # a statement giving the exact count from the projection ($similar + filter)
 
     @property
     def table(self):

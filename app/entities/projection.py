@@ -63,6 +63,7 @@ PREFIX = "erp_"
 LONG_TEXT = ("text", "stringMultiline")
 BACKFILL_BATCH = 5000
 ENUM_INDEX_COLUMNS = 8  # booleans and dropdowns in the shared b-tree (the rest get one each)
+CURRENT_VECTOR = "embedded_current"  # = embedded_hash when embedded_version = version, else NULL
 SYSTEM = {"id": "text", "name": "text", "created_at": "timestamptz", "updated_at": "timestamptz",
           "version": "integer"}
 _SA_TYPES = {"text": Text, 'text COLLATE "C"': Text, "numeric": Numeric, "timestamptz": TIMESTAMP(timezone=True),
@@ -113,6 +114,10 @@ def plan_projection(definition_id: str, catalog: FieldCatalog) -> Plan:
     source = FieldResolver(catalog)
     columns: list[tuple[str, str, str]] = [(name, kind, name) for name, kind in SYSTEM.items()]
     columns.append(("search_vector", "tsvector", "search_vector"))
+    # which vector the record has, when it is of the record's current version (v0003's stamp): a
+    # `$similar` + filter is counted here, index-only (the shared enum b-tree ends with it)
+    columns.append((CURRENT_VECTOR, 'text COLLATE "C"',
+                    "CASE WHEN embedded_version = version THEN embedded_hash END"))
     fields: list[ProjectedField] = []
     for name, spec in sorted(catalog.fields.items()):
         ref = source.resolve(name)
@@ -153,15 +158,15 @@ def plan_projection(definition_id: str, catalog: FieldCatalog) -> Plan:
                    key=lambda f: (2 if f.kind == KIND_BOOL else max(len(catalog.get(f.field).options), 2), f.column))
     enums = enums[:ENUM_INDEX_COLUMNS]
     if enums:
-        wanted.append(f"USING btree ({', '.join(f.column for f in enums)})")
+        wanted.append(f"USING btree ({', '.join(f.column for f in enums)}, {CURRENT_VECTOR})")
     for f in fields:
         ref = target.resolve(f.field)
         if f in enums:
             pass
         elif f.kind in (KIND_DATE, KIND_DATETIME):
-            wanted.append(f"USING btree ({f.column} DESC NULLS LAST)")
+            wanted.append(f"USING btree ({f.column} DESC NULLS LAST) INCLUDE ({CURRENT_VECTOR})")
         else:
-            wanted.append(f"USING btree ({f.column})")
+            wanted.append(f"USING btree ({f.column}) INCLUDE ({CURRENT_VECTOR})")
         if f.kind == KIND_TEXT and catalog.get(f.field).field_type != "dropdown":
             wanted.append(f"USING gin (({_sql(target.text(ref))}) public.gin_trgm_ops)")
     # the name changes with the columns or the indexes: another plan is another table, built anew

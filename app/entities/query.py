@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 import weakref
 from typing import Any
@@ -75,8 +77,27 @@ def compile_request_filters(raw: Any, dctx: DefinitionContext, *, sort_by: str |
         except (NotProjected, FilterError):  # not projected, or an unknown sortBy (400 below)
             pass
     # entity_records; the terms the projection can answer still narrow the rows through its indexes
-    return compile_filters(parsed, dctx.filters, resolve_similarity(parsed.similar, dctx),
-                           narrow=resolver if parsed.similar is None else None)  # $similar: its own path
+    out = compile_filters(parsed, dctx.filters, resolve_similarity(parsed.similar, dctx),
+                          narrow=resolver if parsed.similar is None else None)  # $similar: its own path
+    if resolver is not None and out.similarity is not None and out.count_total is None:
+        out.count_projected = _projected_similar_count(parsed, dctx, resolver, out.similarity)
+    return out
+
+
+def _projected_similar_count(parsed, dctx: DefinitionContext, resolver, similarity) -> Any:
+    """`$similar` (without maxDistance) + a filter the projection answers: the exact count of the
+    projection's rows matching the filter whose projected stamp is the current vector (the projection
+    holds exactly the active records; `embedded_current` = v0003's stamp when it is of the record's
+    version), index-only through the shared enum b-tree. None when the projection cannot answer."""
+    current_hash = getattr(similarity, "current_hash", None)
+    if current_hash is None:
+        return None
+    try:
+        rest = compile_filters(dataclasses.replace(parsed, similar=None), dctx.filters, None, resolver)
+    except (NotProjected, FilterError):
+        return None
+    t = resolver.t
+    return select(func.count()).select_from(t).where(rest.where, t.c[projection.CURRENT_VECTOR] == current_hash)
 
 
 COUNT_MODES = ("exact", "planned", "estimated")
@@ -124,6 +145,8 @@ def _count(definition: EntityDefinition, compiled: Any, mode: str) -> tuple[int,
         return counted([compiled.where], mode, table=compiled.table)
     if mode == "exact" and getattr(compiled, "count_total", None) is not None:  # a lone $similar: its counter
         return int(db.session.scalar(compiled.count_total) or 0), "exact"
+    if mode == "exact" and getattr(compiled, "count_projected", None) is not None:  # $similar + a projected filter
+        return int(db.session.scalar(compiled.count_projected) or 0), "exact"
     scope = record_scope(definition)
     return counted([*scope, compiled.where], mode, [*scope, compiled.where_to_count])
 

@@ -609,3 +609,92 @@ def test_an_index_walk_in_autocommit_has_its_settings(make_app, fake, auth, org_
     assert 2 <= len(set_calls) <= 3  # the second page, same values on the same pooled connection: nothing sent
     assert [r["totalCount"] for r in results] == [5, 5, 5]
     assert [r["id"] for r in results[0]["records"]] == [r["id"] for r in results[2]["records"]][:3]
+
+
+def test_filtered_total_count_from_the_projection_stays_exact(make_app, fake, auth, org_id):
+    """`$similar` + a filter the definition's typed projection answers counts on the projection (its
+    `embedded_current` column, kept by the projection's triggers from v0003's stamp): it must equal the
+    join with the vectors after insert, re-embedding, a stale update, a deactivation, a hard delete and a
+    vector lost; a filter the projection cannot answer, or a projection of an older plan, counts on
+    entity_records as before."""
+    from sqlalchemy import delete, func, text
+
+    from app.db import db, schema_for
+    from app.embeddings.models import EntityEmbedding
+    from app.embeddings.tasks import embed_records
+    from app.entities import indexes, projection
+    from app.entities.models import EntityDefinition, EntityRecord
+    from tests.functional.test_entities_projection import statements
+
+    headers = auth()
+    fake_app, client, entity_id = remote_definition(make_app, fake, headers, {**ENABLED, "dimensions": 16},
+                                                    ENTITY_INDEX_MIN_RECORDS=3)
+    R, E = EntityRecord.__table__, EntityEmbedding.__table__
+    records = [create_record(client, headers, "remote", t) for t in TOPICS]  # insert
+    with fake_app.app_context():
+        indexes.sync_definition("default", entity_id)
+        with db.product_session("default") as session:
+            table = session.get(EntityDefinition, entity_id).projection
+    assert table and table.startswith(projection.PREFIX)
+
+    def truth(category) -> int:  # joined with the vectors, as the page does
+        with fake_app.app_context(), db.product_session("default") as session:
+            return session.scalar(select(func.count()).select_from(R.join(E, E.c.record_id == R.c.id)).where(
+                R.c.org_id == org_id, R.c.entity_id == entity_id, R.c.is_active.is_(True),
+                E.c.record_version == R.c.version, R.c.fields["category"].astext == category))
+
+    def total(category, extra=None) -> int:
+        flt = {"category": category, **(extra or {})}
+        with statements(fake_app) as seen:
+            resp = client.post(f"{BASE}/remote/records/query", headers={**headers, "Prefer": "count=exact"},
+                               json={"query": {"filters": {"$similar": "automobile", **flt}, "pageSize": 100}})
+        assert resp.status_code == 200 and resp.headers["Preference-Applied"] == "count=exact"
+        result = resp.get_json()
+        counted_on_projection = any("count(" in s and table in s and projection.CURRENT_VECTOR in s for s in seen)
+        assert counted_on_projection is (extra is None)
+        assert result["totalCount"] == len(result["records"])
+        return result["totalCount"]
+
+    def check(expected_food: int) -> None:
+        assert total("food") == truth("food") == expected_food
+        assert total("vehicles") == truth("vehicles")
+        # not projected ($exists): counted on entity_records, the same number
+        assert total("food", {"body": {"$exists": True}}) == expected_food
+
+    def embed(*ids):
+        assert run_task(fake_app, embed_records, "default", org_id, entity_id, list(ids)).successful()
+
+    def sql(statement):
+        with fake_app.app_context(), db.product_session("default") as session:
+            session.execute(statement)
+
+    food = [r for r, t in zip(records, TOPICS, strict=True) if t["fields"]["category"] == "food"]
+    check(0)
+    embed(*[r["id"] for r in records])
+    check(2)
+    resp = client.put(f"{BASE}/remote/records/{food[0]['id']}", headers=headers,  # stale until re-embedded
+                      json={"fields": {"body": "A rocket launch carries a satellite into orbit."}})
+    assert resp.status_code == 200
+    check(1)
+    embed(food[0]["id"])
+    check(2)
+    embed(food[0]["id"])  # redelivered: unchanged
+    check(2)
+    assert client.delete(f"{BASE}/remote/records/{food[1]['id']}", headers=headers).status_code in (200, 204)
+    check(1)  # deactivated
+    sql(delete(E).where(E.c.record_id == food[0]["id"]))  # a vector lost
+    check(0)
+    embed(food[0]["id"])
+    check(1)
+    sql(delete(R).where(R.c.id == food[0]["id"]))  # hard delete
+    check(0)
+    assert total("vehicles") == truth("vehicles") == 1
+
+    # a projection of an older plan (no embedded_current column): the definition no longer points at
+    # it, so the count is the entity_records one, still exact
+    q = '"' + schema_for("default") + '"'
+    with fake_app.app_context(), db.product_session("default") as session:
+        session.execute(text(f"UPDATE {q}.entity_definitions SET projection = NULL WHERE id = :d"), {"d": entity_id})
+    resp = client.post(f"{BASE}/remote/records/query", headers={**headers, "Prefer": "count=exact"},
+                       json={"query": {"filters": {"$similar": "automobile", "category": "vehicles"}}})
+    assert resp.status_code == 200 and resp.get_json()["totalCount"] == 1
