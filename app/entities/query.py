@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import dataclasses
-
 import math
 import weakref
 from typing import Any

@@ -138,9 +138,13 @@ def test_plan_projects_scalar_fields_with_the_compilers_expressions():
     # booleans and dropdowns share one b-tree, fewest values first; the other fields one each
     bodies = [body for _, body in plan.indexes]
     active, status = plan.field("active"), plan.field("status")
-    assert f"USING btree ({active.column}, {status.column})" in bodies
-    assert f"USING btree ({status.column})" not in bodies and f"USING btree ({plan.field('qty').column})" in bodies
-    assert f"USING btree ({plan.field('due').column} DESC NULLS LAST)" in bodies
+    # (ending with the vector stamp, which the per-field b-trees INCLUDE: `$similar` + filter counts)
+    current = projection.CURRENT_VECTOR
+    assert f"USING btree ({active.column}, {status.column}, {current})" in bodies
+    assert f"USING btree ({status.column}) INCLUDE ({current})" not in bodies
+    assert f"USING btree ({plan.field('qty').column}) INCLUDE ({current})" in bodies
+    assert f"USING btree ({plan.field('due').column} DESC NULLS LAST) INCLUDE ({current})" in bodies
+    assert exprs[current] == "CASE WHEN embedded_version = version THEN embedded_hash END"
     assert plan.name == plan_of("def-1").name and plan.name != plan_of("def-2").name and len(plan.name) <= 63
     narrower = {**ALL_TYPES_SCHEMA, "properties": {k: v for k, v in ALL_TYPES_SCHEMA["properties"].items()
                                                     if k != "qty"}}
