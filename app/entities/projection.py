@@ -38,6 +38,9 @@ projected and every operator has a column form; anything else (`$exists`, `$empt
 null, list/JSON/long-text fields, `tags`, `is_active`, sorting by a boolean, `$similar`) raises
 `NotProjected` and the request compiles against `entity_records` as before, narrowed by the
 top-level AND terms the projection does answer (`id IN (SELECT id FROM <projection> WHERE …)`).
+A `$similar` page reads entity_records and the vectors, but its exact count with a filter the projection
+answers is counted here: `embedded_current` (v0003's stamp when of the record's version; last in the
+enum b-tree, INCLUDEd by the per-field b-trees) equal to the definition's config_hash (index-only).
 """
 
 from __future__ import annotations
