@@ -31,6 +31,9 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "DB_PING_IDLE_SECONDS": (10.0, float, "Ping a pooled connection at checkout when it sat idle longer than "
                                           "this (seconds); busy connections are not pinged"),
     "DB_STATEMENT_TIMEOUT_MS": (30000, int, "PostgreSQL statement_timeout for request transactions (ms)"),
+    "DB_PLAN_CACHE_MODE": ("force_custom_plan", str, "PostgreSQL plan_cache_mode of every pooled connection: "
+                                                     "a filter's values drive its plan, so prepared statements "
+                                                     "are planned for their values (`auto`: PostgreSQL's default)"),
     # Celery / Redis
     "REDIS_URL": ("", str, "Redis URL for Celery broker/results; empty = tasks run eagerly in-process"),
     "CELERY_KEY_PREFIX": ("", str, "Prefix of every Celery key in Redis (isolates deployments/test runs "

@@ -216,3 +216,23 @@ def g_session_absent() -> bool:
     from flask import g
 
     return g.get("_db_session") is None
+
+
+def test_pooled_connections_plan_prepared_statements_for_their_values(app, make_app, database_url):
+    """psycopg prepares a statement after 5 runs; PostgreSQL's default may then plan it once for any
+    values (a generic plan), which for filters over JSONB can be 5x slower (decisions.md). Every
+    pooled connection plans for the values it gets; `auto` restores PostgreSQL's default."""
+    from sqlalchemy import text
+
+    from app.db import make_engine
+
+    with app.app_context():
+        with db.engine_for("default").connect() as conn:
+            assert conn.scalar(text("SHOW plan_cache_mode")) == "force_custom_plan"
+            assert conn.scalar(text("SHOW statement_timeout")) == "30s"
+    other = make_app(DB_PLAN_CACHE_MODE="auto")
+    with other.app_context():
+        with db.engine_for("default").connect() as conn:
+            assert conn.scalar(text("SHOW plan_cache_mode")) == "auto"
+    with pytest.raises(ValueError, match="DB_PLAN_CACHE_MODE"):
+        make_engine(database_url, {"DB_PLAN_CACHE_MODE": "sometimes; DROP TABLE x"})
