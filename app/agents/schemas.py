@@ -44,6 +44,9 @@ HEX_COLOUR = validate.Regexp(r"^#(?:[0-9A-Fa-f]{3}|[0-9A-Fa-f]{6}|[0-9A-Fa-f]{8}
 HTTPS_URL = validate.Regexp(r"^https://[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
                             r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*(?::[0-9]{1,5})?"
                             r"(?:[/?#][\x21-\x7e]*)?$", error="Must be an https URL.")
+# an icon name (no "/"), or an https URL: one pattern, so the OpenAPI document states the rule exactly
+LAUNCHER_ICON = validate.Regexp(r"^(?:[^/]*|" + HTTPS_URL.regex.pattern[1:-1] + r")$",
+                                error="Must be an icon name or an https URL.")
 ORIGIN = validate.Regexp(r"^(?:https?://(?:\*\.)?[A-Za-z0-9.-]+(?::\d{1,5})?|\*)$",
                          error="Must be an origin such as https://example.com (no path), or *.")
 TEMPERATURE = validate.Range(min=0, max=2)
@@ -514,8 +517,8 @@ class WidgetFields(_Input):
     placeholder = text(200, load_default="Type a message…")
     position = fields.String(load_default="bottom-right", validate=validate.OneOf(WIDGET_POSITIONS))
     theme = fields.Nested(WidgetThemeSchema, load_default=lambda: WidgetThemeSchema().load({}))
-    launcherIcon = text(2048, load_default="chat",
-                        metadata={"description": "icon name, or an https URL of an image"})
+    launcherIcon = fields.String(validate=[validate.Length(max=2048), LAUNCHER_ICON], load_default="chat",
+                                 metadata={"description": "icon name, or an https URL of an image"})
     customCssUrl = fields.String(allow_none=True, validate=HTTPS_URL)
     allowedOrigins = fields.List(fields.String(validate=ORIGIN), load_default=list,
                                  validate=validate.Length(max=100),
@@ -530,15 +533,6 @@ class WidgetFields(_Input):
         if isinstance(data, dict):
             return {k: v for k, v in data.items() if k != "agentId"}
         return data
-
-    @validates_schema
-    def _launcher_icon(self, data, **_):
-        icon = data.get("launcherIcon")
-        if isinstance(icon, str) and "/" in icon:
-            try:
-                HTTPS_URL(icon)
-            except ValidationError:
-                raise ValidationError("Must be an icon name or an https URL.", field_name="launcherIcon") from None
 
 
 class WidgetSchema(WidgetFields, _Audited):

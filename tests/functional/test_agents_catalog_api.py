@@ -287,7 +287,8 @@ def test_widget_crud_and_defaults(reg):
 @pytest.mark.parametrize("over", [{"name": ""}, {"position": "middle"}, {"theme": {"primaryColor": "blue"}},
                                   {"allowedOrigins": ["https://x.com/path"]}, {"allowedOrigins": ["ftp://x.com"]},
                                   {"customCssUrl": "http://insecure.example.com/a.css"},
-                                  {"launcherIcon": "http://x.com/i.png"}, {"theme": {"borderRadius": 99}},
+                                  {"launcherIcon": "http://x.com/i.png"}, {"launcherIcon": "\u00fcU7/\u0013"},
+                                  {"theme": {"borderRadius": 99}},
                                   {"isDefault": 1}, {"colour": "red"}])
 def test_invalid_widget_is_400(reg, over):
     agent = reg.create_agent()
@@ -362,3 +363,20 @@ def test_sub_agent_delete_racing_an_agent_that_references_it_never_leaves_a_dang
         assert (created.status_code, deleted.status_code) in {(201, 409), (400, 200)}
         if created.status_code == 201:
             assert reg.get(f"/subagents/{sub['id']}").status_code == 200
+
+
+def test_launcher_icon_rule_is_the_documented_pattern(app):
+    """An icon name (no "/") or an https URL: the OpenAPI document states the same pattern the API
+    applies, so a schema-valid body is never refused for its launcherIcon."""
+    import re
+
+    spec = app.test_client().get("/api/v1/openapi.json").get_json()
+    documented = {name: schema["properties"]["launcherIcon"] for name, schema in spec["components"]["schemas"].items()
+                  if "launcherIcon" in schema.get("properties", {})}
+    assert documented
+    patterns = {p["pattern"] for p in documented.values()}
+    assert len(patterns) == 1
+    pattern = re.compile(patterns.pop())
+    for icon, ok in [("chat", True), ("rocket-2", True), ("https://cdn.example.com/i.png", True),
+                     ("http://x.com/i.png", False), ("a/b", False), ("\u00fcU7/\u0013", False), ("ü", True)]:
+        assert bool(pattern.match(icon)) is ok, icon
