@@ -24,7 +24,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db import TenantBase
 
-MONEY = Numeric(18, 6)
+MONEY = Numeric()  # sums of costs: unbounded (migration n0002); one message is at most 1e9
 
 
 class AnalyticsEvent(TenantBase):

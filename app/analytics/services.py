@@ -191,13 +191,14 @@ def _props():
     p = E.c.properties
     return {
         "agent_id": func.coalesce(p["agentId"].astext, ""),
-        "channel": func.coalesce(p["channel"].astext, DEFAULT_CHANNEL),
+        # an empty string means the default, as in the writer's rollups (app.analytics.writer)
+        "channel": func.coalesce(func.nullif(p["channel"].astext, ""), DEFAULT_CHANNEL),
         "input_tokens": func.coalesce(cast(p["inputTokens"].astext, BigInteger), 0),
         "output_tokens": func.coalesce(cast(p["outputTokens"].astext, BigInteger), 0),
         "cost": func.coalesce(cast(p["cost"].astext, Numeric(18, 6)), 0),
         "inbound": case((p["direction"].astext == "inbound", 1), else_=0),
-        "service": func.coalesce(p["service"].astext, DEFAULT_SERVICE),
-        "model": func.coalesce(p["model"].astext, DEFAULT_MODEL),
+        "service": func.coalesce(func.nullif(p["service"].astext, ""), DEFAULT_SERVICE),
+        "model": func.coalesce(func.nullif(p["model"].astext, ""), DEFAULT_MODEL),
     }
 
 

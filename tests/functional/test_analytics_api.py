@@ -503,3 +503,19 @@ def test_batch_ingest_is_all_or_nothing(client, auth):
     for payload in ({"events": []}, {"events": [GOOD] * 501}, {"events": GOOD}, [GOOD]):
         assert client.post(f"{API}/events/batch", json=payload, headers=h).status_code == 400
     assert_error(client.post(f"{API}/events/batch", json={"events": [GOOD]}), 401, "UNAUTHORIZED")
+
+
+def test_empty_channel_service_and_model_mean_the_defaults_in_every_window(client, auth):
+    """An empty `channel`, `service` or `model` counts under the default whether the window is whole
+    days (rollups) or has part-day edges (raw events): totals never depend on the window's form."""
+    h = auth()
+    events = chat_events("blank", channel="")
+    for e in events:
+        if e["eventType"] == "message":
+            e["properties"] = {**e["properties"], "service": "", "model": ""}
+    post_all(client, h, events)
+    whole = {"from": DAY, "to": DAY}
+    edges = {"from": f"{DAY}T00:00:00.001Z", "to": f"{DAY}T23:59:59Z"}
+    assert get(client, h, "usage", **whole) == get(client, h, "usage", **edges)
+    assert get(client, h, "summary", **whole) == get(client, h, "summary", **edges)
+    assert {u["service"] for u in get(client, h, "usage", **edges)} != {""}

@@ -96,3 +96,36 @@ def test_lines_that_are_not_json_objects_are_set_aside_and_the_rest_stored(app):
             ids = session.execute(text("SELECT event_id FROM product_default.analytics_events WHERE org_id = :o "
                                        "ORDER BY 1"), {"o": org}).scalars().all()
         assert ids == ["g0", "g1", "g2"]
+
+
+def test_costs_summing_past_a_trillion_are_stored_not_set_aside(app):
+    """One message may cost up to 1e9; 1 100 of them in one chat (and one rollup row) sum past what
+    numeric(18,6) holds. The batch is stored exactly, and another org's events in it are not lost."""
+    import json
+
+    from sqlalchemy import text
+
+    from app.analytics.tasks import write_lines_by_product
+    from app.db import db
+
+    org, other = f"w-{uuid.uuid4().hex[:10]}", f"w-{uuid.uuid4().hex[:10]}"
+
+    def line(org_id, i, props, event_type="message"):
+        return json.dumps({"product": "default", "org_id": org_id, "event_id": f"e{i}", "session_id": "s",
+                           "user_id": "u", "event_type": event_type, "event_category": "chat", "page_path": None,
+                           "properties": props, "occurred_at": "2026-03-01T10:00:00Z"}).encode()
+
+    costly = {"chatId": "c1", "agentId": "a", "channel": "web", "direction": "outbound", "service": "chat",
+              "model": "m", "inputTokens": 1, "outputTokens": 1, "cost": 1e9}
+    lines = [line(org, i, costly) for i in range(1100)] + [line(other, 0, {**costly, "cost": 0.5})]
+    with app.app_context():
+        stored, dead = write_lines_by_product(lines)
+        assert (stored, dead) == (1101, [])
+        with db.product_session("default") as session:
+            chat = session.execute(text("SELECT cost FROM product_default.analytics_chats WHERE org_id = :o"),
+                                   {"o": org}).scalar_one()
+            rollup = session.execute(text("SELECT sum(cost) FROM product_default.analytics_rollup "
+                                          "WHERE org_id = :o"), {"o": org}).scalar_one()
+            others = session.execute(text("SELECT sum(cost) FROM product_default.analytics_usage "
+                                          "WHERE org_id = :o"), {"o": other}).scalar_one()
+    assert chat == rollup == 1_100_000_000_000 and others == 0.5
