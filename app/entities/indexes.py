@@ -40,17 +40,16 @@ from dataclasses import dataclass
 
 from flask import current_app
 from sqlalchemy import text
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 
 from app.entities import projection
 from app.entities.fieldtypes import KIND_DATE, KIND_DATETIME, KIND_NUMBER, KIND_TEXT, FieldCatalog
 from app.entities.filters import FieldResolver
+from app.entities.projection import _literal, _sql, definition_key  # one rendering for both
 
 log = logging.getLogger(__name__)
 PREFIX = "erx_"
 LONG_TEXT = ("text", "stringMultiline")
-_DIALECT = postgresql.dialect()
 
 
 @dataclass(frozen=True)
@@ -63,19 +62,6 @@ class PlannedIndex:
     def ddl(self, table: str, definition_id: str, *, concurrently: bool) -> str:
         return (f"CREATE INDEX {'CONCURRENTLY ' if concurrently else ''}IF NOT EXISTS {self.name} ON {table} "
                 f"USING {self.method} {self.definition} WHERE entity_id = {_literal(definition_id)}")
-
-
-def _literal(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
-def _sql(expr) -> str:
-    """The expression exactly as the filter compiler sends it, with the bound values inlined."""
-    return str(expr.compile(dialect=_DIALECT, compile_kwargs={"literal_binds": True, "include_table": False}))
-
-
-def definition_key(definition_id: str) -> str:
-    return hashlib.sha256(definition_id.encode()).hexdigest()[:12]
 
 
 def plan_indexes(definition_id: str, catalog: FieldCatalog, *, projected: bool = False) -> list[PlannedIndex]:
@@ -197,12 +183,12 @@ def sync_definition(product: str, definition_id: str, *, concurrently: bool | No
     # entity_records: the per-field ones only while the definition has no ready projection.
     plan = projection.plan_projection(definition_id, catalog) if catalog is not None and count >= min_records \
         else None
-    built = projection.sync_projection(engine, schema, definition_id, plan)
+    concurrently = not eager if concurrently is None else concurrently
+    built = projection.sync_projection(engine, schema, definition_id, plan, concurrently=concurrently)
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text("SET lock_timeout = '10s'"))
         result = sync_indexes(conn, schema, definition_id, catalog, active_records=count, min_records=min_records,
-                              concurrently=not eager if concurrently is None else concurrently,
-                              projected=built["ready"])
+                              concurrently=concurrently, projected=built["ready"])
     result["created"] += built["created"]
     result["dropped"] += built["dropped"]
     return result

@@ -53,6 +53,7 @@ from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import Boolean, Column, Integer, MetaData, Numeric, Table, Text, case, cast, func, text
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import TIMESTAMP, TSVECTOR
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
@@ -63,6 +64,7 @@ from app.entities.filters import FieldRef, FieldResolver, NotProjected
 
 log = logging.getLogger(__name__)
 PREFIX = "erp_"
+_DIALECT = postgresql.dialect()
 LONG_TEXT = ("text", "stringMultiline")
 BACKFILL_BATCH = 5000
 ENUM_INDEX_COLUMNS = 8  # booleans and dropdowns in the shared b-tree (the rest get one each)
@@ -107,9 +109,9 @@ class Plan:
 
 
 def _sql(expr) -> str:
-    from app.entities.indexes import _sql as render
-
-    return render(expr)
+    """The expression exactly as the filter compiler sends it, with the bound values inlined (the DDL
+    of the projection's columns and of the per-definition indexes: PostgreSQL matches queries to them)."""
+    return str(expr.compile(dialect=_DIALECT, compile_kwargs={"literal_binds": True, "include_table": False}))
 
 
 def plan_projection(definition_id: str, catalog: FieldCatalog) -> Plan:
@@ -325,10 +327,15 @@ def backfill(engine, schema: str, plan: Plan, *, batch: int = BACKFILL_BATCH) ->
             after = tuple(keys[-1])
 
 
-def create_indexes(conn: Connection, schema: str, plan: Plan) -> None:
+def create_indexes(conn: Connection, schema: str, plan: Plan, *, concurrently: bool = True) -> None:
+    """The projection's indexes. Concurrently (off the request path): a plain CREATE INDEX holds a SHARE
+    lock on the table, and the triggers write it for every statement on entity_records, so every
+    tenant's writes would wait for the whole build. An interrupted concurrent build leaves the table
+    without its COMPLETE mark, and the next sync starts over."""
     q = _quote(schema)
+    word = "CONCURRENTLY " if concurrently else ""
     for name, body in plan.indexes:
-        conn.execute(text(f"CREATE INDEX IF NOT EXISTS {name} ON {q}.{plan.name} {body}"))
+        conn.execute(text(f"CREATE INDEX {word}IF NOT EXISTS {name} ON {q}.{plan.name} {body}"))
 
 
 def _retrying(conn: Connection, timeout: str, attempts: int, action) -> None:
@@ -403,7 +410,8 @@ def _point_at(engine, schema: str, definition_id: str, plan: Plan | None) -> boo
         return target is not None
 
 
-def sync_projection(engine, schema: str, definition_id: str, plan: Plan | None) -> dict[str, Any]:
+def sync_projection(engine, schema: str, definition_id: str, plan: Plan | None, *,
+                    concurrently: bool = True) -> dict[str, Any]:
     """Build `plan`'s table if missing and make it the definition's; drop the definition's others.
     `plan` None: the definition keeps none. One build per definition at a time (advisory lock).
     Returns created / dropped table names and `ready` (the definition now points at `plan`'s table)."""
@@ -425,7 +433,7 @@ def sync_projection(engine, schema: str, definition_id: str, plan: Plan | None) 
                         install(tx, schema, plan)
                 _retrying(conn, "1s", 10, create)
                 backfill(engine, schema, plan)
-                create_indexes(conn, schema, plan)
+                create_indexes(conn, schema, plan, concurrently=concurrently)
                 conn.execute(text(f"VACUUM (ANALYZE) {_quote(schema)}.{plan.name}"))
                 conn.execute(text(f"COMMENT ON TABLE {_quote(schema)}.{plan.name} IS '{COMPLETE}'"))
                 created.append(plan.name)

@@ -142,9 +142,9 @@ def counted(where: list, mode: str = "exact", count_where: list | None = None, t
 def _count(definition: EntityDefinition, compiled: Any, mode: str) -> tuple[int, str]:
     if compiled.projected:  # the projection holds exactly the definition's active records
         return counted([compiled.where], mode, table=compiled.table)
-    if mode == "exact" and getattr(compiled, "count_total", None) is not None:  # a lone $similar: its counter
+    if mode == "exact" and compiled.count_total is not None:  # a lone $similar: its counter
         return int(db.session.scalar(compiled.count_total) or 0), "exact"
-    if mode == "exact" and getattr(compiled, "count_projected", None) is not None:  # $similar + a projected filter
+    if mode == "exact" and compiled.count_projected is not None:  # $similar + a projected filter
         return int(db.session.scalar(compiled.count_projected) or 0), "exact"
     scope = record_scope(definition)
     return counted([*scope, compiled.where], mode, [*scope, compiled.where_to_count])

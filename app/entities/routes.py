@@ -194,7 +194,9 @@ class RecordQuery(MethodView):
         `Prefer: count=planned` (the planner's estimate, no counting scan) or `count=estimated` (exact up
         to ENTITY_COUNT_ESTIMATE_ABOVE matches, the estimate beyond) make `totalCount` approximate;
         `Preference-Applied: count=…` then says how it was counted. Without it, `totalCount` is exact."""
-        _reads_only_unless_similar(data["query"].get("filters"))
+        # reads only, no transaction needed: statements in autocommit (a `$similar` page too: its index
+        # walk settings are then set at session level, app.entities.query._walk_settings)
+        db.reads_only()
         result = query.query_records(definitions.read_definition(entityName), data["query"], _count_preference())
         return result, 200, _count_applied(result.pop("countMode"))
 
@@ -209,7 +211,7 @@ class RecordCount(MethodView):
     def post(self, data, entityName):
         """Count the records matching `filters` (the response is a bare number; `Prefer: count=planned|
         estimated` as for the query)."""
-        _reads_only_unless_similar(data.get("filters"))
+        db.reads_only()
         total, how = query.count_records(definitions.read_definition(entityName), data.get("filters"),
                                          _count_preference())
         response = jsonify(total)
@@ -243,13 +245,6 @@ class Record(MethodView):
 
 
 # --- bulk -----------------------------------------------------------------------------------------
-
-def _reads_only_unless_similar(filters) -> None:
-    """A query or count reads only and needs no transaction, so its statements run in autocommit
-    (db.reads_only); a `$similar` page too: in autocommit its index walk settings are set at session
-    level (app.entities.query._walk_settings) instead of SET LOCAL."""
-    db.reads_only()
-
 
 def _count_preference() -> str:
     """`count=exact|planned|estimated` from Prefer (PostgREST's names); anything else is ignored."""
