@@ -76,6 +76,9 @@ def rollout_task(self, rollout_id: str, batch_size: int = 100) -> str:
             rollout.error = f"{type(exc).__name__}: {exc}"[:2000]
             db.session.commit()
         raise
-    if status == "running":
-        self.apply_async(args=(rollout_id,), kwargs={"batch_size": batch_size})
+    if status == "running":  # the next batch through the outbox: a broker outage right now loses nothing
+        from app.tasks import enqueue_after_commit
+
+        enqueue_after_commit(db.session, rollout_task, rollout_id, batch_size=batch_size)
+        db.session.commit()
     return status
