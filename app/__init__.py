@@ -134,9 +134,10 @@ def service_factories() -> dict:
 def lease_reapers() -> list:
     """Functions the worker's maintenance loop runs (app.tasks.run_maintenance): each re-queues the
     jobs whose worker died and returns how many."""
+    from app.analytics.tasks import reap_stalled_buffer
     from app.entities.bulk import requeue_orphaned_jobs
 
-    return [requeue_orphaned_jobs]
+    return [requeue_orphaned_jobs, reap_stalled_buffer]
 
 
 def _connect_task_signals() -> None:

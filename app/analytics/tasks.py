@@ -237,6 +237,18 @@ def flush(self, slot: int = 0) -> int:
     return stored
 
 
+def reap_stalled_buffer() -> int:
+    """Lease reaper (app.lease_reapers, run by every worker's maintenance loop): batches left in flight
+    by a dead flush go back into the buffer, and a buffer that no flush is due to drain gets one. Without
+    it, accepted events waited for the next POST to schedule a flush. Returns the events re-queued."""
+    client = redis_client()
+    if client is None:
+        return 0
+    moved = requeue_stale(client, _config("ANALYTICS_INFLIGHT_STALE_SECONDS"))
+    _rearm(client)
+    return moved
+
+
 def _rearm(client) -> None:
     """Events left in the buffer get the API's flush (slot 0) unless one is already pending."""
     if client.llen(key("buffer")) and client.set(key("flush-pending"), "1", nx=True,

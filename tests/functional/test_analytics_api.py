@@ -519,3 +519,36 @@ def test_empty_channel_service_and_model_mean_the_defaults_in_every_window(clien
     assert get(client, h, "usage", **whole) == get(client, h, "usage", **edges)
     assert get(client, h, "summary", **whole) == get(client, h, "summary", **edges)
     assert {u["service"] for u in get(client, h, "usage", **edges)} != {""}
+
+
+def test_a_dead_flush_and_a_lost_flush_message_are_recovered_without_new_traffic(make_app, redis_url,
+                                                                                  monkeypatch):
+    """A batch left in flight by a dead flush, and events in the buffer whose flush message was lost:
+    the workers' maintenance loop (lease reapers) puts the batch back and schedules a flush, with no
+    further POST to trigger one."""
+    import time
+
+    from app.analytics import tasks
+
+    prefix = f"test-reap-{uuid.uuid4().hex[:8]}:"
+    app = make_app(REDIS_URL=redis_url, CELERY_KEY_PREFIX=prefix, ANALYTICS_INFLIGHT_STALE_SECONDS=60)
+    scheduled = []
+    monkeypatch.setattr(tasks, "_schedule_flush", lambda client: scheduled.append(1))
+    with app.app_context():
+        client = tasks.redis_client()
+        try:
+            batch = tasks.key("batch:dead")
+            client.rpush(batch, b"e1", b"e2")
+            client.zadd(tasks.key("inflight"), {batch: time.time() - 120})  # its flush died 2 minutes ago
+            fresh = tasks.key("batch:fresh")
+            client.rpush(fresh, b"e3")
+            client.zadd(tasks.key("inflight"), {fresh: time.time()})  # a flush still working on it
+            assert tasks.reap_stalled_buffer in app.extensions["lease_reapers"]
+            assert tasks.reap_stalled_buffer() == 2
+            assert sorted(client.lrange(tasks.key("buffer"), 0, -1)) == [b"e1", b"e2"]
+            assert client.zrange(tasks.key("inflight"), 0, -1) == [fresh.encode()]
+            assert scheduled == [1] and client.exists(tasks.key("flush-pending"))
+            assert tasks.reap_stalled_buffer() == 0  # a flush is due now: not scheduled twice
+            assert scheduled == [1]
+        finally:
+            client.delete(*client.keys(f"{prefix}*"))
