@@ -54,13 +54,13 @@ def create_job(*, kind: str, deliveries: list[dict[str, Any]], subject: str | No
                body: str | None = None) -> EmailJob:
     """A queued job with one `pending` row per delivery; its task is sent once this commits."""
     from app.email.tasks import bulk_send
-    from app.tasks import enqueue_after_commit
+    from app.tasks import _key_prefix, enqueue_after_commit
 
     tenant = current_tenant()
     session = db.session
     job = EmailJob(id=new_id(), org_id=tenant.org_id, kind=kind, status="queued", subject=subject,
                    body=body, total=len(deliveries), created_by=tenant.user_id, created_at=utcnow(),
-                   lease_expires_at=_lease_end(), dispatch_token=0)
+                   lease_expires_at=_lease_end(), dispatch_token=0, key_prefix=_key_prefix())
     session.add(job)
     session.flush()
     if deliveries:
@@ -251,10 +251,12 @@ def requeue_stalled_jobs() -> int:
     """Lease reaper (app.lease_reapers, run by every worker's maintenance loop): an unfinished job past
     its lease whose advisory lock is free has no live worker and no message on its way that started:
     it gets a new dispatch token and its next slice is sent through the outbox, in one transaction.
-    A job a worker is sending (lock held) is left alone; its slice renews the lease."""
+    A job a worker is sending (lock held) is left alone; its slice renews the lease. Only this
+    deployment's jobs (CELERY_KEY_PREFIX, as the outbox dispatch): another one sharing the database has
+    its own broker and settings."""
     from app.email.tasks import bulk_send
     from app.platform_models import Product
-    from app.tasks import enqueue_after_commit
+    from app.tasks import _key_prefix, enqueue_after_commit
 
     with db.engine.connect() as conn:
         products = list(conn.scalars(select(Product.slug)))
@@ -262,7 +264,8 @@ def requeue_stalled_jobs() -> int:
     for product in products:
         with db.product_session(product) as session:
             stalled = list(session.scalars(
-                select(EmailJob).where(EmailJob.status != "done", EmailJob.lease_expires_at < func.now())
+                select(EmailJob).where(EmailJob.key_prefix == _key_prefix(), EmailJob.status != "done",
+                                       EmailJob.lease_expires_at < func.now())
                 .order_by(EmailJob.lease_expires_at).limit(100).with_for_update(skip_locked=True)))
             for job in stalled:
                 free = session.scalar(text("SELECT pg_try_advisory_xact_lock(:c, hashtext(:k))"),
@@ -281,9 +284,12 @@ def _claim(session, job_id: str, limit: int):
     due = (select(EmailDelivery.seq).where(
         EmailDelivery.job_id == job_id, EmailDelivery.status == "pending",
         (EmailDelivery.next_attempt_at.is_(None)) | (EmailDelivery.next_attempt_at <= func.now()))
-        .order_by(EmailDelivery.seq).limit(limit).with_for_update(skip_locked=True))
+        .order_by(EmailDelivery.seq).limit(limit).with_for_update(skip_locked=True)
+        # MATERIALIZED: as `IN (subquery)` PostgreSQL may run the LIMIT … SKIP LOCKED subquery again per
+        # row, and the claim took the whole job instead of `limit` rows (a slice must stay bounded)
+        .cte("due").prefix_with("MATERIALIZED"))
     rows = session.execute(
-        update(EmailDelivery).where(EmailDelivery.job_id == job_id, EmailDelivery.seq.in_(due.scalar_subquery()))
+        update(EmailDelivery).where(EmailDelivery.job_id == job_id, EmailDelivery.seq.in_(select(due.c.seq)))
         .values(status="sending", claimed_at=func.now(), attempts=EmailDelivery.attempts + 1)
         .returning(EmailDelivery.seq, EmailDelivery.recipient, EmailDelivery.subject, EmailDelivery.body,
                    EmailDelivery.headers, EmailDelivery.attempts)).all()

@@ -39,6 +39,7 @@ class EmailJob(TenantBase):
     # again by the reaper under a new token (a message carrying an older token does nothing)
     lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     dispatch_token: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    key_prefix: Mapped[str] = mapped_column(String(100), default="", server_default="")  # the deployment's
 
 
 class EmailDelivery(TenantBase):

@@ -23,12 +23,14 @@ depends_on = None
 def upgrade() -> None:
     op.add_column("email_jobs", sa.Column("lease_expires_at", sa.DateTime(timezone=True), nullable=True))
     op.add_column("email_jobs", sa.Column("dispatch_token", sa.Integer(), nullable=False, server_default="0"))
-    op.create_index("ix_email_jobs_lease_expires_at", "email_jobs", ["lease_expires_at"],
+    op.add_column("email_jobs", sa.Column("key_prefix", sa.String(100), nullable=False, server_default=""))
+    op.create_index("ix_email_jobs_lease_expires_at", "email_jobs", ["key_prefix", "lease_expires_at"],
                     postgresql_where=sa.text("status <> 'done'"))
     op.execute("UPDATE email_jobs SET lease_expires_at = now() WHERE status <> 'done'")
 
 
 def downgrade() -> None:
     op.drop_index("ix_email_jobs_lease_expires_at", table_name="email_jobs")
+    op.drop_column("email_jobs", "key_prefix")
     op.drop_column("email_jobs", "dispatch_token")
     op.drop_column("email_jobs", "lease_expires_at")
