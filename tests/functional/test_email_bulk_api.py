@@ -439,3 +439,24 @@ def test_worker_killed_mid_slice_the_reaper_finishes_the_job_once(make_app, data
     delivered = Counter(r for rcpt, _ in handler.messages for r in rcpt)
     assert set(delivered.values()) == {1}  # nobody twice
     assert set(delivered) == sent | {"k4@example.com", "k5@example.com"}  # + the two in flight at the kill
+
+
+def test_newsletter_issue_above_the_recipient_cap_is_refused(mail_app, sink, auth):
+    """NEWSLETTER_MAX_RECIPIENTS: an issue to more active subscribers is 400 VALIDATION_ERROR in the
+    envelope, naming the count and the cap; no job is created. At the cap it is sent."""
+    handler, port = sink
+    client = mail_app(port, NEWSLETTER_MAX_RECIPIENTS=2).test_client()
+    headers = auth("write:notifications")
+    for addr in ("c1@example.com", "c2@example.com", "c3@example.com"):
+        assert client.post(f"{NEWS}/subscribers", json={"email": addr}, headers=headers).status_code == 201
+    resp = client.post(f"{NEWS}/issues", json={"subject": "Too many", "body": "b"}, headers=headers)
+    assert resp.status_code == 400, resp.get_json()
+    body = resp.get_json()
+    assert body["error"]["code"] == "VALIDATION_ERROR" and body["metadata"]["success"] is False
+    assert body["error"]["details"] == {"activeSubscribers": 3, "maxRecipients": 2}
+    assert "at most 2" in body["error"]["message"]
+    assert client.get(f"{NEWS}/issues", headers=headers).get_json()["issues"] == [] and not handler.messages
+    client.delete(f"{NEWS}/subscribers/c3@example.com", headers=headers)
+    resp = client.post(f"{NEWS}/issues", json={"subject": "Fits", "body": "b"}, headers=headers)
+    assert resp.status_code == 202 and resp.get_json()["total"] == 2
+    assert len(handler.messages) == 2
