@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 CLAIM_CHUNK = 200
 LOST = "The worker was lost while sending; not resent, to never deliver twice."
 JOB_LOCK = 0x454D_4A42
+LOCK_WAIT_SECONDS = 10.0
 
 
 # --------------------------------------------------------------------------- creating jobs
@@ -128,9 +129,16 @@ def delivery_to_wire(d: EmailDelivery) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _job_lock(job_id: str) -> Iterator[bool]:
+def _job_lock(job_id: str, wait_seconds: float = 0.0) -> Iterator[bool]:
+    """The job's session advisory lock (ends with the connection, `kill -9` included), tried for up to
+    `wait_seconds`."""
     with db.engine.connect() as conn:
-        got = conn.scalar(text("SELECT pg_try_advisory_lock(:c, hashtext(:k))"), {"c": JOB_LOCK, "k": job_id})
+        deadline = time.monotonic() + wait_seconds
+        while True:
+            got = conn.scalar(text("SELECT pg_try_advisory_lock(:c, hashtext(:k))"), {"c": JOB_LOCK, "k": job_id})
+            if got or time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
         try:
             yield bool(got)
         finally:
@@ -148,7 +156,11 @@ def run_job(product: str, job_id: str, token: int | None = None, *, slice_size: 
     """Send `product`'s job: at most `slice_size` recipients (None: all), then chain the next slice
     through the outbox. `token` is the message's dispatch token (None: 0, messages of the previous
     release). Returns done | continued | busy | stale | missing."""
-    with _job_lock(job_id) as mine:
+    # A slice's message is sent the moment the previous slice commits, a few statements before that
+    # slice's worker lets go of the lock: wait for it a little rather than drop the chain. Still held
+    # after LOCK_WAIT_SECONDS: a duplicate of a message another worker is running (or, should the
+    # holder be that slow, the lease reaper sends the slice again).
+    with _job_lock(job_id, LOCK_WAIT_SECONDS if slice_size is not None else 0.0) as mine:
         if not mine:
             log.info("email job %s is being sent by another worker", job_id)
             return "busy"

@@ -460,3 +460,55 @@ def test_newsletter_issue_above_the_recipient_cap_is_refused(mail_app, sink, aut
     resp = client.post(f"{NEWS}/issues", json={"subject": "Fits", "body": "b"}, headers=headers)
     assert resp.status_code == 202 and resp.get_json()["total"] == 2
     assert len(handler.messages) == 2
+
+
+def test_next_slice_waits_for_the_previous_slice_to_let_go_of_the_job(mail_app, sink, auth):
+    """A slice's message can arrive while the worker of the previous slice still holds the job's lock
+    (it is sent at that slice's commit): it waits for the lock instead of answering `busy` and ending
+    the chain until the reaper. The holder here lets go once the waiting slice has tried at least once."""
+    from sqlalchemy import select, text
+
+    from app.db import db
+    from app.email.bulk import _job_lock, run_job
+    from app.email.models import EmailJob
+
+    handler, port = sink
+    prefix = f"test-email-{uuid.uuid4().hex[:8]}:"
+    app = mail_app(port, REDIS_URL=f"redis://127.0.0.1:{_free_port()}/0", CELERY_KEY_PREFIX=prefix)
+    client, headers = app.test_client(), auth("write:notifications")
+    resp = client.post(BULK, json={"recipients": ["w1@example.com", "w2@example.com"], "subject": "s", "body": "b"},
+                       headers=headers)
+    job_id = resp.get_json()["jobId"]
+    product = app.config["DEFAULT_PRODUCT"]
+    holding, tried, outcome = threading.Event(), threading.Event(), {}
+
+    def previous_slice():
+        with app.app_context(), _job_lock(job_id) as held:
+            assert held
+            holding.set()
+            tried.wait(30)
+
+    def waiting_attempt_seen():  # holder and waiter both sit on a pg_try_advisory_lock (the waiter's failed)
+        with app.app_context(), db.engine.connect() as conn:
+            return conn.scalar(text("SELECT count(*) FROM pg_stat_activity WHERE query LIKE "
+                                    "'SELECT pg_try_advisory_lock%' AND state = 'idle in transaction'")) >= 2
+
+    holder = threading.Thread(target=previous_slice)
+    holder.start()
+    assert holding.wait(30)
+    waiter = threading.Thread(target=lambda: outcome.setdefault("r", _run(app, run_job, product, job_id)))
+    waiter.start()
+    from tests.conftest import wait_for
+
+    wait_for(lambda: "r" in outcome or waiting_attempt_seen(), timeout=30, interval=0.05)
+    tried.set()
+    holder.join(30)
+    waiter.join(60)
+    assert outcome["r"] == "done" and len(handler.messages) == 2
+    with app.app_context():
+        assert db.session.scalar(select(EmailJob.status).where(EmailJob.id == job_id)) == "done"
+
+
+def _run(app, run_job, product, job_id):
+    with app.app_context():
+        return run_job(product, job_id, 0, slice_size=5)
