@@ -13,9 +13,10 @@ limit), then, in one transaction, bumps the job's `dispatch_token`, renews `leas
 writes the next slice's message to the outbox (`enqueue_after_commit`): a broker outage or a worker
 death between slices loses nothing. A message whose token is not the job's current one does nothing,
 so there is only ever one live chain. The email lease reaper (`requeue_stalled_jobs`, in
-`app.lease_reapers()`) dispatches again, under a new token, a job past its lease that no worker holds
-(its advisory lock is free): a worker killed mid-slice, a soft time limit, a message lost with the
-broker's memory. Eager mode (no broker) sends the whole job in one call.
+`app.lease_reapers()`) dispatches again, under the job's current token, a job past its lease that no
+worker holds (its advisory lock is free): a worker killed mid-slice, a soft time limit, a message lost
+with the broker's memory, or one only waiting in a long queue (it stays valid: whichever of the two
+messages runs first sends the slice and moves the token on). Eager mode (no broker) sends the whole job in one call.
 """
 
 from __future__ import annotations
@@ -175,7 +176,7 @@ def _run_locked(session, product: str, job_id: str, token: int, slice_size: int 
         return "missing"
     if job.status == "done":
         return "done"
-    if job.dispatch_token != token:  # the reaper (or a finished slice) sent a newer message for this job
+    if job.dispatch_token != token:  # a finished slice moved the token on: a duplicate of its message
         log.info("email job %s: message of token %s superseded by %s", job_id, token, job.dispatch_token)
         return "stale"
     # rows a lost worker left in `sending` were perhaps delivered: never send them again
@@ -262,7 +263,8 @@ def _renew(session, job_id: str) -> None:
 def requeue_stalled_jobs() -> int:
     """Lease reaper (app.lease_reapers, run by every worker's maintenance loop): an unfinished job past
     its lease whose advisory lock is free has no live worker and no message on its way that started:
-    it gets a new dispatch token and its next slice is sent through the outbox, in one transaction.
+    its next slice is sent again through the outbox (same dispatch token: a message still waiting in
+    the queue stays valid), and its lease renewed, in one transaction.
     A job a worker is sending (lock held) is left alone; its slice renews the lease. Only this
     deployment's jobs (CELERY_KEY_PREFIX, as the outbox dispatch): another one sharing the database has
     its own broker and settings."""
@@ -286,7 +288,10 @@ def requeue_stalled_jobs() -> int:
                     continue
                 log.warning("email job %s (product %s) past its lease with no worker; dispatched again",
                             job.id, product)
-                job.dispatch_token, job.lease_expires_at = job.dispatch_token + 1, _lease_end()
+                # The same token, not a new one: the job's message may only be waiting in a busy queue
+                # (lost is not the only way to be late); whichever of the two runs first sends the
+                # slice and moves the token on, the other then does nothing.
+                job.lease_expires_at = _lease_end()
                 enqueue_after_commit(session, bulk_send, product, job.id, token=job.dispatch_token)
                 requeued += 1
     return requeued

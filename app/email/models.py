@@ -36,7 +36,7 @@ class EmailJob(TenantBase):
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # the lease (app.email.bulk): renewed by every slice; past it, a job no worker holds is dispatched
-    # again by the reaper under a new token (a message carrying an older token does nothing)
+    # again by the reaper (same token); a slice moves the token on (a message carrying an older one does nothing)
     lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     dispatch_token: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     key_prefix: Mapped[str] = mapped_column(String(100), default="", server_default="")  # the deployment's

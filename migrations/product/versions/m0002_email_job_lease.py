@@ -3,7 +3,7 @@
 A bulk job is sent in slices, one task each, the next chained through the outbox. The job row carries
 the lease: `lease_expires_at` (renewed by every slice; a job past it that no worker holds is dispatched
 again by the email lease reaper) and `dispatch_token` (the number of the one message that may run the
-next slice; a reaped job gets a new number, so a late duplicate of the old message does nothing).
+next slice; every slice moves it on, so a late duplicate of an earlier message does nothing).
 Jobs left `queued`/`sending` by the previous release get an expired lease: the reaper finishes them.
 Additive (nullable / defaulted columns and a partial index): the previous release ignores them.
 
