@@ -10,6 +10,7 @@ and creates nothing.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import re
 from collections.abc import Iterator
@@ -123,7 +124,8 @@ def sync_builtin_artifacts(session) -> bool:
         .where(tuple_(Artifact.kind, Artifact.name).in_(list(wanted))))}
     stale = [(i, a) for key, (i, a) in wanted.items()
              if key not in stored or stored[key].artifact_version < a["artifactVersion"]
-             or (stored[key].artifact_version == a["artifactVersion"] and stored[key].payload != a["definition"])]
+             or (stored[key].artifact_version == a["artifactVersion"]
+                 and not _same_json(stored[key].payload, a["definition"]))]
     if not stale:
         return False
     rows = [{"id": artifact_id(a["kind"], a["name"]), "kind": a["kind"], "name": a["name"],
@@ -138,6 +140,12 @@ def sync_builtin_artifacts(session) -> bool:
         | ((Artifact.artifact_version == stmt.excluded.artifact_version)
            & Artifact.payload.is_distinct_from(stmt.excluded.payload))))
     return True
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """The same JSON document: compared as canonical JSON text, not with `==` (Python holds `1 == True`
+    and `0 == False`, jsonb does not)."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
 def current_artifacts(session) -> list[Artifact]:

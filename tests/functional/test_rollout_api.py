@@ -111,6 +111,31 @@ def test_registry_read_writes_nothing_once_the_builtins_are_stored(seed_app, see
     assert rows["agent.assistant"] >= 1 and "database.product-schema" in rows
 
 
+def test_registry_sync_sees_a_change_python_equality_hides(seed_app, seed_client):
+    """The release's definition and the stored row are compared as JSON, not with Python's `==`
+    (which holds `1 == True` and `0 == False`): a stored `"enabled": 1` at the release's version is a
+    different document (the SQL guard, `IS DISTINCT FROM` on jsonb, agrees) and is written back."""
+    from sqlalchemy import select, update
+
+    from app.db import db
+    from app.ops.artifacts import BUILTIN
+    from app.ops.seeding import sync_builtin_artifacts
+    from app.platform_models import Artifact
+
+    assert seed_client.get(ADMIN_ARTIFACTS, headers=super_admin()).status_code == 200  # stored now
+    release = next(a for a in BUILTIN if a["kind"] == "skill" and a["name"] == "summarize")
+    assert release["definition"]["enabled"] is True
+    with seed_app.app_context():
+        db.session.execute(update(Artifact).where(Artifact.id == "skill.summarize").values(
+            payload={**release["definition"], "enabled": 1}))
+        db.session.commit()
+        assert sync_builtin_artifacts(db.session) is True
+        db.session.commit()
+        stored = db.session.scalar(select(Artifact.payload).where(Artifact.id == "skill.summarize"))
+        assert stored["enabled"] is True
+        assert sync_builtin_artifacts(db.session) is False
+
+
 def test_admin_routes_need_admin_role(seed_client, auth):
     assert seed_client.get(ADMIN_ARTIFACTS, headers=auth("read", "write", "admin")).status_code == 403
     assert seed_client.post(ADMIN_ARTIFACTS, json={}, headers=auth("write")).status_code == 403
