@@ -63,6 +63,9 @@ def backfill(self, product: str, org_id: str, entity_id: str, fingerprint: str =
         from app.db import db
         from app.tasks import enqueue_after_commit
 
-        with db.product_session(product) as session:
-            enqueue_after_commit(session, backfill, product, org_id, entity_id, fingerprint, next_after)
+        try:
+            with db.product_session(product) as session:
+                enqueue_after_commit(session, backfill, product, org_id, entity_id, fingerprint, next_after)
+        except OperationalError as exc:  # the step committed, its successor did not: retry (the step is
+            raise _retry(self, exc) from None  # idempotent), else the rest of the walk is never queued
     return {**outcome.as_dict(), "next": next_after}

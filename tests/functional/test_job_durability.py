@@ -321,3 +321,59 @@ def test_backfill_sends_its_next_step_through_the_outbox(make_app, auth, org_id,
             step = rows[0] if rows else None
             assert (step is None) == (result["next"] is None)
         assert walked == 5
+
+
+def test_backfill_step_whose_outbox_write_fails_is_retried_not_dropped(make_app, auth, org_id, monkeypatch):
+    """The database fails as a backfill step writes its next step's outbox row (the step itself has
+    committed): the task is retried (the step runs again, skipping current vectors, and writes the row)
+    rather than failing with the rest of the walk never queued."""
+    from sqlalchemy import delete, select
+    from sqlalchemy.exc import OperationalError
+
+    import app.tasks as tasks_module
+    from app.db import db
+    from app.embeddings import pipeline
+    from app.embeddings.tasks import backfill
+    from app.platform_models import OutboxMessage
+
+    prefix = f"other-{uuid.uuid4().hex}:"
+    with FakeEmbeddingsServer(api_key="sk-test") as fake:
+        dead = make_app(REDIS_URL=f"redis://127.0.0.1:{_free_port()}/0", CELERY_KEY_PREFIX=prefix,
+                        EMBEDDINGS_BACKEND="openai", EMBEDDINGS_ENDPOINT=fake.base_url, EMBEDDINGS_API_KEY=fake.api_key,
+                        EMBEDDINGS_MODEL="text-embedding-3-small")
+        client, headers = dead.test_client(), auth()
+        definition_id = create_definition(client, headers, "walked2", SCHEMA,
+                                          embeddingsConfig={"enabled": True, "fields": ["body"]})
+        for i in range(3):
+            resp = client.post(f"{BASE}/walked2/records", headers=headers, json={"fields": {"body": f"r {i}", "n": i}})
+            assert resp.status_code == 201, resp.get_json()
+
+        def take_outbox():
+            with dead.app_context(), db.engine.begin() as conn:
+                rows = conn.execute(select(OutboxMessage.task_name, OutboxMessage.args)
+                                    .where(OutboxMessage.key_prefix == prefix)).all()
+                conn.execute(delete(OutboxMessage).where(OutboxMessage.key_prefix == prefix))
+            return [(r.task_name, r.args) for r in rows]
+
+        take_outbox()
+        monkeypatch.setattr(pipeline, "RECORDS_PER_TASK", 2)
+        real, failures = tasks_module.enqueue_after_commit, []
+
+        def flaky(session, task, *args, **kwargs):
+            if task.name == "embeddings.backfill" and not failures:
+                failures.append(args)
+                raise OperationalError("INSERT INTO platform.task_outbox", {}, Exception("server closed the connection"))
+            return real(session, task, *args, **kwargs)
+
+        monkeypatch.setattr(tasks_module, "enqueue_after_commit", flaky)
+        with dead.app_context():
+            result = backfill.apply(args=("default", org_id, definition_id, "", ""))
+        assert failures, "the outbox write was never attempted"
+        assert result.state == "SUCCESS", (result.state, result.result)
+        steps = [args for name, args in take_outbox() if name == "embeddings.backfill"]
+        while steps:  # the rest of the walk, as the worker would run it
+            with dead.app_context():
+                backfill(*steps.pop(0))
+            steps += [args for name, args in take_outbox() if name == "embeddings.backfill"]
+        with dead.app_context():  # the walk covered every record: a new walk finds nothing to embed
+            assert backfill("default", org_id, definition_id, "", "")["embedded"] == 0
