@@ -183,6 +183,11 @@ def _run_locked(session, product: str, job_id: str, token: int, slice_size: int 
     session.execute(update(EmailDelivery).where(EmailDelivery.job_id == job_id, EmailDelivery.status == "sending")
                     .values(status="failed", error=LOST))
     job.status, job.started_at, job.lease_expires_at = "sending", job.started_at or utcnow(), _lease_end()
+    # This message came through this deployment's broker, so the job is this deployment's: a job of the
+    # previous release (m0002 left key_prefix empty; it could not know) comes under this reaper.
+    from app.tasks import _key_prefix
+
+    job.key_prefix = _key_prefix()
     session.commit()
     config = current_app.config
     concurrency = max(1, int(config["EMAIL_BULK_CONCURRENCY"]))

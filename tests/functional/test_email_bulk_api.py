@@ -545,3 +545,40 @@ def test_reaper_does_not_invalidate_a_message_that_is_only_waiting_in_the_queue(
         assert run_job(*args2, **kwargs2, slice_size=5) in ("done", "stale")  # the reaper's: nothing to do
     delivered = Counter(r for rcpt, _ in handler.messages for r in rcpt)
     assert set(delivered) == set(rcpts) and set(delivered.values()) == {1}
+
+
+def test_a_job_of_the_previous_release_is_adopted_by_the_deployment_that_runs_it(mail_app, sink, auth):
+    """m0002 leaves `key_prefix` empty on the previous release's jobs (it cannot know the deployment);
+    the first slice a worker runs for such a job stamps the worker's deployment on it, so a prefixed
+    deployment's reaper covers the job from then on (it used to stay outside every reaper)."""
+    from sqlalchemy import select, update
+
+    from app.db import db
+    from app.email.bulk import requeue_stalled_jobs, run_job
+    from app.email.models import EmailJob
+    from app.wire import utcnow
+
+    handler, port = sink
+    prefix = f"test-email-{uuid.uuid4().hex[:8]}:"
+    app = mail_app(port, REDIS_URL=f"redis://127.0.0.1:{_free_port()}/0", CELERY_KEY_PREFIX=prefix,
+                   EMAIL_BULK_SLICE_SIZE=2)
+    client, headers = app.test_client(), auth("write:notifications")
+    rcpts = [f"p{i}@example.com" for i in range(5)]
+    resp = client.post(BULK, json={"recipients": rcpts, "subject": "s", "body": "b"}, headers=headers)
+    job_id = resp.get_json()["jobId"]
+    product = app.config["DEFAULT_PRODUCT"]
+    with app.app_context():
+        _outbox_rows(app, prefix)
+        db.session.execute(update(EmailJob).where(EmailJob.id == job_id).values(  # as m0002 left it
+            key_prefix="", lease_expires_at=None))
+        db.session.commit()
+        assert run_job(product, job_id, None, slice_size=2) == "continued"  # the old release's message
+        assert db.session.scalar(select(EmailJob.key_prefix).where(EmailJob.id == job_id)) == prefix
+        _outbox_rows(app, prefix)  # the next slice's message is lost
+        db.session.execute(update(EmailJob).where(EmailJob.id == job_id).values(lease_expires_at=utcnow()))
+        db.session.commit()
+        assert requeue_stalled_jobs() == 1
+        while (rows := _outbox_rows(app, prefix)):
+            run_job(*rows[0][1], **rows[0][2], slice_size=2)
+    delivered = Counter(r for rcpt, _ in handler.messages for r in rcpt)
+    assert set(delivered) == set(rcpts) and set(delivered.values()) == {1}

@@ -4,7 +4,9 @@ A bulk job is sent in slices, one task each, the next chained through the outbox
 the lease: `lease_expires_at` (renewed by every slice; a job past it that no worker holds is dispatched
 again by the email lease reaper) and `dispatch_token` (the number of the one message that may run the
 next slice; every slice moves it on, so a late duplicate of an earlier message does nothing).
-Jobs left `queued`/`sending` by the previous release get an expired lease: the reaper finishes them.
+Jobs left `queued`/`sending` by the previous release get an expired lease and an empty key_prefix (the
+migration cannot know their deployment): the reaper of a deployment without CELERY_KEY_PREFIX finishes
+them; a prefixed deployment adopts a job at its next slice (app.email.bulk), its reaper from then on.
 Additive (nullable / defaulted columns and a partial index): the previous release ignores them.
 
 Revision ID: m0002
