@@ -534,7 +534,6 @@ def test_reaper_does_not_invalidate_a_message_that_is_only_waiting_in_the_queue(
     rcpts = [f"q{i}@example.com" for i in range(3)]
     resp = client.post(BULK, json={"recipients": rcpts, "subject": "s", "body": "b"}, headers=headers)
     job_id = resp.get_json()["jobId"]
-    product = app.config["DEFAULT_PRODUCT"]
     with app.app_context():
         [(_, args, kwargs)] = _outbox_rows(app, prefix)  # the message now waits in the queue ...
         db.session.execute(update(EmailJob).where(EmailJob.id == job_id).values(lease_expires_at=utcnow()))

@@ -362,7 +362,7 @@ def test_backfill_step_whose_outbox_write_fails_is_retried_not_dropped(make_app,
         def flaky(session, task, *args, **kwargs):
             if task.name == "embeddings.backfill" and not failures:
                 failures.append(args)
-                raise OperationalError("INSERT INTO platform.task_outbox", {}, Exception("server closed the connection"))
+                raise OperationalError("INSERT INTO platform.task_outbox", {}, Exception("connection closed"))
             return real(session, task, *args, **kwargs)
 
         monkeypatch.setattr(tasks_module, "enqueue_after_commit", flaky)
