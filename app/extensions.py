@@ -121,6 +121,18 @@ class _CrossFieldRules(BasePlugin):
         return dict(extra) if extra else None
 
 
+def _configured_maximum(config):
+    """`metadata={"maximum_setting": NAME}`: the field's documented `maximum` is this app's setting NAME
+    (enforced by the code that reads the same setting), not a number written at import — an operator
+    who lowers it gets a document that says so. The Api, and so its document, is built per app."""
+
+    def attribute(converter, field, ret) -> dict:
+        setting = field.metadata.get("maximum_setting")
+        return {"maximum": int(config[setting])} if setting else {}
+
+    return attribute
+
+
 _ANY_OBJECT = {"type": "object", "nullable": True}
 
 
@@ -140,6 +152,7 @@ class Api(_Api):
     def _init_spec(self, *, extra_plugins=None, **kwargs):
         super()._init_spec(extra_plugins=[*(extra_plugins or ()), _CrossFieldRules()], **kwargs)
         self.ma_plugin.converter.add_attribute_function(_nullable_nested)
+        self.ma_plugin.converter.add_attribute_function(_configured_maximum(self._app.config))
 
 
 class SafeParser(FlaskParser):
