@@ -265,7 +265,8 @@ class QueryParamsSchema(Schema):
     cursor = ma.String(allow_none=True, validate=validate.Length(max=4000),
                        metadata={"description": "a `nextCursor` of the previous page, in place of `page`"})
     pageSize = ma.Integer(load_default=20, validate=validate.Range(min=1),
-                          metadata={"maximum": 500, "description": "at most ENTITY_MAX_PAGE_SIZE (default 500)"})
+                          metadata={"maximum_setting": "ENTITY_MAX_PAGE_SIZE",  # the app's value (app.extensions)
+                                    "description": "at most ENTITY_MAX_PAGE_SIZE (default 500)"})
     filters = ma.Dict(load_default=dict, allow_none=True)
     sortBy = ma.String(allow_none=True)
     sortOrder = SortOrderField(allow_none=True)
