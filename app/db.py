@@ -188,6 +188,14 @@ class Database:
             session.flush()  # what autoflush would do before a Session query
             row = session.connection().exec_driver_sql(sql, params).first()
             return dict(row._mapping) if row is not None else None
+        if session is None and has_app_context() and g.get("_db_reads_only"):
+            # a read-only request (db.reads_only) runs its next statements on its session's connection,
+            # in autocommit: this read takes that connection now (one pool checkout per request, no
+            # autocommit switch), through the driver's cursor all the same
+            connection = self.session.connection()
+            return _first_row(state.engine, connection.connection.dbapi_connection, sql, params,
+                              lambda exc: (state.engine.pool._invalidate(connection.connection, exc, _checkin=False),
+                                           connection.invalidate(exc)))
         return _read_first_raw(state.engine, sql, params)
 
     def execute_shaped(self, session: Session, shape: Hashable, build: Callable[[], Executable],
@@ -301,29 +309,37 @@ def _render_shaped(stmt: Executable, dialect, translate: dict, keys: list, named
 
 def _read_first_raw(engine: Engine, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
     """`sql` on a pooled connection in autocommit through the driver's cursor (Database.read_first)."""
-    from psycopg.rows import dict_row
-
-    dialect = engine.dialect
     fairy = engine.raw_connection()
     try:
         conn = fairy.dbapi_connection
         conn.autocommit = True
         try:
-            with conn.cursor(row_factory=dict_row) as cur:
-                cur.execute(sql, params)
-                return cur.fetchone()
-        except dialect.loaded_dbapi.Error as exc:
-            disconnect = dialect.is_disconnect(exc, conn, None)
-            if disconnect:
-                fairy.invalidate(exc)
-                engine.pool._invalidate(fairy, exc)  # the others of its age are as dead (as SQLAlchemy does)
-            raise DBAPIError.instance(sql, params, exc, dialect.loaded_dbapi.Error,
-                                      connection_invalidated=disconnect, dialect=dialect) from exc
+            return _first_row(engine, conn, sql, params,
+                              lambda exc: (fairy.invalidate(exc), engine.pool._invalidate(fairy, exc)))
         finally:
             if not conn.closed:
                 conn.autocommit = False
     finally:
         fairy.close()
+
+
+def _first_row(engine: Engine, conn, sql: str, params: dict[str, Any], invalidate) -> dict[str, Any] | None:
+    """The first row of `sql` through the cursor of `conn` (a pooled driver connection in autocommit);
+    a driver error is raised as SQLAlchemy's; on a disconnect `invalidate(exc)` drops the connection
+    and the pool's others of its age (as SQLAlchemy's own path does)."""
+    from psycopg.rows import dict_row
+
+    dialect = engine.dialect
+    try:
+        with conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(sql, params)
+            return cur.fetchone()
+    except dialect.loaded_dbapi.Error as exc:
+        disconnect = dialect.is_disconnect(exc, conn, None)
+        if disconnect:
+            invalidate(exc)
+        raise DBAPIError.instance(sql, params, exc, dialect.loaded_dbapi.Error,
+                                  connection_invalidated=disconnect, dialect=dialect) from exc
 
 
 def make_engine(url: str, config: dict) -> Engine:
