@@ -10,6 +10,8 @@ over 20 orgs; org `bench-big` holds 100 000 of them, the other 19 share the rest
     string; (d) `$search`. The floor is the very SQL the app sent for that request (captured from
     the engine: count + page) replayed through one psycopg connection, interleaved with the app runs.
 (2) Count with a selective filter (p50, app vs floor).
+    Next to (1) and (2), in the same rounds: the Flask layer alone (an authenticated GET /api/v1/me through
+    the same test client and token) and (app − layer)/typed, the query engine's ratio without it.
 (3) Bulk create of 5 000 records per request (validation included) in records/s, against a raw
     COPY of the same final rows (tsvectors precomputed outside the timing) into the same table.
 EXPLAIN (ANALYZE) of each floor statement is written below the table.
@@ -104,11 +106,14 @@ READING = """### Reading the plans
   projection does not cover would be (`$exists`, lists, JSON, long text, `$similar`…): once the
   projection is ready the definition keeps no index of its own there (the generic indexes serve it,
   as they serve a small definition), so those are slow on 100 000 records.
-- The app's overhead per request is the definition lookup, BEGIN/ROLLBACK around the request's
-  statements, and request parsing, filter compilation and JSON/marshmallow work (the token check is
-  cached per token, the pool no longer pre-pings busy connections): 2–3 ms on a quiet machine, much
-  more when the 2 cores are saturated (the load average is printed below). It is what keeps
-  app/typed far above 2 where the typed table answers in 0.1–0.6 ms; own SQL/typed is the ratio of
+- The app's overhead per request: the Flask layer every request pays (the 'Flask layer' column: an
+  authenticated `GET /api/v1/me` in the same rounds), the definition read (one round trip, on the
+  connection the count and page then use), the body's validation (a fast lane in front of
+  marshmallow), filter compilation (the WHERE expression and its SQLAlchemy cache key), the count and
+  the page (their SQL rendered once per statement shape, `db.execute_shaped`), record shaping and the
+  JSON answer. It grows with the machine's load far more than the statements do (each of the app's
+  round trips waits for the PostgreSQL backend to be scheduled; the load average is printed below).
+  '(app − layer)/typed' is the query engine's ratio without the Flask layer; own SQL/typed is the ratio of
   the statements themselves."""
 
 
