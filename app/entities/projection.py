@@ -7,16 +7,20 @@ that gets its own indexes also gets a projection table `erp_<definition key>_<pl
 product schema:
 
 - one row per ACTIVE record of the definition: `id` (PK), `name`, `created_at`, `updated_at`,
-  `version`, `search_vector`, and one typed column per scalar field of the schema (numbers `numeric`,
+  `version`, `tags`, `search_vector`, and one typed column per scalar field of the schema (numbers `numeric`,
   dates `text COLLATE "C"`, datetimes `timestamptz`, booleans `boolean`, short text `text COLLATE "C"`
   holding string values plus a second, normally NULL, column holding the text of a non-string value
   so that `fields ->> name` is reproduced exactly). Every value is computed by the filter compiler's
   own `FieldResolver` expressions (rendered here with the values inlined), so a column holds exactly
   what the compiler's typed expression evaluates to (invalid/missing → NULL): results cannot change;
+  and one `text[]` column per list field (multiselect, multilookup, JSON array of strings): the string
+  elements of the value when it is a JSON array, `{}` otherwise (`list_elements`), on which the
+  compiler's `fields @> {name: [v]}` is exactly `column @> ARRAY[v]` (has / `$contains`) and its OR of
+  those `column && ARRAY[…]` (`$in`); `$nin`/`$ne`/`$not` negate them (never NULL);
 - b-trees per column (dates `DESC NULLS LAST`; `(created_at, id)` for the default order), except
   booleans and dropdowns, which share one b-tree (fewest values first: equality on any subset of them
   is an index-only scan, with PostgreSQL 18's skip scan over the columns left out); pg_trgm GIN on
-  short text; GIN on the tsvector;
+  short text; GIN on the tsvector, on `tags` and on each list column;
 - kept exact in the writer's own transaction by three statement-level AFTER triggers with transition
   tables on `entity_records` (INSERT / UPDATE / DELETE, each restricted to the definition's rows):
   set-based, so a bulk create costs one INSERT … SELECT more, not a trigger call per row.
@@ -35,7 +39,8 @@ a deactivated or deleted definition loses it.
 Queries (app.entities.query) compile against the projection through `ProjectionResolver` (a
 `FieldResolver` over the projection's columns) when every field the filter and sort mention is
 projected and every operator has a column form; anything else (`$exists`, `$empty`, equality with
-null, list/JSON/long-text fields, `tags`, `is_active`, sorting by a boolean, `$similar`) raises
+null, equality of a list field with a whole list, JSON/long-text fields, `is_active`, sorting by a
+boolean or a list, `$similar`) raises
 `NotProjected` and the request compiles against `entity_records` as before, narrowed by the
 top-level AND terms the projection does answer (`id IN (SELECT id FROM <projection> WHERE …)`).
 A `$similar` page reads entity_records and the vectors, but its exact count with a filter the projection
@@ -54,12 +59,20 @@ from typing import Any
 
 from sqlalchemy import Boolean, Column, Integer, MetaData, Numeric, Table, Text, case, cast, func, text
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.dialects.postgresql import TIMESTAMP, TSVECTOR
+from sqlalchemy.dialects.postgresql import ARRAY, TIMESTAMP, TSVECTOR
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
 from app.db import PRODUCT_PLACEHOLDER
-from app.entities.fieldtypes import KIND_BOOL, KIND_DATE, KIND_DATETIME, KIND_NUMBER, KIND_TEXT, FieldCatalog
+from app.entities.fieldtypes import (
+    KIND_ARRAY,
+    KIND_BOOL,
+    KIND_DATE,
+    KIND_DATETIME,
+    KIND_NUMBER,
+    KIND_TEXT,
+    FieldCatalog,
+)
 from app.entities.filters import FieldRef, FieldResolver, NotProjected
 
 log = logging.getLogger(__name__)
@@ -70,9 +83,10 @@ BACKFILL_BATCH = 5000
 ENUM_INDEX_COLUMNS = 8  # booleans and dropdowns in the shared b-tree (the rest get one each)
 CURRENT_VECTOR = "embedded_current"  # = embedded_hash when embedded_version = version, else NULL
 SYSTEM = {"id": "text", "name": "text", "created_at": "timestamptz", "updated_at": "timestamptz",
-          "version": "integer"}
+          "version": "integer", "tags": "text[]"}
+LIST = "text[]"
 _SA_TYPES = {"text": Text, 'text COLLATE "C"': Text, "numeric": Numeric, "timestamptz": TIMESTAMP(timezone=True),
-             "boolean": Boolean, "integer": Integer, "tsvector": TSVECTOR}
+             "boolean": Boolean, "integer": Integer, "tsvector": TSVECTOR, "text[]": ARRAY(Text)}
 
 
 def definition_key(definition_id: str) -> str:
@@ -114,6 +128,16 @@ def _sql(expr) -> str:
     return str(expr.compile(dialect=_DIALECT, compile_kwargs={"literal_binds": True, "include_table": False}))
 
 
+def list_elements(jsonb_sql: str) -> str:
+    """A list field's column: the string elements of the JSON array, `{}` for anything else (missing,
+    null, a scalar, an object; never NULL). The compiler's `fields @> {name: [v]}` is true exactly when
+    the value is an array with the string `v` among its direct elements (numbers, nulls, nested arrays
+    and objects never equal a string; duplicates and order do not matter; strings compare byte for
+    byte, case included), which is `column @> ARRAY[v]`; any of several is `column && ARRAY[…]`."""
+    return (f"ARRAY(SELECT e.v #>> '{{}}' FROM jsonb_array_elements(CASE WHEN jsonb_typeof({jsonb_sql}) = 'array' "
+            f"THEN {jsonb_sql} END) AS e(v) WHERE jsonb_typeof(e.v) = 'string')")
+
+
 def plan_projection(definition_id: str, catalog: FieldCatalog) -> Plan:
     """The projection table a definition with this schema gets (pure: no session)."""
     source = FieldResolver(catalog)
@@ -147,15 +171,17 @@ def plan_projection(definition_id: str, catalog: FieldCatalog) -> Plan:
                                                                  else_=None))))
             fields.append(ProjectedField(name, spec.kind, column, other))
             continue
+        elif spec.kind == KIND_ARRAY:
+            columns.append((column, LIST, list_elements(_sql(source.jsonb(ref)))))
         else:
-            continue  # long text, lists, JSON, files: not projected (queries on them fall back)
+            continue  # long text, JSON, files: not projected (queries on them fall back)
         fields.append(ProjectedField(name, spec.kind, column))
     def table_named(name: str) -> Table:
         return Table(name, MetaData(schema=PRODUCT_PLACEHOLDER),
                      *(Column(c, _SA_TYPES[t], primary_key=c == "id") for c, t, _ in columns))
 
     target = ProjectionResolver(catalog, table_named("draft"), {f.field: f for f in fields})
-    wanted: list[str] = ["USING btree (created_at, id)", "USING gin (search_vector)"]
+    wanted: list[str] = ["USING btree (created_at, id)", "USING gin (search_vector)", "USING gin (tags)"]
     # Few-valued fields (booleans, dropdowns) share one b-tree, fewest values first: equalities on any
     # of them are answered from that index alone (index-only; PostgreSQL 18 skips over the leading
     # columns a filter leaves out), where one index per field would need a BitmapAnd and heap visits.
@@ -168,6 +194,8 @@ def plan_projection(definition_id: str, catalog: FieldCatalog) -> Plan:
         ref = target.resolve(f.field)
         if f in enums:
             pass
+        elif f.kind == KIND_ARRAY:
+            wanted.append(f"USING gin ({f.column})")  # @> (has), && (any of)
         elif f.kind in (KIND_DATE, KIND_DATETIME):
             wanted.append(f"USING btree ({f.column} DESC NULLS LAST) INCLUDE ({CURRENT_VECTOR})")
         else:
@@ -232,6 +260,16 @@ class ProjectionResolver(FieldResolver):
 
     def scalar_equals(self, ref: FieldRef, value: Any) -> ColumnElement:
         return self.typed(ref) == value  # NULL when missing/other type: the compiler makes it false
+
+    def member(self, ref: FieldRef, value: str) -> ColumnElement:
+        if ref.system:
+            return super().member(ref, value)
+        return self.t.c[self.fields[ref.name].column].contains([value])  # the list's GIN
+
+    def overlap(self, ref: FieldRef, values: list[str]) -> ColumnElement:
+        if ref.system:
+            return super().overlap(ref, values)
+        return self.t.c[self.fields[ref.name].column].overlap(values)
 
 
 def resolver_for(definition, catalog: FieldCatalog) -> ProjectionResolver | None:

@@ -128,8 +128,11 @@ def test_plan_projects_scalar_fields_with_the_compilers_expressions():
     plan = plan_of("def-1")
     projected_fields = {f.field for f in plan.fields}
     assert projected_fields == {"title", "qty", "price", "active", "due", "at", "email", "phone", "site",
-                                "status", "owner", "amount", "score"}  # not: long text, lists, JSON, files
-    types = {c: t for c, t, _ in plan.columns}
+                                "status", "owner", "amount", "score", "labels", "watchers"}  # not: long text,
+    types = {c: t for c, t, _ in plan.columns}                                               # JSON, files
+    labels = plan.field("labels")
+    assert types[labels.column] == types["tags"] == "text[]" and labels.other is None
+    assert f"USING gin ({labels.column})" in [body for _, body in plan.indexes]
     title, amount, at = plan.field("title"), plan.field("amount"), plan.field("at")
     assert types[title.column] == types[title.other] == 'text COLLATE "C"'
     assert types[amount.column] == "numeric" and types[at.column] == "timestamptz"
@@ -187,12 +190,17 @@ def test_projection_follows_every_write(projected):
     ({"at": {"$gte": "2026-01-10T11:00:00Z"}, "name": {"$startsWith": "E"}}, True),
     ({"$search": "hello"}, True),
     ({"qty": {"$exists": True}}, False),
-    ({"labels": "red"}, False),
+    ({"labels": "red"}, True),
+    ({"labels": {"$in": ["green", "blue"]}, "$not": {"watchers": {"$contains": "u1"}}}, True),
+    ({"labels": {"$nin": ["red"]}, "tags": {"$ne": "vip"}}, True),
+    ({"tags": ["vip", "new"]}, True),
+    ({"tags": {"$empty": True}}, True),
+    ({"labels": ["red", "green"]}, False),  # a whole list (order, duplicates, other types) is JSON
+    ({"labels": {"$empty": True}}, False),
     ({"body": {"$contains": "x"}}, False),
-    ({"tags": "vip"}, False),
     ({"qty": None}, False),
     # not covered as a whole: the terms the projection answers narrow entity_records through it
-    ({"qty": {"$gte": 2}, "labels": "red"}, True),
+    ({"qty": {"$gte": 2}, "labels": "red", "meta": {"k": 1}}, True),
     ({"status": "open", "$or": [{"qty": {"$exists": False}}, {"tags": "vip"}]}, True),
 ])
 def test_queries_use_the_projection_only_when_it_covers_them(projected, flt, covered):
@@ -365,3 +373,48 @@ def test_a_projection_dropped_after_the_request_read_its_definition_is_not_an_er
     assert pointed(app, definition_id) == plan.name
     count = client.post(f"{BASE}/items/records/count", json={"filters": flt}, headers=headers)
     assert count.status_code == 200 and count.get_json() == expected_count
+
+
+ODD_LISTS = {  # what `l` holds in records written while the schema declared it plain JSON
+    "dups": ["a", "A", "a"], "num": [1, "1"], "onlynum": [1], "nul": ["b", None], "nested": [["a"]],
+    "object": {"a": ["a"]}, "scalar": "a", "null": None, "missing": "MISSING", "empty": [], "bool": [True],
+    "booltext": ["true"], "mixed": [{"a": "a"}, 2.5, "ü"],
+}
+
+
+@pytest.mark.parametrize("flt, expected", [
+    ({"l": "a"}, {"dups"}),
+    ({"l": {"$contains": "A"}}, {"dups"}),
+    ({"l": "1"}, {"num"}),
+    ({"l": "true"}, {"booltext"}),
+    ({"l": {"$in": ["1", "ü", "zz"]}}, {"num", "mixed"}),
+    ({"l": {"$nin": ["a", "1"]}}, set(ODD_LISTS) - {"dups", "num"}),
+    ({"$not": {"l": {"$contains": "b"}}}, set(ODD_LISTS) - {"nul"}),
+    ({"l": {"$ne": "a"}, "tags": "vip"}, {"num", "nested"}),
+    ({"tags": {"$in": ["new"]}}, {"nested"}),
+    ({"tags": ["vip", "new"]}, {"nested"}),
+])
+def test_list_fields_on_the_projection_hold_what_the_compiler_matches(indexing_app, flt, expected):
+    """A list field's column holds the string elements of a JSON array (`{}` for anything else), so
+    list conditions on the projection match what `fields @> {l: [v]}` matches, whatever the stored
+    value (written before a schema change made `l` a list of strings): numbers, booleans, nulls,
+    nested arrays and objects are no strings; duplicates and case are kept."""
+    app, client = indexing_app, indexing_app.test_client()
+    _org, headers = org_headers()
+    schema = {"type": "object", "properties": {"s": {"type": "string"}, "l": {"type": "json"}}}
+    definition_id = create_definition(client, headers, name="odd", schema=schema)
+    bulk(client, headers, "odd", "create", [
+        {"name": name, "tags": {"num": ["vip"], "nested": ["vip", "new"]}.get(name, []),
+         "fields": {"s": name, **({} if value == "MISSING" else {"l": value})}} for name, value in ODD_LISTS.items()])
+    listed = {**schema, "properties": {**schema["properties"], "l": {"type": "array", "items": {"type": "string"}}}}
+    resp = client.put(f"{BASE}/definitions/odd", json={"schema": listed}, headers=headers)
+    assert resp.status_code == 200, resp.get_json()
+    plan = plan_of(definition_id, listed)
+    assert pointed(app, definition_id) == plan.name and differences(app, plan) == 0  # rebuilt by the task
+    with statements(app) as seen:
+        got = query(client, headers, "odd", filters=flt, pageSize=100)
+        count = client.post(f"{BASE}/odd/records/count", json={"filters": flt}, headers=headers).get_json()
+    assert names(got) == expected and count == len(expected)
+    assert used(seen, plan)
+    # the count reads the projection alone (no fallback to entity_records' JSONB)
+    assert any("count(" in s and plan.name in s and "entity_records" not in s for s in seen)
