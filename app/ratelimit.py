@@ -138,9 +138,7 @@ class RateLimiter:
 
 
 def init_app(app: Flask) -> None:
-    for name in GROUPS.values():  # a malformed setting stops start-up, not the first request
-        parse_policy(app.config.get(name))
-    app.extensions["ratelimit"] = RateLimiter(app)
+    app.extensions["ratelimit"] = RateLimiter(app)  # parses every policy: a bad setting stops start-up
     app.after_request(_add_headers)
 
 

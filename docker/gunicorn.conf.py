@@ -4,7 +4,7 @@ starve every other route while it waits; threads keep the process answering."""
 import os
 
 bind = f"0.0.0.0:{os.environ.get('PORT', '8000')}"
-worker_class = "gthread"
+worker_class = "app.serving.EnvelopeThreadWorker"  # gthread; gunicorn-level errors in the envelope
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
 # Each worker must be able to hold every waiting image call by itself and still answer other routes:
 # a gthread worker accepts connections beyond its thread count and queues them, and the kernel does
@@ -16,9 +16,9 @@ keepalive = 5
 accesslog = "-"
 errorlog = "-"
 access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms rid=%({x-request-id}o)s'
-# gunicorn answers an over-long header or request line itself, in HTML, before the app sees it. The
-# app has its own, tighter limits and answers in the JSON envelope (an Authorization header over 8 KB
-# is a 401), so gunicorn's ceilings sit above them: 64 KB per header field, the longest request line
-# gunicorn supports.
+# gunicorn answers an over-long header or request line itself, before the app sees it (in the JSON
+# envelope, through app.serving). The app has its own, tighter limits with more precise answers (an
+# Authorization header over 8 KB is a 401), so gunicorn's ceilings sit above them: 64 KB per header
+# field (431 beyond), the longest request line gunicorn supports (414 beyond).
 limit_request_field_size = 65536
 limit_request_line = 8190

@@ -218,6 +218,43 @@ def test_oversized_authorization_header_gets_the_envelope_through_gunicorn(datab
         proc.wait(30)
 
 
+
+def test_gunicorn_level_errors_get_the_envelope(database_url):
+    """Requests gunicorn refuses before the app sees them (a header field over 64 KB, a request line
+    over 8 KB, a malformed header) are answered in the JSON envelope, not gunicorn's HTML page."""
+    import json
+    import socket
+
+    from tests.functional.test_reliability import start_gunicorn
+
+    def raw(port: int, request: bytes) -> tuple[int, str, dict]:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(request)
+            data = b""
+            while chunk := sock.recv(65536):
+                data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        headers = dict(line.split(": ", 1) for line in lines[1:])
+        return int(lines[0].split()[1]), headers.get("Content-Type", ""), json.loads(body)
+
+    proc, port = start_gunicorn(database_url, GUNICORN_THREADS="4")
+    try:
+        cases = [
+            (b"GET /api/v1/health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n", 431),
+            (b"GET /api/v1/health?" + b"a" * 9_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),
+            (b"GET /api/v1/health HTTP/1.1\r\nHost: x\r\nBad Header: y\r\n\r\n", 400),
+        ]
+        for request, status in cases:
+            got, content_type, body = raw(port, request)
+            assert got == status, body
+            assert content_type == "application/json"
+            assert body["error"]["code"] == "INVALID_INPUT" and body["metadata"]["success"] is False
+            assert body["error"]["message"]
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
 # --- 6. documented caps per string, per record, per response ----------------------------------------
 
 def test_default_caps_refuse_a_huge_title(client, auth):

@@ -86,6 +86,10 @@ def test_outbox_row_commits_with_the_transaction(app, database_url, broker_up):
             enqueue_after_commit(session, task, "rolled-back")
             session.rollback()
             enqueue_after_commit(session, task, "kept", flag=True)
+            pending = session.execute(select(OutboxMessage.args).where(OutboxMessage.task_name == "recording")
+                                      ).scalars().all()
+            assert pending.count(["kept"]) == 1 and ["rolled-back"] not in pending  # a row of this transaction
+            assert task.sent == []  # nothing leaves before the commit
             session.commit()
         with db.engine.connect() as conn:
             rows = conn.execute(select(OutboxMessage.id, OutboxMessage.args, OutboxMessage.kwargs)
@@ -100,6 +104,7 @@ def test_outbox_row_commits_with_the_transaction(app, database_url, broker_up):
         assert mine and mine[-1].kwargs == {"flag": True}  # waits for the dispatcher
         with app.app_context(), db.engine.begin() as conn:
             conn.execute(OutboxMessage.__table__.delete().where(OutboxMessage.task_name == "recording"))
+
 
 def test_retry_countdown_is_exponential_with_jitter_capped_and_honours_retry_after():
     for retries in range(4):
