@@ -143,6 +143,13 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "EMAIL_BULK_MAX_ATTEMPTS": (3, int, "Tries per recipient for transient SMTP failures (4xx, dropped connection)"),
     "EMAIL_BULK_RETRY_SECONDS": (2.0, float, "Unit of the retry delay of a transient failure "
                                                  "(app.tasks.retry_countdown: doubles, jitter)"),
+    "EMAIL_BULK_SLICE_SIZE": (500, int, "Recipients one task of a bulk job sends before it hands the rest to "
+                                        "the next task (chained through the outbox)"),
+    "EMAIL_BULK_LEASE_SECONDS": (300.0, float, "A bulk job whose next slice has not started (or whose slice has "
+                                               "not reported) for this long, and that no worker holds, is "
+                                               "dispatched again by the email lease reaper"),
+    "NEWSLETTER_MAX_RECIPIENTS": (50_000, int, "Most active subscribers one newsletter issue is sent to "
+                                               "(400 above)"),
 }
 
 

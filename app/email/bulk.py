@@ -7,6 +7,15 @@ task is redelivered after a worker was lost, rows still `sending` were perhaps d
 marked failed ("not resent"), never sent again; `pending` rows carry on; `sent` rows are skipped.
 Transient failures (4xx, dropped connection) go back to `pending` with a growing delay, up to
 EMAIL_BULK_MAX_ATTEMPTS tries; permanent ones (5xx, a refused recipient) fail at once.
+
+Slices and the lease: a task sends at most EMAIL_BULK_SLICE_SIZE recipients (well inside the task time
+limit), then, in one transaction, bumps the job's `dispatch_token`, renews `lease_expires_at` and
+writes the next slice's message to the outbox (`enqueue_after_commit`): a broker outage or a worker
+death between slices loses nothing. A message whose token is not the job's current one does nothing,
+so there is only ever one live chain. The email lease reaper (`requeue_stalled_jobs`, in
+`app.lease_reapers()`) dispatches again, under a new token, a job past its lease that no worker holds
+(its advisory lock is free): a worker killed mid-slice, a soft time limit, a message lost with the
+broker's memory. Eager mode (no broker) sends the whole job in one call.
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ from sqlalchemy import bindparam, func, insert, select, text, update
 from app.db import db
 from app.email.models import EmailDelivery, EmailJob
 from app.email.senders import Delivery
-from app.email.services import build_message, get_sender
+from app.email.services import build_message, get_sender, unique_addresses
 from app.errors import NotFound
 from app.tasks import retry_countdown
 from app.tenancy import Tenant, current_tenant, tenant_select
@@ -36,33 +45,23 @@ log = logging.getLogger(__name__)
 CLAIM_CHUNK = 200
 LOST = "The worker was lost while sending; not resent, to never deliver twice."
 JOB_LOCK = 0x454D_4A42
+LOCK_WAIT_SECONDS = 10.0
 
 
 # --------------------------------------------------------------------------- creating jobs
-
-
-def unique_addresses(addresses: list[str]) -> list[str]:
-    """Trimmed, first occurrence kept, duplicates (case-insensitive) dropped."""
-    seen: set[str] = set()
-    out = []
-    for address in addresses:
-        address = address.strip()
-        if address.lower() not in seen:
-            seen.add(address.lower())
-            out.append(address)
-    return out
 
 
 def create_job(*, kind: str, deliveries: list[dict[str, Any]], subject: str | None = None,
                body: str | None = None) -> EmailJob:
     """A queued job with one `pending` row per delivery; its task is sent once this commits."""
     from app.email.tasks import bulk_send
-    from app.tasks import enqueue_after_commit
+    from app.tasks import _key_prefix, enqueue_after_commit
 
     tenant = current_tenant()
     session = db.session
     job = EmailJob(id=new_id(), org_id=tenant.org_id, kind=kind, status="queued", subject=subject,
-                   body=body, total=len(deliveries), created_by=tenant.user_id, created_at=utcnow())
+                   body=body, total=len(deliveries), created_by=tenant.user_id, created_at=utcnow(),
+                   lease_expires_at=_lease_end(), dispatch_token=0, key_prefix=_key_prefix())
     session.add(job)
     session.flush()
     if deliveries:
@@ -71,9 +70,9 @@ def create_job(*, kind: str, deliveries: list[dict[str, Any]], subject: str | No
              "recipient": d["to"], "subject": d.get("subject"), "body": d.get("body"), "headers": d.get("headers")}
             for i, d in enumerate(deliveries)])
     else:
-        job.status, job.finished_at = "done", utcnow()
+        job.status, job.finished_at, job.lease_expires_at = "done", utcnow(), None
     if deliveries:
-        enqueue_after_commit(session, bulk_send, tenant.product, job.id)
+        enqueue_after_commit(session, bulk_send, tenant.product, job.id, token=0)
     session.commit()
     return job
 
@@ -130,9 +129,16 @@ def delivery_to_wire(d: EmailDelivery) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _job_lock(job_id: str) -> Iterator[bool]:
+def _job_lock(job_id: str, wait_seconds: float = 0.0) -> Iterator[bool]:
+    """The job's session advisory lock (ends with the connection, `kill -9` included), tried for up to
+    `wait_seconds`."""
     with db.engine.connect() as conn:
-        got = conn.scalar(text("SELECT pg_try_advisory_lock(:c, hashtext(:k))"), {"c": JOB_LOCK, "k": job_id})
+        deadline = time.monotonic() + wait_seconds
+        while True:
+            got = conn.scalar(text("SELECT pg_try_advisory_lock(:c, hashtext(:k))"), {"c": JOB_LOCK, "k": job_id})
+            if got or time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
         try:
             yield bool(got)
         finally:
@@ -141,33 +147,48 @@ def _job_lock(job_id: str) -> Iterator[bool]:
             conn.commit()
 
 
-def run_job(product: str, job_id: str, *, sleep=time.sleep) -> str:
-    """Send every pending delivery of `product`'s job; returns the job's status."""
-    with _job_lock(job_id) as mine:
+def _lease_end():
+    return utcnow() + timedelta(seconds=float(current_app.config["EMAIL_BULK_LEASE_SECONDS"]))
+
+
+def run_job(product: str, job_id: str, token: int | None = None, *, slice_size: int | None = None,
+            sleep=time.sleep) -> str:
+    """Send `product`'s job: at most `slice_size` recipients (None: all), then chain the next slice
+    through the outbox. `token` is the message's dispatch token (None: 0, messages of the previous
+    release). Returns done | continued | busy | stale | missing."""
+    # A slice's message is sent the moment the previous slice commits, a few statements before that
+    # slice's worker lets go of the lock: wait for it a little rather than drop the chain. Still held
+    # after LOCK_WAIT_SECONDS: a duplicate of a message another worker is running (or, should the
+    # holder be that slow, the lease reaper sends the slice again).
+    with _job_lock(job_id, LOCK_WAIT_SECONDS if slice_size is not None else 0.0) as mine:
         if not mine:
             log.info("email job %s is being sent by another worker", job_id)
             return "busy"
         with db.product_session(product) as session:
-            return _run_locked(session, product, job_id, sleep)
+            return _run_locked(session, product, job_id, token or 0, slice_size, sleep)
 
 
-def _run_locked(session, product: str, job_id: str, sleep) -> str:
+def _run_locked(session, product: str, job_id: str, token: int, slice_size: int | None, sleep) -> str:
     job = session.get(EmailJob, job_id)
     if job is None:
         log.warning("email job %s does not exist (deleted?)", job_id)
         return "missing"
     if job.status == "done":
         return "done"
+    if job.dispatch_token != token:  # the reaper (or a finished slice) sent a newer message for this job
+        log.info("email job %s: message of token %s superseded by %s", job_id, token, job.dispatch_token)
+        return "stale"
     # rows a lost worker left in `sending` were perhaps delivered: never send them again
     session.execute(update(EmailDelivery).where(EmailDelivery.job_id == job_id, EmailDelivery.status == "sending")
                     .values(status="failed", error=LOST))
-    job.status, job.started_at = "sending", job.started_at or utcnow()
+    job.status, job.started_at, job.lease_expires_at = "sending", job.started_at or utcnow(), _lease_end()
     session.commit()
     config = current_app.config
     concurrency = max(1, int(config["EMAIL_BULK_CONCURRENCY"]))
     max_attempts = max(1, int(config["EMAIL_BULK_MAX_ATTEMPTS"]))
     backoff = float(config["EMAIL_BULK_RETRY_SECONDS"])
     tenant = Tenant(org_id=job.org_id, user_id=job.created_by or "", email=None, role=None, product=product)
+    subject, body = job.subject, job.body
     sender, sender_address = get_sender(), config["EMAIL_FROM"]
     local = threading.local()
     transports = []
@@ -182,8 +203,8 @@ def _run_locked(session, product: str, job_id: str, sleep) -> str:
 
     def deliver(row) -> Delivery:
         try:
-            message = build_message(sender_address, [row.recipient], row.subject or job.subject or "",
-                                    row.body or job.body or "", tenant)
+            message = build_message(sender_address, [row.recipient], row.subject or subject or "",
+                                    row.body or body or "", tenant)
             if row.headers:  # a long List-Unsubscribe URL must not be folded into encoded words
                 message.policy = message.policy.clone(max_line_length=998)
                 for name, value in row.headers.items():
@@ -193,34 +214,94 @@ def _run_locked(session, product: str, job_id: str, sleep) -> str:
             log.exception("email job %s: building/sending message %s failed", job_id, row.seq)
             return Delivery("failed", f"{type(exc).__name__}: {exc}"[:500])
 
+    budget = slice_size if slice_size is not None else -1  # -1: the whole job in this call
+    finished = False
     try:
         with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="email-bulk") as pool:
-            while True:
-                rows = _claim(session, job_id, CLAIM_CHUNK)
+            while budget != 0:
+                rows = _claim(session, job_id, CLAIM_CHUNK if budget < 0 else min(CLAIM_CHUNK, budget))
                 if not rows:
                     wait = _next_retry_in(session, job_id)
                     if wait is None:
+                        finished = True
                         break
+                    _renew(session, job_id)
                     sleep(min(wait, 30.0))
+                    if budget > 0:  # a slice waits once, then hands over: no task outlives its time limit
+                        break
                     continue
                 results = list(pool.map(deliver, rows))
                 _record(session, job_id, rows, results, max_attempts, backoff)
+                _renew(session, job_id)
+                if budget > 0:
+                    budget -= len(rows)
+            else:
+                finished = _next_retry_in(session, job_id) is None
     finally:
         for t in transports:
             t.close()
     job = session.get(EmailJob, job_id)
-    job.status, job.finished_at = "done", utcnow()
+    if finished:
+        job.status, job.finished_at, job.lease_expires_at = "done", utcnow(), None
+        session.commit()
+        return "done"
+    from app.email.tasks import bulk_send
+    from app.tasks import enqueue_after_commit
+
+    job.dispatch_token, job.lease_expires_at = job.dispatch_token + 1, _lease_end()
+    enqueue_after_commit(session, bulk_send, product, job_id, token=job.dispatch_token)
+    session.commit()  # the next slice's message is an outbox row of this commit
+    return "continued"
+
+
+def _renew(session, job_id: str) -> None:
+    session.execute(update(EmailJob).where(EmailJob.id == job_id).values(lease_expires_at=_lease_end()))
     session.commit()
-    return "done"
+
+
+def requeue_stalled_jobs() -> int:
+    """Lease reaper (app.lease_reapers, run by every worker's maintenance loop): an unfinished job past
+    its lease whose advisory lock is free has no live worker and no message on its way that started:
+    it gets a new dispatch token and its next slice is sent through the outbox, in one transaction.
+    A job a worker is sending (lock held) is left alone; its slice renews the lease. Only this
+    deployment's jobs (CELERY_KEY_PREFIX, as the outbox dispatch): another one sharing the database has
+    its own broker and settings."""
+    from app.email.tasks import bulk_send
+    from app.platform_models import Product
+    from app.tasks import _key_prefix, enqueue_after_commit
+
+    with db.engine.connect() as conn:
+        products = list(conn.scalars(select(Product.slug)))
+    requeued = 0
+    for product in products:
+        with db.product_session(product) as session:
+            stalled = list(session.scalars(
+                select(EmailJob).where(EmailJob.key_prefix == _key_prefix(), EmailJob.status != "done",
+                                       EmailJob.lease_expires_at < func.now())
+                .order_by(EmailJob.lease_expires_at).limit(100).with_for_update(skip_locked=True)))
+            for job in stalled:
+                free = session.scalar(text("SELECT pg_try_advisory_xact_lock(:c, hashtext(:k))"),
+                                      {"c": JOB_LOCK, "k": job.id})
+                if not free:  # a worker is sending it right now
+                    continue
+                log.warning("email job %s (product %s) past its lease with no worker; dispatched again",
+                            job.id, product)
+                job.dispatch_token, job.lease_expires_at = job.dispatch_token + 1, _lease_end()
+                enqueue_after_commit(session, bulk_send, product, job.id, token=job.dispatch_token)
+                requeued += 1
+    return requeued
 
 
 def _claim(session, job_id: str, limit: int):
     due = (select(EmailDelivery.seq).where(
         EmailDelivery.job_id == job_id, EmailDelivery.status == "pending",
         (EmailDelivery.next_attempt_at.is_(None)) | (EmailDelivery.next_attempt_at <= func.now()))
-        .order_by(EmailDelivery.seq).limit(limit).with_for_update(skip_locked=True))
+        .order_by(EmailDelivery.seq).limit(limit).with_for_update(skip_locked=True)
+        # MATERIALIZED: as `IN (subquery)` PostgreSQL may run the LIMIT … SKIP LOCKED subquery again per
+        # row, and the claim took the whole job instead of `limit` rows (a slice must stay bounded)
+        .cte("due").prefix_with("MATERIALIZED"))
     rows = session.execute(
-        update(EmailDelivery).where(EmailDelivery.job_id == job_id, EmailDelivery.seq.in_(due.scalar_subquery()))
+        update(EmailDelivery).where(EmailDelivery.job_id == job_id, EmailDelivery.seq.in_(select(due.c.seq)))
         .values(status="sending", claimed_at=func.now(), attempts=EmailDelivery.attempts + 1)
         .returning(EmailDelivery.seq, EmailDelivery.recipient, EmailDelivery.subject, EmailDelivery.body,
                    EmailDelivery.headers, EmailDelivery.attempts)).all()

@@ -1,6 +1,7 @@
 """Tables of bulk email and newsletters (product schema).
 
-- `email_jobs`: one bulk send (or newsletter issue); the shared subject/body of a one-message job.
+- `email_jobs`: one bulk send (or newsletter issue); the shared subject/body of a one-message job, and
+  the job's lease (`lease_expires_at`, `dispatch_token`: see app.email.bulk).
 - `email_deliveries`: one row per recipient message, the unit of work and of state:
   pending → sending (claimed by a worker) → sent | failed. A row leaves `pending` only through an
   UPDATE … WHERE status = 'pending', so two workers never send the same row, and a redelivered task
@@ -34,6 +35,11 @@ class EmailJob(TenantBase):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # the lease (app.email.bulk): renewed by every slice; past it, a job no worker holds is dispatched
+    # again by the reaper under a new token (a message carrying an older token does nothing)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    dispatch_token: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    key_prefix: Mapped[str] = mapped_column(String(100), default="", server_default="")  # the deployment's
 
 
 class EmailDelivery(TenantBase):

@@ -22,7 +22,7 @@ from sqlalchemy.dialects.postgresql import insert
 from app.db import db
 from app.email.bulk import create_job
 from app.email.models import EmailJob, NewsletterSubscriber
-from app.errors import NotFound, Unauthorized
+from app.errors import NotFound, Unauthorized, ValidationFailed
 from app.tenancy import current_tenant, tenant_select
 from app.wire import iso, new_id, utcnow
 
@@ -147,11 +147,18 @@ def subscriber_by_token(token: str, *, unsubscribe: bool = False) -> NewsletterS
 
 
 def send_issue(subject: str, body: str) -> EmailJob:
-    """A bulk job to every active subscriber, each message with its own List-Unsubscribe link."""
+    """A bulk job to every active subscriber, each message with its own List-Unsubscribe link; 400
+    VALIDATION_ERROR when there are more than NEWSLETTER_MAX_RECIPIENTS (nothing is queued)."""
     tenant = current_tenant()
-    subs = db.session.execute(tenant_select(NewsletterSubscriber).with_only_columns(
-        NewsletterSubscriber.id, NewsletterSubscriber.email).where(NewsletterSubscriber.status == "active")
-        .order_by(NewsletterSubscriber.email)).all()
+    cap = max(0, int(current_app.config["NEWSLETTER_MAX_RECIPIENTS"]))
+    active = tenant_select(NewsletterSubscriber).where(NewsletterSubscriber.status == "active")
+    subs = db.session.execute(active.with_only_columns(NewsletterSubscriber.id, NewsletterSubscriber.email)
+                              .order_by(NewsletterSubscriber.email).limit(cap + 1)).all()
+    if len(subs) > cap:
+        count = db.session.scalar(active.with_only_columns(func.count()).order_by(None))
+        raise ValidationFailed(
+            f"This issue would go to {count} active subscribers; at most {cap} per issue. Nothing was sent.",
+            {"activeSubscribers": count, "maxRecipients": cap})
     deliveries = []
     for sub in subs:
         url = unsubscribe_url(tenant.product, tenant.org_id, sub.id)

@@ -127,7 +127,9 @@ class Issues(MethodView):
     @rate_limited("email")
     def post(self, data):
         """Send an issue to every active subscriber through the bulk path; each message carries
-        `List-Unsubscribe` (link + one-click POST)."""
+        `List-Unsubscribe` (link + one-click POST). More active subscribers than the deployment's cap
+        (NEWSLETTER_MAX_RECIPIENTS, default 50 000) is 400 VALIDATION_ERROR with
+        `details.activeSubscribers` and `details.maxRecipients`; nothing is queued."""
         return _accepted(newsletter.send_issue(data["subject"], data["body"]))
 
 

@@ -48,8 +48,22 @@ def build_message(sender_address: str, to: list[str], subject: str, body: str, t
     return message
 
 
+def unique_addresses(addresses: list[str]) -> list[str]:
+    """The one recipient normalisation of /email/send and bulk send: trimmed, the first spelling kept,
+    later duplicates dropped comparing case-insensitively (`Ann@X.com` and ` ann@x.com` are one
+    recipient: one message, not two)."""
+    seen: set[str] = set()
+    out = []
+    for address in addresses:
+        address = address.strip()
+        if address.lower() not in seen:
+            seen.add(address.lower())
+            out.append(address)
+    return out
+
+
 def send_email(to: list[str], subject: str, body: str, tenant: Tenant) -> SendResult:
     """Build and deliver one message; delivery problems come back as `success: false`."""
-    unique_to = list(dict.fromkeys(addr.strip() for addr in to))
+    unique_to = unique_addresses(to)
     message = build_message(current_app.config["EMAIL_FROM"], unique_to, subject, body, tenant)
     return get_sender().send(message)

@@ -5,9 +5,14 @@ from __future__ import annotations
 from app.extensions import celery_app
 
 
-@celery_app.task(name="email.bulk_send", ignore_result=True)
-def bulk_send(product: str, job_id: str) -> str:
-    """Send a bulk job's pending deliveries (idempotent: sent rows are never sent again)."""
+@celery_app.task(name="email.bulk_send", bind=True, ignore_result=True)
+def bulk_send(self, product: str, job_id: str, token: int | None = None) -> str:
+    """Send one slice of a bulk job (EMAIL_BULK_SLICE_SIZE recipients); the slice chains the next one
+    through the outbox. Idempotent: sent rows are never sent again, and a message whose dispatch token
+    is not the job's current one does nothing (app.email.bulk). Eager mode sends the whole job."""
+    from flask import current_app
+
     from app.email.bulk import run_job
 
-    return run_job(product, job_id)
+    slice_size = None if self.request.is_eager else max(1, int(current_app.config["EMAIL_BULK_SLICE_SIZE"]))
+    return run_job(product, job_id, token, slice_size=slice_size)

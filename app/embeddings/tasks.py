@@ -45,7 +45,10 @@ def backfill(self, product: str, org_id: str, entity_id: str, fingerprint: str =
     """Re-embed a definition's records after embeddings were enabled or their setup changed.
 
     One step per task (RECORDS_PER_TASK records, in id order); the next step is queued when this
-    one has committed, so new-record tasks interleave with a long backfill instead of waiting.
+    one has committed, so new-record tasks interleave with a long backfill instead of waiting. It is
+    an outbox row (app.tasks.enqueue_after_commit), sent by the worker's maintenance loop if the broker
+    is down; a worker lost before that commit leaves this message unacknowledged (acks_late), and its
+    redelivery re-runs the step, which skips records whose vectors are current.
     An empty `fingerprint` walks the present setup (`celery -A workers call embeddings.backfill`)."""
     try:
         outcome, next_after, fingerprint = pipeline.backfill_step(product, org_id, entity_id, fingerprint, after_id)
@@ -56,6 +59,10 @@ def backfill(self, product: str, org_id: str, entity_id: str, fingerprint: str =
         raise
     if outcome.failed:
         log.warning("backfill of entity %s: %d record(s) could not be embedded", entity_id, len(outcome.failed))
-    if next_after is not None:
-        backfill.apply_async(args=(product, org_id, entity_id, fingerprint, next_after))
+    if next_after is not None:  # the next step through the outbox: a broker outage right now loses nothing
+        from app.db import db
+        from app.tasks import enqueue_after_commit
+
+        with db.product_session(product) as session:
+            enqueue_after_commit(session, backfill, product, org_id, entity_id, fingerprint, next_after)
     return {**outcome.as_dict(), "next": next_after}

@@ -17,7 +17,7 @@ from typing import Any
 
 from flask import current_app, g
 from marshmallow import RAISE, ValidationError, fields, validate, validates
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select, text, tuple_
 from sqlalchemy.dialects.postgresql import insert
 
 from app.agents.fields import NulFree
@@ -110,20 +110,34 @@ def org_id_for(main_domain: str) -> str:
 # --------------------------------------------------------------------------- registry
 
 
-def sync_builtin_artifacts(session) -> None:
+def sync_builtin_artifacts(session) -> bool:
     """Make sure every built-in artifact has its row. A version published later (higher
-    artifactVersion) is kept; the release's own definition replaces an equal or older one."""
+    artifactVersion) is kept; the release's own definition replaces an equal or older one.
+
+    Called on every registry read, so it reads first and writes only the built-ins whose row is
+    missing or behind (a release that changed them): a read of the registry issues no write (no row
+    locks, no WAL, nothing for a read replica to refuse). Returns whether it wrote."""
+    wanted = {(a["kind"], a["name"]): (i, a) for i, a in enumerate(BUILTIN)}
+    stored = {(r.kind, r.name): r for r in session.execute(
+        select(Artifact.kind, Artifact.name, Artifact.artifact_version, Artifact.payload)
+        .where(tuple_(Artifact.kind, Artifact.name).in_(list(wanted))))}
+    stale = [(i, a) for key, (i, a) in wanted.items()
+             if key not in stored or stored[key].artifact_version < a["artifactVersion"]
+             or (stored[key].artifact_version == a["artifactVersion"] and stored[key].payload != a["definition"])]
+    if not stale:
+        return False
     rows = [{"id": artifact_id(a["kind"], a["name"]), "kind": a["kind"], "name": a["name"],
              "artifact_version": a["artifactVersion"], "payload": a["definition"], "position": i}
-            for i, a in enumerate(BUILTIN)]
+            for i, a in stale]
     stmt = insert(Artifact).values(rows)
-    session.execute(stmt.on_conflict_do_update(
+    session.execute(stmt.on_conflict_do_update(  # the same guard in SQL: a concurrent publish wins
         index_elements=["kind", "name"],
         set_={"payload": stmt.excluded.payload, "artifact_version": stmt.excluded.artifact_version,
               "position": stmt.excluded.position, "updated_at": func.now()},
         where=(Artifact.artifact_version < stmt.excluded.artifact_version)
         | ((Artifact.artifact_version == stmt.excluded.artifact_version)
            & Artifact.payload.is_distinct_from(stmt.excluded.payload))))
+    return True
 
 
 def current_artifacts(session) -> list[Artifact]:

@@ -106,6 +106,30 @@ def test_smtp_backend_real_conversation_with_auth(make_app, smtp_server, make_to
     assert message["Subject"] == "Plain" and message.get_content_type() == "text/plain"
 
 
+def test_send_and_bulk_dedupe_recipients_alike(make_app, smtp_server, make_token):
+    """/email/send and bulk send share one normalisation (app.email.services.unique_addresses): the
+    same address in another case is one recipient, the first spelling kept, on both paths."""
+    from app.email.bulk import unique_addresses as bulk_unique
+    from app.email.services import unique_addresses
+
+    assert bulk_unique is unique_addresses
+    handler, port = smtp_server
+    app = make_app(EMAIL_BACKEND="smtp", SMTP_HOST="127.0.0.1", SMTP_PORT=port, SMTP_STARTTLS=False,
+                   EMAIL_FROM="Gateway <gw@example.com>", REDIS_URL="")
+    headers = {"Authorization": f"Bearer {make_token(scopes=['write:notifications'])}"}
+    to = ["Ann@Example.com", "bob@example.com", "ann@example.com", "BOB@EXAMPLE.COM"]
+    resp = app.test_client().post(SEND, json={"to": to, "subject": "s", "body": "b"}, headers=headers)
+    assert resp.get_json()["success"] is True
+    (_from, rcpts, _content, _auth), = handler.messages
+    assert rcpts == ["Ann@Example.com", "bob@example.com"]
+    handler.messages.clear()
+    resp = app.test_client().post("/api/v1/email/bulk-send", json={"recipients": to, "subject": "s", "body": "b"},
+                                  headers=headers)
+    assert resp.status_code == 202 and resp.get_json()["total"] == 2
+    assert sorted(r for _f, rcpt, _c, _a in handler.messages for r in rcpt) == ["Ann@Example.com",
+                                                                                 "bob@example.com"]
+
+
 def test_smtp_wrong_password_is_success_false(make_app, smtp_server, make_token):
     _handler, port = smtp_server
     app = make_app(EMAIL_BACKEND="smtp", SMTP_HOST="127.0.0.1", SMTP_PORT=port, SMTP_STARTTLS=False,

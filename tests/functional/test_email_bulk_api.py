@@ -297,3 +297,218 @@ def test_bulk_on_a_real_worker(celery_worker, client, auth, app):
 
     job = wait_for(done, timeout=60)
     assert job["counts"]["sent"] == 2
+
+
+# --------------------------------------------------------------------------- slices, lease and reaper
+
+
+def _outbox_rows(app, prefix):
+    from sqlalchemy import delete, select
+
+    from app.db import db
+    from app.platform_models import OutboxMessage
+
+    with db.engine.begin() as conn:  # read and take them: the test plays the worker
+        rows = conn.execute(select(OutboxMessage.task_name, OutboxMessage.args, OutboxMessage.kwargs)
+                            .where(OutboxMessage.key_prefix == prefix)).all()
+        conn.execute(delete(OutboxMessage).where(OutboxMessage.key_prefix == prefix))
+    return [(r.task_name, r.args, r.kwargs) for r in rows]
+
+
+def test_slices_chain_through_the_outbox_and_the_reaper_sends_a_lost_slice_again(mail_app, sink, auth):
+    """A job of 12 recipients in slices of 5: each slice writes the next one's message to the outbox
+    with a new dispatch token; a duplicate of an old message does nothing; a lost message is sent again
+    by the lease reaper once the lease expired and no worker holds the job; nobody gets two messages."""
+    from sqlalchemy import update
+
+    from app.db import db
+    from app.email.bulk import _job_lock, requeue_stalled_jobs, run_job
+    from app.email.models import EmailJob
+    from app.wire import utcnow
+
+    handler, port = sink
+    prefix = f"test-email-{uuid.uuid4().hex[:8]}:"
+    app = mail_app(port, REDIS_URL=f"redis://127.0.0.1:{_free_port()}/0", CELERY_KEY_PREFIX=prefix,
+                   EMAIL_BULK_SLICE_SIZE=5)  # a broker that is down: every message stays in the outbox
+    client, headers = app.test_client(), auth("write:notifications")
+    rcpts = [f"s{i}@example.com" for i in range(12)]
+    resp = client.post(BULK, json={"recipients": rcpts, "subject": "s", "body": "b"}, headers=headers)
+    assert resp.status_code == 202, resp.get_json()
+    job_id = resp.get_json()["jobId"]
+    product = app.config["DEFAULT_PRODUCT"]
+
+    def job():
+        return client.get(f"{BULK}/{job_id}", headers=headers).get_json()["job"]
+
+    with app.app_context():
+        assert job()["status"] == "queued" and not handler.messages
+        assert _outbox_rows(app, prefix) == [("email.bulk_send", [product, job_id], {"token": 0})]
+        outcome = run_job(product, job_id, 0, slice_size=5)
+        assert outcome == "continued", (outcome, len(handler.messages), job())
+        assert len(handler.messages) == 5 and job()["status"] == "sending"
+        assert _outbox_rows(app, prefix) == [("email.bulk_send", [product, job_id], {"token": 1})]
+        assert run_job(product, job_id, 0, slice_size=5) == "stale"  # a duplicate of slice 1's message
+        # slice 2's message is lost (taken above, never run): within the lease nothing happens ...
+        assert requeue_stalled_jobs() == 0
+        db.session.execute(update(EmailJob).where(EmailJob.id == job_id).values(lease_expires_at=utcnow()))
+        db.session.commit()
+        with _job_lock(job_id) as held:  # ... nor while a worker holds the job (its slice renews the lease)
+            assert held and requeue_stalled_jobs() == 0
+        assert requeue_stalled_jobs() == 1  # past the lease, nobody holding it: sent again, new token
+        assert _outbox_rows(app, prefix) == [("email.bulk_send", [product, job_id], {"token": 2})]
+        assert run_job(product, job_id, 1, slice_size=5) == "stale"  # the lost message, should it turn up
+        assert run_job(product, job_id, 2, slice_size=5) == "continued"
+        assert run_job(*_outbox_rows(app, prefix)[0][1], 3, slice_size=5) == "done"
+        assert _outbox_rows(app, prefix) == [] and requeue_stalled_jobs() == 0
+    assert job()["status"] == "done" and job()["counts"]["sent"] == 12
+    delivered = Counter(r for rcpt, _ in handler.messages for r in rcpt)
+    assert set(delivered) == set(rcpts) and set(delivered.values()) == {1}
+
+
+class HoldingHandler(SinkHandler):
+    """Holds the RCPT of `hold*` addresses until `release` is set (a worker stuck mid-slice)."""
+
+    def __init__(self):
+        super().__init__()
+        self.holding = threading.Event()
+        self.release = threading.Event()
+
+    async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
+        if address.startswith("hold"):
+            import asyncio
+
+            self.holding.set()
+            while not self.release.is_set():
+                await asyncio.sleep(0.05)
+        return await super().handle_RCPT(server, session, envelope, address, rcpt_options)
+
+
+def test_worker_killed_mid_slice_the_reaper_finishes_the_job_once(make_app, database_url, redis_url, auth):
+    """kill -9 of a real worker in the middle of a job's second slice: the job's advisory lock ends
+    with the worker's connection, its lease expires, and the next worker's reaper sends the rest. Sent
+    rows are never sent again; rows caught mid-send are reported failed, not resent."""
+    import os
+    import signal
+
+    from tests.conftest import start_worker, stop_worker, wait_for
+
+    handler = HoldingHandler()
+    controller = _server(handler)
+    prefix = f"test-email-lease-{uuid.uuid4().hex[:8]}:"
+    app = make_app(CELERY_KEY_PREFIX=prefix, REDIS_URL=redis_url)
+    client, headers = app.test_client(), auth("write:notifications")
+    env = {"EMAIL_BACKEND": "smtp", "SMTP_HOST": "127.0.0.1", "SMTP_PORT": str(controller.port),
+           "SMTP_STARTTLS": "0", "EMAIL_BULK_SLICE_SIZE": "4", "EMAIL_BULK_CONCURRENCY": "1",
+           "EMAIL_BULK_LEASE_SECONDS": "2", "OUTBOX_DISPATCH_INTERVAL_SECONDS": "1",
+           "OUTBOX_DISPATCH_AFTER_SECONDS": "1"}
+    rcpts = [f"k{i}@example.com" for i in range(10)]
+    rcpts[6] = "hold6@example.com"  # slice 2 is k4..k7: k4 and k5 go out, then the worker stalls on 6
+    worker = None
+    try:
+        resp = client.post(BULK, json={"recipients": rcpts, "subject": "s", "body": "b"}, headers=headers)
+        assert resp.status_code == 202, resp.get_json()
+        status_url = resp.get_json()["statusUrl"]
+        worker = start_worker(database_url, redis_url, prefix=prefix, queues="email", concurrency=1,
+                              log_name="worker-email-lease-1.log", extra_env=env)
+        assert handler.holding.wait(60)
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait(10)
+        handler.release.set()
+        job = client.get(status_url, headers=headers).get_json()["job"]
+        assert job["status"] == "sending" and job["counts"]["sent"] == 4  # slice 1 done, slice 2 orphaned
+
+        worker = start_worker(database_url, redis_url, prefix=prefix, queues="email", concurrency=1,
+                              log_name="worker-email-lease-2.log", extra_env=env)
+
+        def done():
+            job = client.get(status_url, headers=headers).get_json()["job"]
+            return job["status"] == "done" and job
+
+        job = wait_for(done, timeout=90)
+    finally:
+        handler.release.set()
+        if worker is not None:
+            stop_worker(worker)
+        controller.stop()
+    rows = {r["to"]: r for r in _recipients(client, resp.get_json()["jobId"], headers)}
+    sent = {to for to, r in rows.items() if r["status"] == "sent"}
+    assert sent == {"k0@example.com", "k1@example.com", "k2@example.com", "k3@example.com", "k8@example.com",
+                    "k9@example.com"}
+    assert all("not resent" in rows[to]["error"] for to in set(rows) - sent)
+    assert job["counts"] == {"pending": 0, "sending": 0, "sent": 6, "failed": 4}
+    delivered = Counter(r for rcpt, _ in handler.messages for r in rcpt)
+    assert set(delivered.values()) == {1}  # nobody twice
+    assert set(delivered) == sent | {"k4@example.com", "k5@example.com"}  # + the two in flight at the kill
+
+
+def test_newsletter_issue_above_the_recipient_cap_is_refused(mail_app, sink, auth):
+    """NEWSLETTER_MAX_RECIPIENTS: an issue to more active subscribers is 400 VALIDATION_ERROR in the
+    envelope, naming the count and the cap; no job is created. At the cap it is sent."""
+    handler, port = sink
+    client = mail_app(port, NEWSLETTER_MAX_RECIPIENTS=2).test_client()
+    headers = auth("write:notifications")
+    for addr in ("c1@example.com", "c2@example.com", "c3@example.com"):
+        assert client.post(f"{NEWS}/subscribers", json={"email": addr}, headers=headers).status_code == 201
+    resp = client.post(f"{NEWS}/issues", json={"subject": "Too many", "body": "b"}, headers=headers)
+    assert resp.status_code == 400, resp.get_json()
+    body = resp.get_json()
+    assert body["error"]["code"] == "VALIDATION_ERROR" and body["metadata"]["success"] is False
+    assert body["error"]["details"] == {"activeSubscribers": 3, "maxRecipients": 2}
+    assert "at most 2" in body["error"]["message"]
+    assert client.get(f"{NEWS}/issues", headers=headers).get_json()["issues"] == [] and not handler.messages
+    client.delete(f"{NEWS}/subscribers/c3@example.com", headers=headers)
+    resp = client.post(f"{NEWS}/issues", json={"subject": "Fits", "body": "b"}, headers=headers)
+    assert resp.status_code == 202 and resp.get_json()["total"] == 2
+    assert len(handler.messages) == 2
+
+
+def test_next_slice_waits_for_the_previous_slice_to_let_go_of_the_job(mail_app, sink, auth):
+    """A slice's message can arrive while the worker of the previous slice still holds the job's lock
+    (it is sent at that slice's commit): it waits for the lock instead of answering `busy` and ending
+    the chain until the reaper. The holder here lets go once the waiting slice has tried at least once."""
+    from sqlalchemy import select, text
+
+    from app.db import db
+    from app.email.bulk import _job_lock, run_job
+    from app.email.models import EmailJob
+
+    handler, port = sink
+    prefix = f"test-email-{uuid.uuid4().hex[:8]}:"
+    app = mail_app(port, REDIS_URL=f"redis://127.0.0.1:{_free_port()}/0", CELERY_KEY_PREFIX=prefix)
+    client, headers = app.test_client(), auth("write:notifications")
+    resp = client.post(BULK, json={"recipients": ["w1@example.com", "w2@example.com"], "subject": "s", "body": "b"},
+                       headers=headers)
+    job_id = resp.get_json()["jobId"]
+    product = app.config["DEFAULT_PRODUCT"]
+    holding, tried, outcome = threading.Event(), threading.Event(), {}
+
+    def previous_slice():
+        with app.app_context(), _job_lock(job_id) as held:
+            assert held
+            holding.set()
+            tried.wait(30)
+
+    def waiting_attempt_seen():  # holder and waiter both sit on a pg_try_advisory_lock (the waiter's failed)
+        with app.app_context(), db.engine.connect() as conn:
+            return conn.scalar(text("SELECT count(*) FROM pg_stat_activity WHERE query LIKE "
+                                    "'SELECT pg_try_advisory_lock%' AND state = 'idle in transaction'")) >= 2
+
+    holder = threading.Thread(target=previous_slice)
+    holder.start()
+    assert holding.wait(30)
+    waiter = threading.Thread(target=lambda: outcome.setdefault("r", _run(app, run_job, product, job_id)))
+    waiter.start()
+    from tests.conftest import wait_for
+
+    wait_for(lambda: "r" in outcome or waiting_attempt_seen(), timeout=30, interval=0.05)
+    tried.set()
+    holder.join(30)
+    waiter.join(60)
+    assert outcome["r"] == "done" and len(handler.messages) == 2
+    with app.app_context():
+        assert db.session.scalar(select(EmailJob.status).where(EmailJob.id == job_id)) == "done"
+
+
+def _run(app, run_job, product, job_id):
+    with app.app_context():
+        return run_job(product, job_id, 0, slice_size=5)

@@ -273,3 +273,51 @@ def test_async_seed_goes_through_the_outbox(make_app):
                             .where(OutboxMessage.key_prefix == prefix)).all()
         conn.execute(delete(OutboxMessage).where(OutboxMessage.key_prefix == prefix))
     assert [(r.id, r.task_name, r.kwargs["org"]["mainDomain"]) for r in rows] == [(task_id, "seed.org", domain)]
+
+
+def test_backfill_sends_its_next_step_through_the_outbox(make_app, auth, org_id, monkeypatch):
+    """embeddings.backfill re-queues itself for the next RECORDS_PER_TASK records as an outbox row
+    (was apply_async: with the broker down between two steps the rest of the walk was lost)."""
+    from sqlalchemy import delete, select
+
+    from app.db import db
+    from app.embeddings import pipeline
+    from app.embeddings.tasks import backfill
+    from app.platform_models import OutboxMessage
+
+    prefix = f"other-{uuid.uuid4().hex}:"
+    with FakeEmbeddingsServer(api_key="sk-test") as fake:
+        dead = make_app(REDIS_URL=f"redis://127.0.0.1:{_free_port()}/0", CELERY_KEY_PREFIX=prefix,
+                        EMBEDDINGS_BACKEND="openai", EMBEDDINGS_ENDPOINT=fake.base_url, EMBEDDINGS_API_KEY=fake.api_key,
+                        EMBEDDINGS_MODEL="text-embedding-3-small")
+        client, headers = dead.test_client(), auth()
+        definition_id = create_definition(client, headers, "walked", SCHEMA,
+                                          embeddingsConfig={"enabled": True, "fields": ["body"]})
+        for i in range(5):
+            resp = client.post(f"{BASE}/walked/records", headers=headers, json={"fields": {"body": f"r {i}", "n": i}})
+            assert resp.status_code == 201, resp.get_json()
+
+        def take_outbox():
+            with dead.app_context(), db.engine.begin() as conn:
+                rows = conn.execute(select(OutboxMessage.task_name, OutboxMessage.args)
+                                    .where(OutboxMessage.key_prefix == prefix)).all()
+                conn.execute(delete(OutboxMessage).where(OutboxMessage.key_prefix == prefix))
+            return [(r.task_name, r.args) for r in rows]
+
+        take_outbox()  # the records' own embedding tasks: not run, so the walk has all five to do
+        monkeypatch.setattr(pipeline, "RECORDS_PER_TASK", 2)
+        with dead.app_context():
+            first = backfill("default", org_id, definition_id, "", "")
+        assert first["embedded"] == 2 and first["next"], first
+        (step,) = take_outbox()
+        assert step[0] == "embeddings.backfill" and step[1][:3] == ["default", org_id, definition_id]
+        assert step[1][4] == first["next"]
+        walked = first["embedded"]
+        while step:
+            with dead.app_context():
+                result = backfill(*step[1])
+            walked += result["embedded"]
+            rows = take_outbox()
+            step = rows[0] if rows else None
+            assert (step is None) == (result["next"] is None)
+        assert walked == 5

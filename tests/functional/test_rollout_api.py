@@ -71,6 +71,46 @@ def test_registry_lists_the_15(seed_client):
     assert len(ids) >= 15 and "agent.assistant" in ids and "database.product-schema" in ids
 
 
+def test_registry_read_writes_nothing_once_the_builtins_are_stored(seed_app, seed_client, registry):
+    """sync_builtin_artifacts runs on every registry read; it writes only when the release's built-ins
+    differ from the stored rows: a read issues no INSERT/UPDATE and leaves updated_at alone. A
+    built-in whose row is behind (or missing) is written back on the next read."""
+    from sqlalchemy import delete, event, select, update
+
+    from app.db import db
+    from app.ops.seeding import sync_builtin_artifacts
+    from app.platform_models import Artifact
+
+    assert seed_client.get(ADMIN_ARTIFACTS, headers=super_admin()).status_code == 200  # stored now
+    with seed_app.app_context():
+        before = dict(db.session.execute(select(Artifact.id, Artifact.updated_at)).all())
+        engine = db.engine
+    statements = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):
+        statements.append(statement.lstrip().split(None, 1)[0].upper())
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        for _ in range(2):
+            assert seed_client.get(ADMIN_ARTIFACTS, headers=super_admin()).status_code == 200
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+    assert "SELECT" in statements and not {"INSERT", "UPDATE", "DELETE"} & set(statements), statements
+    with seed_app.app_context():
+        assert dict(db.session.execute(select(Artifact.id, Artifact.updated_at)).all()) == before
+        # a built-in behind the release (a row an older release wrote) and one missing: written again
+        db.session.execute(update(Artifact).where(Artifact.id == "agent.assistant").values(
+            artifact_version=0, payload={"old": True}))
+        db.session.execute(delete(Artifact).where(Artifact.id == "database.product-schema"))
+        db.session.commit()
+        assert sync_builtin_artifacts(db.session) is True
+        db.session.commit()
+        assert sync_builtin_artifacts(db.session) is False
+        rows = dict(db.session.execute(select(Artifact.id, Artifact.artifact_version)).all())
+    assert rows["agent.assistant"] >= 1 and "database.product-schema" in rows
+
+
 def test_admin_routes_need_admin_role(seed_client, auth):
     assert seed_client.get(ADMIN_ARTIFACTS, headers=auth("read", "write", "admin")).status_code == 403
     assert seed_client.post(ADMIN_ARTIFACTS, json={}, headers=auth("write")).status_code == 403

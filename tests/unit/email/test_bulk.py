@@ -7,14 +7,16 @@ import smtplib
 import pytest
 from flask import Flask
 
-from app.email.bulk import unique_addresses
 from app.email.newsletter import read_token, unsubscribe_token
 from app.email.senders import SmtpBatchTransport, SmtpEmailSender
+from app.email.services import unique_addresses
 from app.errors import Unauthorized
 
 
 def test_unique_addresses_keeps_first_spelling_and_order():
     assert unique_addresses([" Ann@x.com", "bob@x.com", "ann@X.com", "bob@x.com "]) == ["Ann@x.com", "bob@x.com"]
+    assert unique_addresses([]) == []
+    assert unique_addresses(["straße@x.com", "STRASSE@x.com"]) == ["straße@x.com", "STRASSE@x.com"]
 
 
 @pytest.fixture()
