@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import re
 import uuid
@@ -48,7 +49,9 @@ def create_app(overrides: dict[str, Any] | None = None) -> Flask:
     from app.jsonbody import SafeJSONProvider
 
     app.json = SafeJSONProvider(app)  # request.get_json() parses through app.jsonbody.loads
-    app.config.update(API_INFO)
+    # a copy per app: apispec's to_dict() merges each document into API_SPEC_OPTIONS in place, so a shared
+    # dict made every later app serve the first app's values (e.g. another ENTITY_MAX_PAGE_SIZE)
+    app.config.update(copy.deepcopy(API_INFO))
     app.config.update(load_config(overrides))
     _configure_logging(app)
 

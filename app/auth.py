@@ -1,13 +1,15 @@
 """Bearer JWT authentication, scope and role checks, token minting.
 
 Authentication runs once per request (`authenticate_request`, a before_request hook) for every
-/api/v1 route except the OpenAPI pages; routes then declare what they need with `@require_scopes`
-or `@require_role`. Algorithms are pinned to HS256; the token never chooses.
+/api/v1 and /internal route except the OpenAPI pages; routes then declare what they need with
+`@blp.requires` (`require`). Algorithms are pinned to HS256; the token never chooses. On /internal a
+route may also accept the cluster's shared `X-Internal-Token` (`require(..., internal_token=True)`).
 """
 
 from __future__ import annotations
 
 import functools
+import hmac
 import logging
 import os
 import secrets
@@ -31,6 +33,12 @@ BYPASS_ROLES = frozenset({"admin", "super_admin"})
 # No bearer token: the OpenAPI pages, and the newsletter unsubscribe link (its signed token is the
 # credential; app.email.newsletter).
 PUBLIC_PREFIXES = ("/api/v1/docs", "/api/v1/openapi.json", "/api/v1/newsletter/unsubscribe")
+API_PREFIX = "/api/v1"
+# Cluster-internal operations (DESIGN §6): a bearer token as on /api/v1, or X-Internal-Token where the
+# route accepts it. The token's product is not required to be provisioned there: those routes name
+# the product they act on (seeding creates it), the token's selects no data.
+INTERNAL_PREFIX = "/internal"
+INTERNAL_TOKEN_HEADER = "X-Internal-Token"
 
 
 def load_secret(app: Flask) -> str:
@@ -148,43 +156,74 @@ def tenant_from_claims(claims: dict[str, Any]) -> Tenant:
 
 
 def authenticate_request() -> None:
-    """before_request: verify the token of every /api/v1 request and install the tenant."""
+    """before_request: verify the credentials of every /api/v1 and /internal request and install the
+    caller (the tenant, or on /internal the internal-token caller `g.internal_caller`)."""
     path = request.path
-    if not path.startswith("/api/v1") or path.startswith(PUBLIC_PREFIXES):
+    internal = path == INTERNAL_PREFIX or path.startswith(INTERNAL_PREFIX + "/")
+    if not (path.startswith(API_PREFIX) or internal) or path.startswith(PUBLIC_PREFIXES):
         return
     if request.method == "OPTIONS" or request.routing_exception is not None:
         return  # CORS preflight; unknown path or method answers 404/405 without a token
+    if internal:
+        if INTERNAL_TOKEN_HEADER in request.headers and _view_marker("_internal_token"):
+            _check_internal_token(request.headers[INTERNAL_TOKEN_HEADER])
+            g.internal_caller = "internal-token"
+            return
+        if not request.headers.get("Authorization"):
+            raise Unauthorized(f"{INTERNAL_TOKEN_HEADER} or an admin bearer token is required.")
     tenant = tenant_from_claims(decode_token(_bearer_token()))
-    products.require(tenant.product)
+    if not internal:
+        products.require(tenant.product)
     set_tenant(tenant)
+    if internal:
+        g.internal_caller = f"user:{tenant.user_id}"
 
 
-def _declared_requirements(view) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:
-    """Scopes/roles declared with @require_scopes/@require_role on the view (or MethodView method).
+def _check_internal_token(sent: str) -> None:
+    expected = current_app.config.get("INTERNAL_API_TOKEN") or ""
+    if not expected:
+        raise Unauthorized("Internal token authentication is disabled (INTERNAL_API_TOKEN is not set).")
+    if not hmac.compare_digest(sent.encode(), expected.encode()):
+        raise Unauthorized("Invalid internal token.")
 
-    functools.wraps copies the markers up through flask-smorest's decorators, so they are found
-    whatever the decorator order is."""
+
+def _view():
+    view = current_app.view_functions.get(request.url_rule.endpoint) if request.url_rule is not None else None
     view_class = getattr(view, "view_class", None)
     if view_class is not None:
         view = getattr(view_class, request.method.lower(), None)
         if view is None and request.method == "HEAD":
             view = getattr(view_class, "get", None)
-    return getattr(view, "_required_scopes", None), getattr(view, "_required_roles", None)
+    return view
+
+
+def _view_marker(name: str):
+    return getattr(_view(), name, None)
+
+
+def is_internal_token_caller() -> bool:
+    return g.get("internal_caller") == "internal-token"
 
 
 def authorize_request() -> None:
     """before_request, after authentication: enforce the view's declared scopes and roles before
-    any body or query parsing, so an unauthorized caller learns nothing from validation errors."""
-    if g.get("tenant") is None or request.url_rule is None:
+    any body or query parsing, so an unauthorized caller learns nothing from validation errors.
+    The markers are those `require` leaves (functools.wraps copies them up through flask-smorest's
+    decorators, so they are found whatever the decorator order is)."""
+    if request.url_rule is None or (g.get("tenant") is None and not is_internal_token_caller()):
         return
-    from flask import current_app
+    view = _view()
+    _check(getattr(view, "_required_scopes", None), getattr(view, "_required_roles", None),
+           getattr(view, "_star_bypasses", True), bool(getattr(view, "_internal_token", False)))
 
-    view = current_app.view_functions.get(request.url_rule.endpoint)
-    scopes, roles = _declared_requirements(view)
-    tenant = g.tenant
-    if roles is not None:
-        _check_role(tenant, roles)
-    if scopes is not None:
+
+def _check(scopes, roles, star_bypasses: bool, internal_token: bool) -> None:
+    if internal_token and is_internal_token_caller():
+        return  # authenticate_request verified the shared token, on a route that accepts it
+    tenant = current_tenant()
+    if roles:
+        _check_role(tenant, roles, star_bypasses)
+    if scopes:
         _check_scopes(tenant, scopes)
 
 
@@ -193,8 +232,8 @@ def _check_scopes(tenant: Tenant, required: tuple[str, ...]) -> None:
         raise Forbidden(f"Missing scope: one of {', '.join(required)} is required.")
 
 
-def _check_role(tenant: Tenant, roles: tuple[str, ...]) -> None:
-    if tenant.role not in roles and "*" not in tenant.scopes:
+def _check_role(tenant: Tenant, roles: tuple[str, ...], star_bypasses: bool = True) -> None:
+    if tenant.role not in roles and not (star_bypasses and "*" in tenant.scopes):
         raise Forbidden(f"Requires role {' or '.join(roles)}.")
 
 
@@ -211,29 +250,32 @@ def has_any_scope(tenant: Tenant, required: Iterable[str]) -> bool:
     return any(scope_satisfies(h, r) for r in required for h in tenant.scopes)
 
 
-def require(*scopes: str, roles: tuple[str, ...] = ()) -> Callable:
+def require(*scopes: str, roles: tuple[str, ...] = (), star_bypasses: bool = True,
+            internal_token: bool = False) -> Callable:
     """Route decorator: the token needs any one of `scopes` (admin roles and `*` bypass) and, when
-    `roles` are given, one of those roles (or scope `*`).
+    `roles` are given, one of those roles (or scope `*`, unless `star_bypasses=False`).
+    `internal_token=True` (routes under /internal only): the shared X-Internal-Token
+    (INTERNAL_API_TOKEN) satisfies the requirement as well.
 
     Enforced before the request body is parsed (`authorize_request` reads the markers set here,
     whatever the decorator order) and again when the view runs; documented in OpenAPI (401, 403 and
-    the bearer security of the operation) by app.extensions.Blueprint from the same markers. Routes
+    the security of the operation) by app.extensions.Blueprint from the same markers. Routes
     use it as `@blp.requires(...)`; `require_scopes` / `require_role` are its two short spellings."""
 
     def decorator(view: Callable) -> Callable:
         @functools.wraps(view)
         def wrapper(*args, **kwargs):
-            tenant = current_tenant()
-            if roles:
-                _check_role(tenant, roles)
-            if scopes:
-                _check_scopes(tenant, scopes)
+            _check(scopes, roles, star_bypasses, internal_token)
             return view(*args, **kwargs)
 
         if scopes:
             wrapper._required_scopes = scopes  # type: ignore[attr-defined]
         if roles:
             wrapper._required_roles = roles  # type: ignore[attr-defined]
+        if not star_bypasses:
+            wrapper._star_bypasses = False  # type: ignore[attr-defined]
+        if internal_token:
+            wrapper._internal_token = True  # type: ignore[attr-defined]
         return wrapper
 
     return decorator

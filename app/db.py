@@ -15,7 +15,8 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from flask import Flask, current_app, g, has_app_context
@@ -23,7 +24,7 @@ from sqlalchemy import MetaData, Table, create_engine, event, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.orm import DeclarativeBase, Session
-from sqlalchemy.sql import Executable
+from sqlalchemy.sql import ClauseElement, Executable
 
 PLATFORM_SCHEMA = "platform"
 PRODUCT_PLACEHOLDER = "product"
@@ -58,6 +59,19 @@ def schema_for(product: str) -> str:
     return f"product_{product_slug(product)}"
 
 
+SHAPED_MAX = 2048  # statement shapes kept per app (cleared when full, as the token cache is)
+
+
+@dataclass(frozen=True)
+class _Shaped:
+    """A statement shape rendered once (Database.execute_shaped): its SQL, the parameter name of each
+    bound value of each value source (in SQLAlchemy's cache-key order) and the bind processors."""
+
+    sql: str
+    names: tuple[tuple[str, ...], ...]
+    processors: dict[str, Any]
+
+
 class _DatabaseState:
     """What one app's `db.init_app` created: its engine, the per-product engine views and the SQL
     of hot constant statements rendered per product (`Database.read_first`)."""
@@ -67,6 +81,7 @@ class _DatabaseState:
         self.default_product = default_product
         self.product_engines: dict[tuple[str, bool], Engine] = {}
         self.rendered: dict[tuple[Executable, str], tuple[str, dict[str, Any]]] = {}
+        self.shaped: dict[tuple, _Shaped | None] = {}  # Database.execute_shaped (None: not cacheable)
 
 
 class Database:
@@ -173,7 +188,60 @@ class Database:
             session.flush()  # what autoflush would do before a Session query
             row = session.connection().exec_driver_sql(sql, params).first()
             return dict(row._mapping) if row is not None else None
+        if session is None and has_app_context() and g.get("_db_reads_only"):
+            # a read-only request (db.reads_only) runs its next statements on its session's connection,
+            # in autocommit: this read takes that connection now (one pool checkout per request, no
+            # autocommit switch), through the driver's cursor all the same
+            connection = self.session.connection()
+            return _first_row(state.engine, connection.connection.dbapi_connection, sql, params,
+                              lambda exc: (state.engine.pool._invalidate(connection.connection, exc, _checkin=False),
+                                           connection.invalidate(exc)))
         return _read_first_raw(state.engine, sql, params)
+
+    def execute_shaped(self, session: Session, shape: Hashable, build: Callable[[], Executable],
+                       sources: Sequence[ClauseElement], named: dict[str, Any] | None = None):
+        """`session.execute(build())` for a hot read whose statement has few shapes and many values
+        (a record query's count and page): the SQL is rendered once per shape and product, and later
+        calls skip building the statement, SQLAlchemy's cache key over it, its compiled cache and its
+        execution context for compiled statements (they run as driver SQL on the session's connection,
+        so engine cursor events, error wrapping and disconnect handling stay SQLAlchemy's).
+
+        `sources`: the expressions that carry every value of the statement that may change between
+        calls (WHERE terms, ORDER BY expressions); the statement `build()` returns must embed these very
+        objects. Their SQLAlchemy cache keys (the structure, values left out: what SQLAlchemy's own
+        compiled cache is keyed by) join `shape` to key the rendered SQL, and their bound values, in
+        the cache key's order, fill its parameters (as SQLAlchemy's `extracted_parameters` do).
+        `named`: the values of the statement's explicit `bindparam(name)`s (LIMIT, OFFSET), given on
+        every path.
+        `shape` must say everything else the statement depends on (its tables, its form). A statement
+        whose parameters are not all covered by those (or that needs post-compile expansion) runs
+        through `session.execute` every time. Returns the result (rows with `_mapping`)."""
+        state = self._state()
+        named = named or {}
+        translate = session.get_bind().get_execution_options().get("schema_translate_map") or {}
+        keys = [source._generate_cache_key() for source in sources]
+        if any(k is None for k in keys):
+            return session.execute(build(), named)
+        key = (shape, tuple(sorted(translate.items())), tuple(k.key for k in keys), tuple(sorted(named)))
+        shaped = state.shaped.get(key, False)
+        if shaped is False:
+            stmt = build()
+            shaped = _render_shaped(stmt, session.get_bind().dialect, translate, keys, named)
+            if len(state.shaped) >= SHAPED_MAX:
+                state.shaped.clear()
+            state.shaped[key] = shaped
+            if shaped is None:
+                return session.execute(stmt, named)
+        elif shaped is None:
+            return session.execute(build(), named)
+        params: dict[str, Any] = {}
+        for k, names in zip(keys, shaped.names, strict=True):
+            for bind, name in zip(k.bindparams, names, strict=True):
+                params[name] = bind.effective_value
+        params.update(named)
+        for name, processor in shaped.processors.items():
+            params[name] = processor(params[name])
+        return session.connection().exec_driver_sql(shaped.sql, params)
 
     @contextlib.contextmanager
     def product_session(self, product: str) -> Iterator[Session]:
@@ -216,31 +284,62 @@ class Database:
             self._last.engine.dispose(close=False)
 
 
+def _render_shaped(stmt: Executable, dialect, translate: dict, keys: list, named: dict[str, Any]) -> _Shaped | None:
+    """`stmt` rendered for Database.execute_shaped, or None when its parameters are not exactly the
+    sources' bound values plus `named` (then it is not cached)."""
+    compiled = stmt.compile(dialect=dialect, render_schema_translate=bool(translate),
+                            schema_translate_map=translate or None)
+    if compiled.positional or compiled.post_compile_params or compiled.literal_execute_params \
+            or compiled.escaped_bind_names:
+        return None
+    names = []
+    for k in keys:
+        found = tuple(compiled.bind_names.get(bind) for bind in k.bindparams)
+        if None in found:
+            return None  # a source's value the statement does not carry as that bind (cloned, rendered)
+        names.append(found)
+    covered = {name for group in names for name in group} | set(named)
+    if set(compiled.bind_names.values()) != covered or (not covered and "%" in compiled.string):
+        return None  # a value no source supplies (it would be frozen), or a bare % the driver would not unescape
+    processors = {name: p for name, p in compiled._bind_processors.items() if p is not None}
+    if any(not callable(p) for p in processors.values()):
+        return None  # tuple types: processors per element
+    return _Shaped(compiled.string, tuple(names), processors)
+
+
 def _read_first_raw(engine: Engine, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
     """`sql` on a pooled connection in autocommit through the driver's cursor (Database.read_first)."""
-    from psycopg.rows import dict_row
-
-    dialect = engine.dialect
     fairy = engine.raw_connection()
     try:
         conn = fairy.dbapi_connection
         conn.autocommit = True
         try:
-            with conn.cursor(row_factory=dict_row) as cur:
-                cur.execute(sql, params)
-                return cur.fetchone()
-        except dialect.loaded_dbapi.Error as exc:
-            disconnect = dialect.is_disconnect(exc, conn, None)
-            if disconnect:
-                fairy.invalidate(exc)
-                engine.pool._invalidate(fairy, exc)  # the others of its age are as dead (as SQLAlchemy does)
-            raise DBAPIError.instance(sql, params, exc, dialect.loaded_dbapi.Error,
-                                      connection_invalidated=disconnect, dialect=dialect) from exc
+            return _first_row(engine, conn, sql, params,
+                              lambda exc: (fairy.invalidate(exc), engine.pool._invalidate(fairy, exc)))
         finally:
             if not conn.closed:
                 conn.autocommit = False
     finally:
         fairy.close()
+
+
+def _first_row(engine: Engine, conn, sql: str, params: dict[str, Any], invalidate) -> dict[str, Any] | None:
+    """The first row of `sql` through the cursor of `conn` (a pooled driver connection in autocommit);
+    a driver error is raised as SQLAlchemy's; on a disconnect `invalidate(exc)` drops the connection
+    and the pool's others of its age (as SQLAlchemy's own path does)."""
+    from psycopg.rows import dict_row
+
+    dialect = engine.dialect
+    try:
+        with conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(sql, params)
+            return cur.fetchone()
+    except dialect.loaded_dbapi.Error as exc:
+        disconnect = dialect.is_disconnect(exc, conn, None)
+        if disconnect:
+            invalidate(exc)
+        raise DBAPIError.instance(sql, params, exc, dialect.loaded_dbapi.Error,
+                                  connection_invalidated=disconnect, dialect=dialect) from exc
 
 
 def make_engine(url: str, config: dict) -> Engine:

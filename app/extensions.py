@@ -121,6 +121,18 @@ class _CrossFieldRules(BasePlugin):
         return dict(extra) if extra else None
 
 
+def _configured_maximum(config):
+    """`metadata={"maximum_setting": NAME}`: the field's documented `maximum` is this app's setting NAME
+    (enforced by the code that reads the same setting), not a number written at import — an operator
+    who lowers it gets a document that says so. The Api, and so its document, is built per app."""
+
+    def attribute(converter, field, ret) -> dict:
+        setting = field.metadata.get("maximum_setting")
+        return {"maximum": int(config[setting])} if setting else {}
+
+    return attribute
+
+
 _ANY_OBJECT = {"type": "object", "nullable": True}
 
 
@@ -140,6 +152,7 @@ class Api(_Api):
     def _init_spec(self, *, extra_plugins=None, **kwargs):
         super()._init_spec(extra_plugins=[*(extra_plugins or ()), _CrossFieldRules()], **kwargs)
         self.ma_plugin.converter.add_attribute_function(_nullable_nested)
+        self.ma_plugin.converter.add_attribute_function(_configured_maximum(self._app.config))
 
 
 class SafeParser(FlaskParser):
@@ -159,13 +172,15 @@ class SafeParser(FlaskParser):
 class Blueprint(_Blueprint):
     """flask-smorest's Blueprint, plus who may call each operation: enforced and documented at once.
 
-    `@blp.requires(*scopes, roles=...)` (app.auth.require) enforces; every operation of an API
-    blueprint is documented with the bearer security and a 401, and those with declared scopes or
-    roles with a 403, from the markers the decorator leaves on the view."""
+    `@blp.requires(*scopes, roles=..., star_bypasses=..., internal_token=...)` (app.auth.require)
+    enforces; every operation of an API blueprint is documented with the bearer security (and the
+    internal token where it is accepted) and a 401, and those with declared scopes or roles with a
+    403, from the markers the decorator leaves on the view."""
 
     @staticmethod
-    def requires(*scopes: str, roles: tuple[str, ...] = ()):
-        return require(*scopes, roles=roles)
+    def requires(*scopes: str, roles: tuple[str, ...] = (), star_bypasses: bool = True,
+                 internal_token: bool = False):
+        return require(*scopes, roles=roles, star_bypasses=star_bypasses, internal_token=internal_token)
 
     def arguments(self, schema, *args, **kwargs):
         """flask-smorest's `arguments`, given one schema instance per route: webargs instantiates a schema
@@ -182,13 +197,15 @@ class Blueprint(_Blueprint):
             if method == "parameters":
                 continue
             view = getattr(view_class, method, None) if view_class is not None else obj
-            _document_access(doc, getattr(view, "_required_scopes", None), getattr(view, "_required_roles", None))
+            _document_access(doc, getattr(view, "_required_scopes", None), getattr(view, "_required_roles", None),
+                             bool(getattr(view, "_internal_token", False)))
             _document_limits(doc, getattr(view, "_rate_limit_group", None))
 
 
-def _document_access(doc: dict, scopes, roles) -> None:
+def _document_access(doc: dict, scopes, roles, internal_token: bool = False) -> None:
     responses = doc.setdefault("response", {}).setdefault("responses", {})
-    doc.setdefault("manual_doc", {}).setdefault("security", [{"bearerAuth": []}])
+    security = [{"internalToken": []}, {"bearerAuth": []}] if internal_token else [{"bearerAuth": []}]
+    doc.setdefault("manual_doc", {}).setdefault("security", security)
     _add_response(responses, 401, "UNAUTHORIZED: missing, invalid or expired token")
     needs = []
     if roles:

@@ -8,6 +8,10 @@ Both readers of a request body go through `loads()`: flask-smorest/webargs argum
 - nesting deeper than `JSON_MAX_DEPTH` (64) → 400 (Python's decoder recurses; 10 000 levels would be a
   RecursionError, and deep documents make every recursive helper downstream a hazard);
 - an integer literal over 4 300 digits (Python refuses to convert it) → 400;
+- the literals `NaN`, `Infinity` and `-Infinity` (not JSON, RFC 8259 §6, though Python's decoder takes
+  them; JSONB and the domains cannot hold them) → 400 INVALID_INPUT naming the literal, for every
+  route alike. A number too big for a float (`1e400`) still parses to infinity and is refused by the
+  domain that reads it (`check_storable`, the analytics checks), naming the field;
 - a lone surrogate (`"\\ud800"`, unencodable as UTF-8: PostgreSQL, headers and logs would fail on it) in
   any string or key → 400 VALIDATION_ERROR naming the path. NUL characters are refused by each domain's
   own check, which names the field or the bulk record index (`check_storable`, `NulFree`, email subject);
@@ -33,6 +37,21 @@ _SUSPICIOUS_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 _BAD_CHARS = re.compile("[\ud800-\udfff]")
 
 
+class _NonFiniteLiteral(Exception):
+    def __init__(self, literal: str) -> None:
+        super().__init__(literal)
+        self.literal = literal
+
+
+def _refuse_constant(literal: str) -> Any:
+    raise _NonFiniteLiteral(literal)
+
+
+# One decoder for every body (json.loads with arguments would build one per call); the C scanner
+# calls parse_constant only when it meets NaN/Infinity/-Infinity, so valid JSON pays nothing for it.
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
 class UnsupportedMediaType(ApiError):
     status, code = 415, "INVALID_INPUT"
 
@@ -56,7 +75,11 @@ def loads(data: bytes | bytearray | str) -> Any:
         text = text[1:]
     max_depth = _setting("JSON_MAX_DEPTH", DEFAULT_MAX_DEPTH)
     try:
-        value = json.loads(text)
+        value = _DECODER.decode(text)
+    except _NonFiniteLiteral as exc:
+        raise InvalidInput(f"Request body is not valid JSON: {exc.literal} is not a JSON number (JSON has "
+                           "no NaN or Infinity; send a finite number, or a string).",
+                           {"literal": exc.literal, "reason": "non-finite number literal"}) from None
     except RecursionError:
         raise InvalidInput(f"Request body is nested too deeply (at most {max_depth} levels).") from None
     except json.JSONDecodeError as exc:

@@ -10,6 +10,8 @@ over 20 orgs; org `bench-big` holds 100 000 of them, the other 19 share the rest
     string; (d) `$search`. The floor is the very SQL the app sent for that request (captured from
     the engine: count + page) replayed through one psycopg connection, interleaved with the app runs.
 (2) Count with a selective filter (p50, app vs floor).
+    Next to (1) and (2), in the same rounds: the Flask layer alone (an authenticated GET /api/v1/me through
+    the same test client and token) and (app − layer)/typed, the query engine's ratio without it.
 (3) Bulk create of 5 000 records per request (validation included) in records/s, against a raw
     COPY of the same final rows (tsvectors precomputed outside the timing) into the same table.
 EXPLAIN (ANALYZE) of each floor statement is written below the table.
@@ -105,11 +107,14 @@ READING = """### Reading the plans
   projection does not cover would be (`$exists`, lists, JSON, long text, `$similar`…): once the
   projection is ready the definition keeps no index of its own there (the generic indexes serve it,
   as they serve a small definition), so those are slow on 100 000 records.
-- The app's overhead per request is the definition lookup, BEGIN/ROLLBACK around the request's
-  statements, and request parsing, filter compilation and JSON/marshmallow work (the token check is
-  cached per token, the pool no longer pre-pings busy connections): 2–3 ms on a quiet machine, much
-  more when the 2 cores are saturated (the load average is printed below). It is what keeps
-  app/typed far above 2 where the typed table answers in 0.1–0.6 ms; own SQL/typed is the ratio of
+- The app's overhead per request: the Flask layer every request pays (the 'Flask layer' column: an
+  authenticated `GET /api/v1/me` in the same rounds), the definition read (one round trip, on the
+  connection the count and page then use), the body's validation (a fast lane in front of
+  marshmallow), filter compilation (the WHERE expression and its SQLAlchemy cache key), the count and
+  the page (their SQL rendered once per statement shape, `db.execute_shaped`), record shaping and the
+  JSON answer. It grows with the machine's load far more than the statements do (each of the app's
+  round trips waits for the PostgreSQL backend to be scheduled; the load average is printed below).
+  '(app − layer)/typed' is the query engine's ratio without the Flask layer; own SQL/typed is the ratio of
   the statements themselves."""
 
 
@@ -314,10 +319,19 @@ def bench_deep_pages(app, client, headers, conn, definition_id: str) -> list[lis
     return out
 
 
-def result_row(label: str, app_ms, old_app_ms, floor_ms, old_floor_ms, typed_ms) -> list:
-    a, oa, f, of, t = (summary(x) for x in (app_ms, old_app_ms, floor_ms, old_floor_ms, typed_ms))
+def result_row(label: str, app_ms, old_app_ms, floor_ms, old_floor_ms, typed_ms, layer_ms) -> list:
+    a, oa, f, of, t, la = (summary(x) for x in (app_ms, old_app_ms, floor_ms, old_floor_ms, typed_ms, layer_ms))
     return [label, a["p50"], a["p99"], oa["p50"], f["p50"], of["p50"], t["p50"], a["p50"] / t["p50"],
-            f["p50"] / t["p50"], of["p50"] / t["p50"]]
+            f["p50"] / t["p50"], of["p50"] / t["p50"], la["p50"], (a["p50"] - la["p50"]) / t["p50"]]
+
+
+def layer_runner(client, headers):
+    """The app's fixed layer alone: an authenticated trivial call (GET /api/v1/me) through the same
+    test client and token (routing, request/response objects, token check, hooks, JSON envelope)."""
+    def run():
+        resp = client.get("/api/v1/me", headers=headers)
+        assert resp.status_code == 200
+    return run
 
 
 def without_projection(fn):
@@ -448,7 +462,8 @@ def main() -> str:
             assert without_projection(call)().get_json()["totalCount"] == total
             typed = typed_statements(label[:3])
             samples = measure(call, without_projection(call), floor_runner(conn, statements),
-                              floor_runner(conn, old_statements), typed_runner(conn, typed))
+                              floor_runner(conn, old_statements), typed_runner(conn, typed),
+                              layer_runner(client, headers))
             rows.append(result_row(f"{label} — {total} match", *samples))
             plans.append(f"**{label}**\n\n{explain(conn, statements)}\n\ntyped table:\n\n{explain(conn, typed)}")
 
@@ -463,7 +478,8 @@ def main() -> str:
         assert without_projection(count_call)().get_json() == matched
         typed = typed_statements(None)
         samples = measure(count_call, without_projection(count_call), floor_runner(conn, statements),
-                          floor_runner(conn, old_statements), typed_runner(conn, typed))
+                          floor_runner(conn, old_statements), typed_runner(conn, typed),
+                          layer_runner(client, headers))
         rows.append(result_row(f"count {json.dumps(COUNT_FILTER)} — {matched}", *samples))
         plans.append(f"**count**\n\n{explain(conn, statements)}\n\ntyped table:\n\n{explain(conn, typed)}")
         deep = bench_deep_pages(app, client, headers, conn, ids[BIG_ORG])
@@ -472,7 +488,8 @@ def main() -> str:
 
     body = table(["query on the 100k-record org", "app p50 ms", "app p99 ms", "app p50 ms, fallback path",
                   "own SQL p50 ms", "own SQL p50 ms, fallback path", "typed table p50 ms", "ratio app/typed",
-                  "ratio own SQL/typed", "ratio own SQL/typed, fallback path"], rows)
+                  "ratio own SQL/typed", "ratio own SQL/typed, fallback path",
+                  "Flask layer p50 ms (GET /api/v1/me)", "ratio (app − layer)/typed"], rows)
     body += "\n\n" + table(["listing, 20 per page, newest first (100 000 records)", "p50 ms, exact count",
                             "p50 ms, `Prefer: count=planned`"], deep)
     body += "\n\n" + table(["bulk create, 5 000 records per request", "before: no projection, per-field indexes",
@@ -495,7 +512,11 @@ def main() -> str:
              "'fallback path' = the same app with the definition's typed projection ignored (every query "
              "compiled against entity_records, as queries the projection does not cover are), and its statements: "
              "NOT the state before projections, since a projected definition keeps no index of its own on "
-             "entity_records (docs/decisions.md has the figures of that state).\n\n"
+             "entity_records (docs/decisions.md has the figures of that state). 'Flask layer' = an "
+             "authenticated `GET /api/v1/me` through the same test client and token, in the same rounds: the "
+             "fixed cost of any request of the app (routing, werkzeug request/response, token check, hooks, "
+             "JSON), so '(app − layer)/typed' is the query engine's own ratio (definition read, parsing, "
+             "filter compilation, the statements, shaping) without it.\n\n"
              + READING + "\n\n### EXPLAIN (ANALYZE) of the floor statements (count, then page)\n\n"
              + "\n\n".join(plans))
     return write_result("entities", "Entity store benchmark", body, notes)

@@ -44,8 +44,8 @@ class AggregateRequestSchema(Schema):
     sortBy = ma.String(allow_none=True, metadata={"description": "a group or aggregate alias, or `count`"})
     sortOrder = SortOrderField(allow_none=True)
     limit = ma.Integer(allow_none=True, metadata={"description": "most groups returned (default and maximum: "
-                                                                "ENTITY_AGGREGATE_MAX_GROUPS, 1000)",
-                                                 "minimum": 1, "maximum": 1000})
+                                                                "ENTITY_AGGREGATE_MAX_GROUPS, default 1000)",
+                                                 "minimum": 1, "maximum_setting": "ENTITY_AGGREGATE_MAX_GROUPS"})
     timezone = ma.String(allow_none=True, metadata={"description": "IANA zone the date buckets are cut in "
                                                                    "(default UTC)"})
 

@@ -196,7 +196,9 @@ class FieldResolver:
             return case((jt.op("~")(_DATE_RE), jt.collate("C")), else_=None)
         if ref.kind == KIND_DATETIME:
             # text::timestamptz is only STABLE; on strings with an explicit offset it is immutable, and
-            # the IMMUTABLE wrapper (migration x0001) lets the per-definition index hold this expression
+            # the IMMUTABLE wrapper (migration x0001) lets the per-definition index hold this expression.
+            # It answers NULL for a string of this shape that is no instant (`2026-02-30…`, left by a
+            # schema change from string to datetime; migration x0002), so such a value acts as null.
             return case((jt.op("~")(_DATETIME_RE), func.public.entity_iso_timestamptz(
                 jt, type_=TIMESTAMP(timezone=True))), else_=None)
         if ref.kind == KIND_TEXT:

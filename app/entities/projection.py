@@ -59,7 +59,6 @@ import hashlib
 import logging
 import time
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import Boolean, Column, Integer, MetaData, Numeric, Table, Text, case, cast, func, text
@@ -213,22 +212,27 @@ def plan_projection(definition_id: str, catalog: FieldCatalog) -> Plan:
     return Plan(definition_id, table_name, tuple(fields), tuple(columns), indexes, table_named(table_name))
 
 
-@lru_cache(maxsize=512)
-def _cached_plan(definition_id: str, version: int, schema_json: str) -> Plan:
-    import json
+# (definition id, id(catalog)) → (catalog, plan, its resolver). compile_definition_schema returns one
+# FieldCatalog object per schema text (cached), so a query finds its plan by that object: no
+# serialisation of the schema per query; the entry holds the catalog, so its id cannot be reused
+_PLANNED: dict[tuple[str, int], tuple[FieldCatalog, Plan, ProjectionResolver]] = {}
+_PLANNED_MAX = 512
 
-    from app.entities.fieldtypes import compile_definition_schema
 
-    return plan_projection(definition_id, compile_definition_schema(json.loads(schema_json)).catalog)
+def _planned(definition_id: str, catalog: FieldCatalog) -> tuple[Plan, ProjectionResolver]:
+    hit = _PLANNED.get((definition_id, id(catalog)))
+    if hit is None or hit[0] is not catalog:
+        plan = plan_projection(definition_id, catalog)
+        hit = (catalog, plan, ProjectionResolver(catalog, plan.table, {f.field: f for f in plan.fields}))
+        if len(_PLANNED) >= _PLANNED_MAX:
+            _PLANNED.clear()
+        _PLANNED[(definition_id, id(catalog))] = hit
+    return hit[1], hit[2]
 
 
 def plan_for(definition, catalog: FieldCatalog | None = None) -> Plan:
-    """The plan of the definition's current schema (cached per definition version)."""
-    import json
-
-    if catalog is not None:
-        return plan_projection(definition.id, catalog)
-    return _cached_plan(definition.id, definition.version, json.dumps(definition.schema or {}, sort_keys=True))
+    """The plan of the definition's current schema (`catalog`: its compiled catalog, else compiled here)."""
+    return _planned(definition.id, catalog if catalog is not None else _catalog(definition))[0]
 
 
 class ProjectionResolver(FieldResolver):
@@ -278,13 +282,13 @@ class ProjectionResolver(FieldResolver):
 
 
 def resolver_for(definition, catalog: FieldCatalog) -> ProjectionResolver | None:
-    """The resolver of the definition's READY projection, or None (none, or not of this schema)."""
+    """The resolver of the definition's READY projection, or None (none, or not of this schema).
+    `catalog`: the compiled catalog of the definition's schema (the resolver is cached with the plan:
+    it holds no state of a query)."""
     if not getattr(definition, "projection", None):
         return None
-    plan = plan_for(definition)
-    if plan.name != definition.projection:
-        return None
-    return ProjectionResolver(catalog, plan.table, {f.field: f for f in plan.fields})
+    plan, resolver = _planned(definition.id, catalog)
+    return resolver if plan.name == definition.projection else None
 
 
 # --- DDL and the build ------------------------------------------------------------------------------

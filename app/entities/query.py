@@ -20,7 +20,7 @@ from typing import Any
 
 import psycopg
 from flask import current_app
-from sqlalchemy import func, literal, select
+from sqlalchemy import Integer, bindparam, func, literal, select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
@@ -135,8 +135,10 @@ def counted(where: list, mode: str = "exact", count_where: list | None = None, t
         estimate = planned_count(where, table)
         if mode == "planned" or estimate > current_app.config["ENTITY_COUNT_ESTIMATE_ABOVE"]:
             return estimate, "planned" if mode == "planned" else "estimated"
-    exact = select(func.count()).select_from(table).where(*(count_where or where))
-    return int(db.session.scalar(exact) or 0), "exact"
+    terms = count_where or where
+    result = db.execute_shaped(db.session, ("count", table.schema, table.name),
+                               lambda: select(func.count()).select_from(table).where(*terms), terms)
+    return int(result.scalar() or 0), "exact"
 
 
 def _count(definition: EntityDefinition, compiled: Any, mode: str) -> tuple[int, str]:
@@ -265,6 +267,7 @@ def _position(definition: EntityDefinition, params: dict[str, Any], keyset, dige
     return cursors.decode(text, definition.org_id, definition.id, digest)
 
 
+_LIMIT, _OFFSET = bindparam("page_limit", type_=Integer), bindparam("page_offset", type_=Integer)
 RRF_K = 60  # reciprocal rank fusion: the constant of Cormack et al. (2009); damps the very top ranks
 
 
@@ -274,7 +277,10 @@ def fetch_page(session: Session, columns: list, where: list, order_by: list, sim
     an exact scan, or the ANN index walk the clause plans (candidates re-sorted by exact distance); with
     a top-level `$search` as well, by reciprocal rank fusion of distance and text relevance."""
     if similarity is None:
-        return list(session.execute(select(*columns).where(*where).order_by(*order_by).limit(limit).offset(offset)))
+        return list(db.execute_shaped(
+            session, ("page",),
+            lambda: select(*columns).where(*where).order_by(*order_by).limit(_LIMIT).offset(_OFFSET),
+            [*columns, *where, *order_by], {"page_limit": limit, "page_offset": offset}))
     if rank is not None:
         return _fused_page(session, columns, where, similarity, rank, offset, limit)
     end = offset + limit
@@ -328,14 +334,20 @@ def _projected_page(P, where: list, order: list, keyset, offset: int, limit: int
     """A page on a definition's projection: the page's ids and sort keys from the projection alone
     (filter, order, LIMIT/OFFSET on its indexes), then those records from entity_records by primary
     key, in the same order."""
-    keys = [expr.label(f"k{i}") for i, (expr, _, _) in enumerate(order)]
-    extra = [keyset[0].label("cursor_key")] if keyset is not None else []
-    page = (select(P.c.id.label("pid"), *keys, *extra).where(*where).order_by(*_ordered(order))
-            .limit(limit).offset(offset).subquery("page"))
-    columns = [T.c[name] for name in RECORD_COLUMNS] + ([page.c.cursor_key] if keyset is not None else [])
-    stmt = (select(*columns).join_from(T, page, T.c.id == page.c.pid)
-            .order_by(*_ordered([(page.c[f"k{i}"], d, n) for i, (_, d, n) in enumerate(order)])))
-    return list(db.session.execute(stmt))
+    def build():
+        keys = [expr.label(f"k{i}") for i, (expr, _, _) in enumerate(order)]
+        extra = [keyset[0].label("cursor_key")] if keyset is not None else []
+        page = (select(P.c.id.label("pid"), *keys, *extra).where(*where).order_by(*_ordered(order))
+                .limit(_LIMIT).offset(_OFFSET).subquery("page"))
+        columns = [T.c[name] for name in RECORD_COLUMNS] + ([page.c.cursor_key] if keyset is not None else [])
+        return (select(*columns).join_from(T, page, T.c.id == page.c.pid)
+                .order_by(*_ordered([(page.c[f"k{i}"], d, n) for i, (_, d, n) in enumerate(order)])))
+
+    # the statement's form: the projection, the order's directions, a cursor key or not (the rest is
+    # in the sources' structure)
+    shape = ("projected page", P.schema, P.name, tuple((d, n) for _, d, n in order), keyset is not None)
+    sources = [*where, *(expr for expr, _, _ in order), *([keyset[0]] if keyset is not None else [])]
+    return list(db.execute_shaped(db.session, shape, build, sources, {"page_limit": limit, "page_offset": offset}))
 
 
 def _ordered(order: list) -> list:

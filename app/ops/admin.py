@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-from flask import request
 from flask.views import MethodView
 from marshmallow import Schema, fields, validate
 
@@ -32,11 +31,8 @@ class ArtifactSchema(Schema):
     updatedAt = fields.String(allow_none=True)
 
 
-class PublishSchema(Schema):
-    kind = fields.String(required=True)
-    name = fields.String(required=True)
-    artifactVersion = fields.Integer(required=True)
-    definition = fields.Dict(required=True)
+class PublishQuerySchema(Schema):
+    rollout = fields.Boolean(load_default=True, metadata={"description": "false: only publish, start no rollout"})
 
 
 class ArtifactListSchema(Schema):
@@ -98,15 +94,14 @@ class Artifacts(MethodView):
         """The registry: every platform artifact with its current definition and artifactVersion."""
         return {"artifacts": [registry.artifact_to_wire(a) for a in registry.list_artifacts()]}
 
-    @blp.doc(requestBody={"required": True, "content": {"application/json": {"schema": PublishSchema}}})
+    @blp.arguments(PublishQuerySchema, location="query")
+    @blp.arguments(registry.PublishSchema)
     @blp.response(202, PublishedSchema)
     @blp.requires(roles=ADMIN)
-    def post(self):
+    def post(self, query, data):
         """Publish `{kind, name, artifactVersion, definition}` (version above the current one, else 409)
         and start rolling it out to every org (`seed.rollout`). `?rollout=false` only publishes."""
-        rollout = request.args.get("rollout", "true").lower() not in ("false", "0", "no")
-        artifact, started = registry.publish(request.get_json(silent=True), created_by=current_tenant().user_id,
-                                             rollout=rollout)
+        artifact, started = registry.publish(data, created_by=current_tenant().user_id, rollout=query["rollout"])
         return {"artifact": registry.artifact_to_wire(artifact),
                 "rollout": registry.rollout_to_wire(started) if started else None}
 

@@ -1,18 +1,15 @@
 """POST /internal/seed: cluster-internal organization seeding.
 
-`/internal/*` is outside the /api/v1 authentication hook, so this blueprint authenticates itself
-before anything else runs: header `X-Internal-Token` equal to INTERNAL_API_TOKEN (constant-time;
-with no token configured that path is closed), or a Bearer token with role admin/super_admin.
+Authenticated like every route (app.auth): header `X-Internal-Token` equal to INTERNAL_API_TOKEN
+(constant-time; with no token configured that path is closed), or a Bearer token with role admin or
+super_admin (the role itself: scope `*` does not stand in for it here, DESIGN §6).
 """
 
 from __future__ import annotations
 
-import hmac
-
-from flask import current_app, g, jsonify, request
+from flask import current_app, jsonify
 from flask.views import MethodView
 
-from app.errors import Forbidden, Unauthorized
 from app.extensions import Blueprint
 from app.ops.schemas import SeedQueuedSchema, SeedReportSchema, SeedStatusQuerySchema, SeedStatusSchema
 from app.ops.seeding import SeedRequestSchema
@@ -21,39 +18,7 @@ from app.wire import wants_async
 blp = Blueprint("internal", __name__, url_prefix="/internal",
                 description="Cluster-internal operations (X-Internal-Token or an admin token)")
 ADMIN_ROLES = ("admin", "super_admin")
-
-
-def authenticate_internal() -> None:
-    """before_request of /internal/*: internal token, or an admin/super_admin bearer token."""
-    if request.method == "OPTIONS":
-        return
-    sent = request.headers.get("X-Internal-Token")
-    if sent is not None:
-        expected = current_app.config.get("INTERNAL_API_TOKEN") or ""
-        if not expected:
-            raise Unauthorized("Internal token authentication is disabled (INTERNAL_API_TOKEN is not set).")
-        if not hmac.compare_digest(sent.encode(), expected.encode()):
-            raise Unauthorized("Invalid internal token.")
-        g.internal_caller = "internal-token"
-        return
-    if not request.headers.get("Authorization"):
-        raise Unauthorized("X-Internal-Token or an admin bearer token is required.")
-    from app.auth import _bearer_token, decode_token, tenant_from_claims
-
-    tenant = tenant_from_claims(decode_token(_bearer_token()))
-    if tenant.role not in ADMIN_ROLES:
-        raise Forbidden("Requires role admin or super_admin.")
-    g.internal_caller = f"user:{tenant.user_id}"
-
-
-blp.before_request(authenticate_internal)
-# What authenticate_internal enforces, documented on each operation (security schemes, 401, 403).
-INTERNAL_SECURITY = [{"internalToken": []}, {"bearerAuth": []}]
-
-
-def internal_access(view):
-    view = blp.alt_response(403, description="FORBIDDEN: a bearer token without role admin or super_admin")(view)
-    return blp.doc(security=INTERNAL_SECURITY)(view)
+internal_access = blp.requires(roles=ADMIN_ROLES, star_bypasses=False, internal_token=True)
 
 
 @blp.route("/seed")

@@ -23,10 +23,11 @@ import json
 import logging
 from typing import Any
 
-from marshmallow import ValidationError
+from marshmallow import ValidationError, fields, validate
 from sqlalchemy import Integer, func, select, text, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 
+from app.agents.fields import NulFree
 from app.db import db
 from app.errors import ApiError, NotFound, ValidationFailed
 from app.ops.artifacts import KINDS, artifact_id
@@ -123,34 +124,32 @@ def check_definition(kind: str, name: str, definition: dict, known_skills: set[s
         raise _invalid({f"definition.{k}": v for k, v in fields.items()}) from None
 
 
+class PublishSchema(NulFree):
+    """What publishing takes — over HTTP (`@blp.arguments`: 415 for another Content-Type, 400 naming the
+    fields, documented in OpenAPI) and from `flask artifacts publish FILE` alike (`publish`)."""
+
+    kind = fields.String(required=True, validate=validate.OneOf(KINDS))
+    name = fields.String(required=True, validate=validate.Length(min=1, max=64))
+    artifactVersion = fields.Integer(required=True, strict=True, validate=validate.Range(min=1, max=1_000_000),
+                                     metadata={"description": "above the artifact's current version (else 409)"})
+    definition = fields.Dict(required=True, metadata={"description": "the body the kind's own API accepts"})
+
+
+_PUBLISH = PublishSchema()
+
+
 def publish(doc: Any, *, created_by: str | None = None, rollout: bool = True) -> tuple[Artifact, Rollout | None]:
     """Store a new version of an artifact (or a new artifact) and start its rollout.
 
-    `doc` is `{kind, name, artifactVersion, definition}`; artifactVersion must be above the current
-    one (409 otherwise)."""
-    from app.agents.fields import contains_nul
+    `doc` is `{kind, name, artifactVersion, definition}` (PublishSchema; the route has loaded it
+    already, the CLI has not); artifactVersion must be above the current one (409 otherwise)."""
     from app.errors import Conflict
 
-    if not isinstance(doc, dict):
-        raise _invalid({"body": ["must be an object {kind, name, artifactVersion, definition}"]})
-    if contains_nul(doc):
-        raise _invalid({"body": ["text must not contain NUL (\\u0000) characters"]})
-    problems: dict[str, list[str]] = {}
-    kind, name, version, definition = (doc.get("kind"), doc.get("name"), doc.get("artifactVersion"),
-                                       doc.get("definition"))
-    if kind not in KINDS:
-        problems["kind"] = [f"must be one of {', '.join(KINDS)}"]
-    if not isinstance(name, str) or not 1 <= len(name) <= 64:
-        problems["name"] = ["must be a string of 1–64 characters"]
-    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= 1_000_000:
-        problems["artifactVersion"] = ["must be an integer ≥ 1"]
-    if not isinstance(definition, dict):
-        problems["definition"] = ["must be an object"]
-    unknown = sorted(set(doc) - {"kind", "name", "artifactVersion", "definition"})
-    if unknown:
-        problems.update({k: ["Unknown field."] for k in unknown})
-    if problems:
-        raise _invalid(problems)
+    try:
+        doc = _PUBLISH.load(doc if doc is not None else {})
+    except ValidationError as exc:
+        raise _invalid(flatten_errors(exc.normalized_messages())) from None
+    kind, name, version, definition = doc["kind"], doc["name"], doc["artifactVersion"], doc["definition"]
     session = db.session
     sync_builtin_artifacts(session)
     skills = set(session.scalars(select(Artifact.name).where(Artifact.kind == "skill")))

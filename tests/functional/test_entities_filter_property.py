@@ -24,6 +24,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from app.entities.fieldtypes import parse_datetime
 from tests.functional.entities_support import BASE, create_definition, org_headers
 
 ALPHABET = "aAbBzZ üÜéÉß中😀%_'\"\\-.01"
@@ -164,6 +165,16 @@ def _num(v):
     return Decimal(repr(v)) if isinstance(v, float) else Decimal(v)
 
 
+def _instant(v: str) -> datetime | None:
+    """The instant a stored datetime string denotes; None for one that denotes none (`2026-02-30…`,
+    left by a schema change from string to datetime), which the SQL cast answers with NULL too (migration
+    x0002). (PostgreSQL also reads `24:00:00` and second 60, which the API refuses on write.)"""
+    try:
+        return parse_datetime(v)
+    except ValueError:
+        return None
+
+
 def _typed(kind: str, v):
     """Stored value → comparable Python value, or None when missing / of another type."""
     if v is MISSING or v is None:
@@ -171,7 +182,7 @@ def _typed(kind: str, v):
     if kind == "number":
         return _num(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
     if kind == "datetime":
-        return datetime.fromisoformat(v) if isinstance(v, str) else None
+        return _instant(v) if isinstance(v, str) else None
     if kind in ("text", "date"):
         return v if isinstance(v, str) else None
     return v

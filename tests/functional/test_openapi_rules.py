@@ -147,3 +147,27 @@ def test_entity_rules_agree_with_the_document(client, auth, documented, method, 
     url = path if path.startswith("/api/") else f"{BASE}{path}"
     status = client.open(url, method=method.upper(), json=body, headers=headers).status_code
     assert (status < 300) is ok and status in (200, 201, 400), status
+
+
+def test_documented_maxima_are_the_configured_ones(client, make_app, auth):
+    """`pageSize` and the aggregate `limit` are documented with this app's settings, which the code
+    enforces: an operator who lowers them gets a document that says so (and another app in the same
+    process keeps its own document)."""
+    def maxima(c):
+        schemas = c.get("/api/v1/openapi.json").get_json()["components"]["schemas"]
+        return (schemas["QueryParams"]["properties"]["pageSize"]["maximum"],
+                schemas["AggregateRequest"]["properties"]["limit"]["maximum"])
+
+    assert maxima(client) == (500, 1000)
+    small = make_app(ENTITY_MAX_PAGE_SIZE=40, ENTITY_AGGREGATE_MAX_GROUPS=9).test_client()
+    assert maxima(small) == (40, 9)
+    assert maxima(client) == (500, 1000)
+    headers = auth()
+    create_definition(small, headers, "paged", {"type": "object", "properties": {"k": {"type": "string"}}})
+    for size, status in ((40, 200), (41, 400)):
+        resp = small.post(f"{BASE}/paged/records/query", json={"query": {"pageSize": size}}, headers=headers)
+        assert resp.status_code == status, resp.get_json()
+    aggregate = {"groupBy": ["k"], "aggregates": [{"field": "k", "function": "count", "alias": "n"}]}
+    for limit, status in ((9, 200), (10, 400)):
+        resp = small.post(f"{BASE}/paged/records/aggregate", json={**aggregate, "limit": limit}, headers=headers)
+        assert resp.status_code == status, resp.get_json()

@@ -142,6 +142,45 @@ def test_deep_long_and_unencodable_json_is_400_on_every_reader(client, auth):
     assert resp.get_json()["fields"]["title"] == "smile \U0001F600"
 
 
+def test_nan_and_infinity_literals_are_invalid_json_on_every_reader(client, auth):
+    """`NaN`, `Infinity`, `-Infinity` are not JSON (RFC 8259 §6): the one body parser refuses them for
+    every route alike (400 INVALID_INPUT naming the literal), the bulk and batch paths included; a number
+    too big for a float (1e400) is still refused by the domain that reads it, naming the field."""
+    headers = auth()
+    create_definition(client, headers, "nums", {"type": "object", "properties": {
+        "title": {"type": "string"}, "n": {"type": "float"}, "meta": {"type": "json"}}})
+    agent = Registry(client, headers).create_agent()
+    event = '{"eventType": "click", "eventCategory": "ui", "properties": {"x": %s}}'
+    targets = [
+        ("POST", f"{BASE}/nums/records", '{"fields": {"n": %s}}'),
+        ("POST", f"{BASE}/nums/records", '{"fields": {"meta": {"deep": [1, %s]}}}'),
+        ("POST", f"{BASE}/nums/records/bulk/create", '{"records": [{"fields": {"n": %s}}]}'),
+        ("POST", f"{BASE}/nums/records/query", '{"query": {"filter": {"n": {"$gt": %s}}}}'),
+        ("POST", f"{BASE}/nums/records/aggregate", '{"groupBy": [], "metrics": [{"op": "sum", "field": %s}]}'),
+        ("POST", f"{BASE}/definitions", '{"name": "x", "schema": {"type": "object", "maximum": %s}}'),
+        ("PUT", f"/api/v1/agents/{agent['id']}", '{"metadata": {"k": %s}}'),
+        ("POST", "/api/v1/analytics/events", event),
+        ("POST", "/api/v1/analytics/events/batch", '{"events": [' + event + "]}"),
+        ("POST", "/api/v1/email/send", '{"to": ["a@example.com"], "subject": "s", "body": "b", "x": %s}'),
+    ]
+    for method, path, template in targets:
+        for literal in ("NaN", "Infinity", "-Infinity"):
+            resp = _raw(client, method, path, headers, template % literal)
+            body = assert_error(resp, 400, "INVALID_INPUT")
+            assert literal in body["error"]["message"], (path, body)
+            assert body["error"]["details"]["literal"] == literal, (path, body)
+    # the same words as strings are text, stored as sent
+    resp = _raw(client, "POST", f"{BASE}/nums/records", headers, '{"fields": {"title": "NaN", "meta": "-Infinity"}}')
+    assert resp.status_code == 201, resp.get_json()
+    assert resp.get_json()["fields"] == {"title": "NaN", "meta": "-Infinity"}
+    # a literal too big for a float parses to infinity: refused as before, by the field that holds it
+    resp = _raw(client, "POST", f"{BASE}/nums/records", headers, '{"fields": {"n": 1e400}}')
+    body = assert_error(resp, 400, "VALIDATION_ERROR")
+    assert "finite" in str(body["error"]["details"]), body
+    listing = client.post(f"{BASE}/nums/records/query", json={"query": {}}, headers=headers).get_json()
+    assert len(listing["records"]) == 1  # nothing else was stored
+
+
 # --- 3. a body that is not JSON where JSON is expected is 415 ----------------------------------------
 
 def test_body_of_another_type_is_415(client, auth):

@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from tests.functional.test_seed_api import HDR, body, domain
-from tests.support import bearer, token
+from tests.support import assert_error, bearer, token
 
 ADMIN_ARTIFACTS = "/api/v1/admin/artifacts"
 
@@ -223,8 +223,27 @@ def test_publish_rejects_bad_documents(seed_client, doc, field):
 
 
 def test_publish_non_json(seed_client):
-    resp = seed_client.post(ADMIN_ARTIFACTS, data="{", headers={**super_admin(), "Content-Type": "application/json"})
-    assert resp.status_code == 400
+    """The body goes through the API's one mechanism (`@blp.arguments`): malformed JSON is 400
+    INVALID_INPUT, another Content-Type 415, a bad query parameter 400 naming it."""
+    doc = {"kind": "skill", "name": "summarize", "artifactVersion": 999, "definition": {}}
+    for text in ("{", '{"kind": "skill", "name": "summarize", "artifactVersion": NaN, "definition": {}}'):
+        resp = seed_client.post(ADMIN_ARTIFACTS, data=text,
+                                headers={**super_admin(), "Content-Type": "application/json"})
+        assert_error(resp, 400, "INVALID_INPUT")
+    for content_type in ("text/plain", "application/x-www-form-urlencoded"):
+        resp = seed_client.post(ADMIN_ARTIFACTS, data=json.dumps(doc), headers={**super_admin(),
+                                                                                 "Content-Type": content_type})
+        assert_error(resp, 415, "INVALID_INPUT")
+    resp = seed_client.post(ADMIN_ARTIFACTS, data=json.dumps(doc), headers=super_admin())  # no Content-Type
+    assert_error(resp, 415, "INVALID_INPUT")
+    resp = seed_client.post(ADMIN_ARTIFACTS, headers=super_admin())  # no body: the fields are missing
+    assert set(assert_error(resp, 400, "VALIDATION_ERROR")["error"]["details"]["fields"]) == {
+        "kind", "name", "artifactVersion", "definition"}
+    resp = seed_client.post(f"{ADMIN_ARTIFACTS}?rollout=maybe", json=doc, headers=super_admin())
+    assert "rollout" in assert_error(resp, 400, "VALIDATION_ERROR")["error"]["details"]["fields"]
+    resp = seed_client.post(ADMIN_ARTIFACTS, json=[1, 2], headers=super_admin())
+    assert_error(resp, 400, "VALIDATION_ERROR")
+    assert current(seed_client, "skill.summarize")["artifactVersion"] < 999  # nothing was published
 
 
 def test_rollout_resumes_from_its_cursor(seed_app, seed_client, registry):

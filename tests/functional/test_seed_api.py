@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.functional.conftest import INTERNAL
-from tests.support import bearer, token
+from tests.support import assert_error, bearer, token
 
 SEED = "/internal/seed"
 
@@ -120,6 +120,27 @@ def test_roles(seed_client, make_token):
         assert resp.status_code == 201, resp.get_json()
     forged = bearer(token(org="x", role="super_admin", secret="another-secret-" + "z" * 40))
     assert seed_client.post(SEED, json=body(domain()), headers=forged).status_code == 401
+
+
+def test_internal_routes_authenticate_like_every_route(seed_client, make_token):
+    """/internal goes through the one authentication (app.auth): credentials are checked before any
+    other rule (a NUL in the path is 400 only for a caller who may call the route, as on /api/v1), and
+    who may call is unchanged: the internal token, or the role admin/super_admin itself."""
+    status = f"{SEED}/a%00b"
+    assert_error(seed_client.get(status), 401, "UNAUTHORIZED")
+    assert_error(seed_client.get(status, headers={"X-Internal-Token": "wrong"}), 401, "UNAUTHORIZED")
+    assert_error(seed_client.get(status, headers=bearer(make_token(scopes=["*"]))), 403, "FORBIDDEN")
+    assert_error(seed_client.get(status, headers=HDR), 400, "INVALID_INPUT")
+    assert_error(seed_client.get(status, headers=bearer(make_token(role="admin"))), 400, "INVALID_INPUT")
+    # the token's product selects nothing here: an admin of a product not provisioned yet may seed it
+    d = domain()
+    nowhere = bearer(make_token(role="super_admin", product="not-provisioned-yet"))
+    resp = seed_client.post(SEED, json=body(d), headers=nowhere)
+    assert resp.status_code == 201, resp.get_json()
+    resp = seed_client.get(f"{SEED}/{d}", headers=nowhere)
+    assert resp.status_code == 200 and resp.get_json()["summary"]["missing"] == 0, resp.get_json()
+    # the internal token is a credential on /internal only
+    assert_error(seed_client.get("/api/v1/me", headers=HDR), 401, "UNAUTHORIZED")
 
 
 def test_header_path_closed_without_configured_token(client):

@@ -6,6 +6,8 @@ import re
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.errors import envelope
 from app.wire import iso, new_id, success_envelope, utcnow
@@ -21,6 +23,15 @@ ISO_MS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
 ])
 def test_one_timestamp_format(moment, text):
     assert iso(moment) == text and ISO_MS.match(text)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 30),
+                    timezones=st.one_of(st.none(), st.just(UTC), st.timezones())))
+def test_iso_is_the_strftime_format(moment):
+    """The isoformat shortcut answers what the strftime format did (years < 1000 keep strftime)."""
+    utc = (moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)).astimezone(UTC)
+    assert iso(moment) == utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
 def test_none_stays_none_and_now_is_stored_at_wire_precision():
