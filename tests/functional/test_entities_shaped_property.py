@@ -59,8 +59,8 @@ def _answers(data, body: dict) -> list:
         assert {r["id"] for r in page["records"]} <= ids  # never another tenant's record
         if page.get("nextCursor"):
             follow = {k: v for k, v in body.items() if k != "page"}
-            nxt = client.post(f"{BASE}/{entity}/records/query", json={"query": {**follow, "cursor": page["nextCursor"]}},
-                              headers=headers)
+            nxt = client.post(f"{BASE}/{entity}/records/query",
+                              json={"query": {**follow, "cursor": page["nextCursor"]}}, headers=headers)
             out.append((nxt.status_code, nxt.get_json()))
             assert nxt.status_code != 200 or {r["id"] for r in nxt.get_json()["records"]} <= ids
     count = client.post(f"{BASE}/{entity}/records/count", json={"filters": body["filters"]}, headers=headers)
