@@ -222,7 +222,11 @@ class Database:
         keys = [source._generate_cache_key() for source in sources]
         if any(k is None for k in keys):
             return session.execute(build(), named)
-        key = (shape, tuple(sorted(translate.items())), tuple(k.key for k in keys), tuple(sorted(named)))
+        # each source's key is taken on its own: which bound values are one object across sources
+        # (one parameter of the SQL) is part of the shape, or a later call could bind one value twice
+        first: dict[int, int] = {}
+        sharing = tuple(first.setdefault(id(bind), len(first)) for k in keys for bind in k.bindparams)
+        key = (shape, tuple(sorted(translate.items())), tuple(k.key for k in keys), sharing, tuple(sorted(named)))
         shaped = state.shaped.get(key, False)
         if shaped is False:
             stmt = build()

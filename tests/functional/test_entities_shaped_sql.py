@@ -147,3 +147,27 @@ def test_read_only_request_reads_its_definition_on_its_own_connection(app):
         assert missing.status_code == 404
     finally:
         event.remove(engine, "checkout", listener)
+
+
+def test_a_value_object_shared_by_two_sources_is_part_of_the_shape(app):
+    """Each source's cache key is taken on its own, so it cannot tell that two sources hold the very
+    same bound value (one parameter of the SQL) or two equal-looking ones (two parameters): the
+    sharing is part of the shape. Rendered with a shared value, then called with two different ones
+    (and the other way round), each call answers its own values."""
+    from sqlalchemy.orm import Session
+
+    with app.app_context():
+        session = Session(bind=db.engine_for("default", autocommit=True))
+        try:
+            def run(a, b):
+                return tuple(db.execute_shaped(session, ("shared values",),
+                                               lambda: select(a.label("a"), b.label("b")), [a, b]).one())
+
+            one = literal(1)
+            assert run(one + 0, one + 0) == (1, 1)
+            assert run(literal(2) + 0, literal(3) + 0) == (2, 3)
+            assert run(literal(4) + 0, literal(5) + 0) == (4, 5)
+            seven = literal(7)
+            assert run(seven + 0, seven + 0) == (7, 7)
+        finally:
+            session.close()
