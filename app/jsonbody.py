@@ -11,7 +11,8 @@ Both readers of a request body go through `loads()`: flask-smorest/webargs argum
 - the literals `NaN`, `Infinity` and `-Infinity` (not JSON, RFC 8259 §6, though Python's decoder takes
   them; JSONB and the domains cannot hold them) → 400 INVALID_INPUT naming the literal, for every
   route alike. A number too big for a float (`1e400`) still parses to infinity and is refused by the
-  domain that reads it (`check_storable`, the analytics checks), naming the field;
+  domain that reads it (`check_storable`, the analytics checks, the agent registry's `NulFree`),
+  naming the field;
 - a lone surrogate (`"\\ud800"`, unencodable as UTF-8: PostgreSQL, headers and logs would fail on it) in
   any string or key → 400 VALIDATION_ERROR naming the path. NUL characters are refused by each domain's
   own check, which names the field or the bulk record index (`check_storable`, `NulFree`, email subject);

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 from collections.abc import Mapping
 from datetime import UTC
@@ -86,13 +87,29 @@ def contains_nul(value: Any) -> bool:
     return False
 
 
+def non_finite_paths(value: Any, path: str = "") -> list[str]:
+    """Where `value` holds a number that is not finite: `1e400` is JSON syntax but parses to infinity
+    (app.jsonbody refuses the NaN/Infinity literals), which JSONB cannot store."""
+    if isinstance(value, float):
+        return [] if math.isfinite(value) else [path]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in non_finite_paths(v, f"{path}.{k}" if path else str(k))]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in non_finite_paths(v, f"{path}[{i}]")]
+    return []
+
+
 class NulFree(Schema):
-    """Base of every request schema: no NUL characters anywhere in the input."""
+    """Base of every request schema: no NUL characters anywhere in the input, and no number the
+    database cannot store (named by path, before any field is read)."""
 
     @pre_load
     def _refuse_nul(self, data, **_):
         if contains_nul(data):
             raise ValidationError("Text must not contain NUL (\\u0000) characters.")
+        paths = non_finite_paths(data)
+        if paths:
+            raise ValidationError({p: ["Numbers must be finite."] for p in paths})
         return data
 
 

@@ -211,6 +211,19 @@ class FieldResolver:
         JSON string/number/boolean contains only an equal value of its own type."""
         return self.t.c.fields.contains({ref.name: _json_scalar(value)})
 
+    def member(self, ref: FieldRef, value: str) -> ColumnElement:
+        """A list field (or `tags`) holds the string `value`: `fields @> {name: [value]}`, true exactly
+        when the field is a JSON array with that string among its elements (never NULL)."""
+        if ref.system:
+            return self.t.c[ref.name].contains([value])
+        return self.t.c.fields.contains({ref.name: [value]})
+
+    def overlap(self, ref: FieldRef, values: list[str]) -> ColumnElement:
+        """A list field holds at least one of `values` (not empty)."""
+        if ref.system:
+            return self.t.c[ref.name].overlap(values)
+        return or_(*(self.member(ref, v) for v in values))
+
     def sort_key(self, ref: FieldRef) -> ColumnElement:
         """Ordering expression: typed for numbers and datetimes, text for the rest."""
         if ref.system or ref.kind in (KIND_NUMBER, KIND_DATETIME, KIND_DATE):
@@ -648,17 +661,13 @@ class _Compiler:
         return self.true_only(equal) if self.r.projected else equal
 
     def member(self, ref: FieldRef, value: str) -> ColumnElement:
-        if ref.system:
-            return self.r.column(ref).contains([value])
-        return self.t.c.fields.contains({ref.name: [value]})
+        return self.r.member(ref, value)
 
     def any_of(self, ref: FieldRef, values: tuple) -> ColumnElement:
         if not values:
             return false()
         if ref.kind == KIND_ARRAY:  # overlap
-            if ref.system:
-                return self.r.column(ref).overlap(list(values))
-            return or_(*(self.member(ref, v) for v in values))
+            return self.r.overlap(ref, list(values))
         return or_(*(self.eq(ref, v) for v in values))
 
     def exists(self, ref: FieldRef) -> ColumnElement:

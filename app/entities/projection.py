@@ -7,22 +7,31 @@ that gets its own indexes also gets a projection table `erp_<definition key>_<pl
 product schema:
 
 - one row per ACTIVE record of the definition: `id` (PK), `name`, `created_at`, `updated_at`,
-  `version`, `search_vector`, and one typed column per scalar field of the schema (numbers `numeric`,
+  `version`, `tags`, `search_vector`, and one typed column per scalar field of the schema (numbers `numeric`,
   dates `text COLLATE "C"`, datetimes `timestamptz`, booleans `boolean`, short text `text COLLATE "C"`
   holding string values plus a second, normally NULL, column holding the text of a non-string value
   so that `fields ->> name` is reproduced exactly). Every value is computed by the filter compiler's
   own `FieldResolver` expressions (rendered here with the values inlined), so a column holds exactly
   what the compiler's typed expression evaluates to (invalid/missing → NULL): results cannot change;
+  and one `text[]` column per list field (multiselect, multilookup, JSON array of strings): the string
+  elements of the value when it is a JSON array, `{}` otherwise (`list_elements`), on which the
+  compiler's `fields @> {name: [v]}` is exactly `column @> ARRAY[v]` (has / `$contains`) and its OR of
+  those `column && ARRAY[…]` (`$in`); `$nin`/`$ne`/`$not` negate them (never NULL);
 - b-trees per column (dates `DESC NULLS LAST`; `(created_at, id)` for the default order), except
   booleans and dropdowns, which share one b-tree (fewest values first: equality on any subset of them
   is an index-only scan, with PostgreSQL 18's skip scan over the columns left out); pg_trgm GIN on
-  short text; GIN on the tsvector;
-- kept exact in the writer's own transaction by three statement-level AFTER triggers with transition
-  tables on `entity_records` (INSERT / UPDATE / DELETE, each restricted to the definition's rows):
-  set-based, so a bulk create costs one INSERT … SELECT more, not a trigger call per row.
+  short text; GIN on the tsvector, on `tags` and on each list column;
+- kept exact in the writer's own transaction by ONE set of statement-level AFTER triggers with
+  transition tables per product schema (`erp_dispatch_i/_u/_d` on `entity_records`, present while the
+  schema has a projection) running one generated function: one pass over the statement's rows finds
+  the definitions with a projection among them (the registry `entity_projections`, migration p0002,
+  holds each projection's maintenance statements), then only their upserts/deletes run. Set-based, so
+  a bulk create costs one INSERT … SELECT more, not a trigger call per row; a statement on other
+  definitions' records costs that one pass, whatever the number of projections.
 
-Build (the index task, never a request): create table + function + triggers in one short transaction
-(CREATE TRIGGER waits for writers in flight; every later write maintains the table), then backfill in
+Build (the index task, never a request): create table + registration (dispatcher rewritten, under a
+SHARE ROW EXCLUSIVE lock on entity_records: the commit waits for writers in flight, every later write
+statement runs the new dispatcher) in one short transaction, then backfill in
 batches of `BACKFILL_BATCH` records (creation order) with `SELECT … FOR SHARE` (a row a concurrent transaction updates,
 deactivates or deletes is waited for and re-read at its latest version, so the backfill never
 resurrects an old version) and `ON CONFLICT DO NOTHING` (a trigger already wrote a newer one), then
@@ -35,7 +44,8 @@ a deactivated or deleted definition loses it.
 Queries (app.entities.query) compile against the projection through `ProjectionResolver` (a
 `FieldResolver` over the projection's columns) when every field the filter and sort mention is
 projected and every operator has a column form; anything else (`$exists`, `$empty`, equality with
-null, list/JSON/long-text fields, `tags`, `is_active`, sorting by a boolean, `$similar`) raises
+null, equality of a list field with a whole list, JSON/long-text fields, `is_active`, sorting by a
+boolean or a list, `$similar`) raises
 `NotProjected` and the request compiles against `entity_records` as before, narrowed by the
 top-level AND terms the projection does answer (`id IN (SELECT id FROM <projection> WHERE …)`).
 A `$similar` page reads entity_records and the vectors, but its exact count with a filter the projection
@@ -53,12 +63,20 @@ from typing import Any
 
 from sqlalchemy import Boolean, Column, Integer, MetaData, Numeric, Table, Text, case, cast, func, text
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.dialects.postgresql import TIMESTAMP, TSVECTOR
+from sqlalchemy.dialects.postgresql import ARRAY, TIMESTAMP, TSVECTOR
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
 from app.db import PRODUCT_PLACEHOLDER
-from app.entities.fieldtypes import KIND_BOOL, KIND_DATE, KIND_DATETIME, KIND_NUMBER, KIND_TEXT, FieldCatalog
+from app.entities.fieldtypes import (
+    KIND_ARRAY,
+    KIND_BOOL,
+    KIND_DATE,
+    KIND_DATETIME,
+    KIND_NUMBER,
+    KIND_TEXT,
+    FieldCatalog,
+)
 from app.entities.filters import FieldRef, FieldResolver, NotProjected
 
 log = logging.getLogger(__name__)
@@ -69,9 +87,10 @@ BACKFILL_BATCH = 5000
 ENUM_INDEX_COLUMNS = 8  # booleans and dropdowns in the shared b-tree (the rest get one each)
 CURRENT_VECTOR = "embedded_current"  # = embedded_hash when embedded_version = version, else NULL
 SYSTEM = {"id": "text", "name": "text", "created_at": "timestamptz", "updated_at": "timestamptz",
-          "version": "integer"}
+          "version": "integer", "tags": "text[]"}
+LIST = "text[]"
 _SA_TYPES = {"text": Text, 'text COLLATE "C"': Text, "numeric": Numeric, "timestamptz": TIMESTAMP(timezone=True),
-             "boolean": Boolean, "integer": Integer, "tsvector": TSVECTOR}
+             "boolean": Boolean, "integer": Integer, "tsvector": TSVECTOR, "text[]": ARRAY(Text)}
 
 
 def definition_key(definition_id: str) -> str:
@@ -113,6 +132,16 @@ def _sql(expr) -> str:
     return str(expr.compile(dialect=_DIALECT, compile_kwargs={"literal_binds": True, "include_table": False}))
 
 
+def list_elements(jsonb_sql: str) -> str:
+    """A list field's column: the string elements of the JSON array, `{}` for anything else (missing,
+    null, a scalar, an object; never NULL). The compiler's `fields @> {name: [v]}` is true exactly when
+    the value is an array with the string `v` among its direct elements (numbers, nulls, nested arrays
+    and objects never equal a string; duplicates and order do not matter; strings compare byte for
+    byte, case included), which is `column @> ARRAY[v]`; any of several is `column && ARRAY[…]`."""
+    return (f"ARRAY(SELECT e.v #>> '{{}}' FROM jsonb_array_elements(CASE WHEN jsonb_typeof({jsonb_sql}) = 'array' "
+            f"THEN {jsonb_sql} END) AS e(v) WHERE jsonb_typeof(e.v) = 'string')")
+
+
 def plan_projection(definition_id: str, catalog: FieldCatalog) -> Plan:
     """The projection table a definition with this schema gets (pure: no session)."""
     source = FieldResolver(catalog)
@@ -146,15 +175,17 @@ def plan_projection(definition_id: str, catalog: FieldCatalog) -> Plan:
                                                                  else_=None))))
             fields.append(ProjectedField(name, spec.kind, column, other))
             continue
+        elif spec.kind == KIND_ARRAY:
+            columns.append((column, LIST, list_elements(_sql(source.jsonb(ref)))))
         else:
-            continue  # long text, lists, JSON, files: not projected (queries on them fall back)
+            continue  # long text, JSON, files: not projected (queries on them fall back)
         fields.append(ProjectedField(name, spec.kind, column))
     def table_named(name: str) -> Table:
         return Table(name, MetaData(schema=PRODUCT_PLACEHOLDER),
                      *(Column(c, _SA_TYPES[t], primary_key=c == "id") for c, t, _ in columns))
 
     target = ProjectionResolver(catalog, table_named("draft"), {f.field: f for f in fields})
-    wanted: list[str] = ["USING btree (created_at, id)", "USING gin (search_vector)"]
+    wanted: list[str] = ["USING btree (created_at, id)", "USING gin (search_vector)", "USING gin (tags)"]
     # Few-valued fields (booleans, dropdowns) share one b-tree, fewest values first: equalities on any
     # of them are answered from that index alone (index-only; PostgreSQL 18 skips over the leading
     # columns a filter leaves out), where one index per field would need a BitmapAnd and heap visits.
@@ -167,6 +198,8 @@ def plan_projection(definition_id: str, catalog: FieldCatalog) -> Plan:
         ref = target.resolve(f.field)
         if f in enums:
             pass
+        elif f.kind == KIND_ARRAY:
+            wanted.append(f"USING gin ({f.column})")  # @> (has), && (any of)
         elif f.kind in (KIND_DATE, KIND_DATETIME):
             wanted.append(f"USING btree ({f.column} DESC NULLS LAST) INCLUDE ({CURRENT_VECTOR})")
         else:
@@ -237,6 +270,16 @@ class ProjectionResolver(FieldResolver):
     def scalar_equals(self, ref: FieldRef, value: Any) -> ColumnElement:
         return self.typed(ref) == value  # NULL when missing/other type: the compiler makes it false
 
+    def member(self, ref: FieldRef, value: str) -> ColumnElement:
+        if ref.system:
+            return super().member(ref, value)
+        return self.t.c[self.fields[ref.name].column].contains([value])  # the list's GIN
+
+    def overlap(self, ref: FieldRef, values: list[str]) -> ColumnElement:
+        if ref.system:
+            return super().overlap(ref, values)
+        return self.t.c[self.fields[ref.name].column].overlap(values)
+
 
 def resolver_for(definition, catalog: FieldCatalog) -> ProjectionResolver | None:
     """The resolver of the definition's READY projection, or None (none, or not of this schema).
@@ -254,7 +297,13 @@ def _literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def _trigger_function(schema: str, plan: Plan) -> str:
+REGISTRY = "entity_projections"  # migration p0002: the projections the dispatcher maintains
+DISPATCH = "erp_dispatch"  # the product schema's one trigger function; its triggers `erp_dispatch_i/_u/_d`
+
+
+def _maintenance(schema: str, plan: Plan) -> tuple[str, str, str]:
+    """The statements that keep `plan`'s table exact after an INSERT / UPDATE / DELETE statement on
+    entity_records, over its transition tables `new_rows` / `old_rows`."""
     q = _quote(schema)
     table = f"{q}.{plan.name}"
     names = ", ".join(c for c, _, _ in plan.columns)
@@ -265,31 +314,94 @@ def _trigger_function(schema: str, plan: Plan) -> str:
               f"ON CONFLICT (id) DO UPDATE SET {changed} "
               f"WHERE ({', '.join(f'{plan.name}.{c}' for c, _, _ in plan.columns)}) IS DISTINCT FROM "
               f"({', '.join(f'EXCLUDED.{c}' for c, _, _ in plan.columns)})")
-    return f"""CREATE OR REPLACE FUNCTION {q}.{plan.name}() RETURNS trigger LANGUAGE plpgsql AS $fn$
+    update = (f"DELETE FROM {table} p USING new_rows n WHERE p.id = n.id AND NOT "
+              f"(n.{mine.replace(' AND ', ' AND n.')});\n    {upsert}")
+    return upsert, update, f"DELETE FROM {table} p USING old_rows o WHERE p.id = o.id"
+
+
+def _dispatcher(schema: str, entries: list) -> str:
+    """The schema's trigger function: which registered definitions the statement's rows belong to (one
+    pass over the transition rows, filtered by a hashed IN list), then the maintenance of each of
+    those definitions' projections. A statement on other definitions' records does that one pass."""
+    q = _quote(schema)
+    ids = ", ".join(sorted({_literal(e.definition_id) for e in entries}))
+    blocks = {op: "\n".join(f"    IF {_literal(e.definition_id)} = ANY(touched) THEN\n    {getattr(e, op)};\n"
+                             f"    END IF;" for e in entries) for op in ("on_insert", "on_update", "on_delete")}
+    return f"""CREATE OR REPLACE FUNCTION {q}.{DISPATCH}() RETURNS trigger LANGUAGE plpgsql AS $fn$
+DECLARE
+  touched text[];
 BEGIN
   IF TG_OP = 'INSERT' THEN
-    {upsert};
-  ELSIF TG_OP = 'UPDATE' THEN
-    DELETE FROM {table} p USING new_rows n WHERE p.id = n.id AND NOT (n.{mine.replace(' AND ', ' AND n.')});
-    {upsert};
+    SELECT array_agg(DISTINCT entity_id) INTO touched FROM new_rows WHERE entity_id IN ({ids});
+  ELSIF TG_OP = 'UPDATE' THEN  -- old_rows too: a record moved to another definition leaves this one
+    SELECT array_agg(DISTINCT entity_id) INTO touched FROM (SELECT entity_id FROM new_rows UNION ALL
+      SELECT entity_id FROM old_rows) r WHERE entity_id IN ({ids});
   ELSE
-    DELETE FROM {table} p USING old_rows o WHERE p.id = o.id;
+    SELECT array_agg(DISTINCT entity_id) INTO touched FROM old_rows WHERE entity_id IN ({ids});
+  END IF;
+  IF touched IS NULL THEN
+    RETURN NULL;
+  END IF;
+  IF TG_OP = 'INSERT' THEN
+{blocks["on_insert"]}
+  ELSIF TG_OP = 'UPDATE' THEN
+{blocks["on_update"]}
+  ELSE
+{blocks["on_delete"]}
   END IF;
   RETURN NULL;
 END
 $fn$"""
 
 
+def _dispatch(conn: Connection, schema: str, *, add: Plan | None = None, remove: str | None = None) -> None:
+    """Register `add` / unregister `remove` and rewrite the schema's dispatcher to match the registry,
+    in the caller's transaction: one writer of the dispatcher at a time (a transaction-level advisory
+    lock per schema), and a SHARE ROW EXCLUSIVE lock on entity_records (what CREATE TRIGGER took) so
+    the commit waits for writers in flight: each later write statement runs the new dispatcher (a
+    statement that ran the old one has committed before, so a backfill that starts after this sees
+    its rows). Readers are not blocked. The triggers exist only while the schema has projections
+    (no projection: writes capture no transition rows); creating or dropping them is the only DDL
+    on entity_records, once per schema."""
+    q = _quote(schema)
+    conn.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": f"entity-projections:{schema}"})
+    conn.execute(text(f"LOCK TABLE {q}.entity_records IN SHARE ROW EXCLUSIVE MODE"))
+    if remove is not None:
+        conn.execute(text(f"DELETE FROM {q}.{REGISTRY} WHERE name = :n"), {"n": remove})
+    if add is not None:
+        on_insert, on_update, on_delete = _maintenance(schema, add)
+        conn.execute(text(f"INSERT INTO {q}.{REGISTRY} (name, definition_id, on_insert, on_update, on_delete) "
+                          "VALUES (:n, :d, :i, :u, :x) ON CONFLICT (name) DO UPDATE SET "
+                          "on_insert = EXCLUDED.on_insert, on_update = EXCLUDED.on_update, "
+                          "on_delete = EXCLUDED.on_delete"),
+                     {"n": add.name, "d": add.definition_id, "i": on_insert, "u": on_update, "x": on_delete})
+    entries = conn.execute(text(f"SELECT name, definition_id, on_insert, on_update, on_delete FROM {q}.{REGISTRY} "
+                                "ORDER BY name")).all()
+    have = set(conn.scalars(text(
+        "SELECT t.tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n "
+        "ON n.oid = c.relnamespace WHERE n.nspname = :schema AND c.relname = 'entity_records' "
+        "AND t.tgname LIKE :p"), {"schema": schema, "p": f"{DISPATCH}\\_%"}))
+    if entries:
+        conn.execute(text(_dispatcher(schema, entries)))
+        for suffix, event, ref in (("i", "INSERT", "NEW TABLE AS new_rows"),
+                                   ("u", "UPDATE", "OLD TABLE AS old_rows NEW TABLE AS new_rows"),
+                                   ("d", "DELETE", "OLD TABLE AS old_rows")):
+            if f"{DISPATCH}_{suffix}" not in have:
+                conn.execute(text(f"CREATE TRIGGER {DISPATCH}_{suffix} AFTER {event} ON {q}.entity_records "
+                                  f"REFERENCING {ref} FOR EACH STATEMENT EXECUTE FUNCTION {q}.{DISPATCH}()"))
+    else:
+        for name in sorted(have):  # the last projection of the schema is gone
+            conn.execute(text(f"DROP TRIGGER IF EXISTS {name} ON {q}.entity_records"))
+        conn.execute(text(f"DROP FUNCTION IF EXISTS {q}.{DISPATCH}()"))
+
+
 def install(conn: Connection, schema: str, plan: Plan) -> None:
-    """Table, function and triggers, in the caller's transaction (writers from then on maintain it)."""
+    """Table and its registration with the schema's dispatcher, in the caller's transaction (writers
+    from its commit on maintain it)."""
     q = _quote(schema)
     cols = ", ".join(f"{c} {t}{' PRIMARY KEY' if c == 'id' else ''}" for c, t, _ in plan.columns)
     conn.execute(text(f"CREATE TABLE IF NOT EXISTS {q}.{plan.name} ({cols})"))
-    conn.execute(text(_trigger_function(schema, plan)))
-    for suffix, event, ref in (("i", "INSERT", "NEW TABLE AS new_rows"), ("u", "UPDATE", "NEW TABLE AS new_rows"),
-                               ("d", "DELETE", "OLD TABLE AS old_rows")):
-        conn.execute(text(f"CREATE OR REPLACE TRIGGER {plan.name}_{suffix} AFTER {event} ON {q}.entity_records "
-                          f"REFERENCING {ref} FOR EACH STATEMENT EXECUTE FUNCTION {q}.{plan.name}()"))
+    _dispatch(conn, schema, add=plan)
 
 
 def backfill(engine, schema: str, plan: Plan, *, batch: int = BACKFILL_BATCH) -> int:
@@ -343,9 +455,10 @@ def create_indexes(conn: Connection, schema: str, plan: Plan, *, concurrently: b
 
 
 def _retrying(conn: Connection, timeout: str, attempts: int, action) -> None:
-    """Run `action()` with a short lock_timeout, a few times: DROP TRIGGER takes an ACCESS EXCLUSIVE
-    lock on entity_records and CREATE TRIGGER a SHARE ROW EXCLUSIVE one; waiting long for either
-    would queue every request's reads (or writes) behind it."""
+    """Run `action()` with a short lock_timeout, a few times: registering takes a SHARE ROW EXCLUSIVE
+    lock on entity_records (DROP TRIGGER, for the last projection of a schema or one built before the
+    dispatcher, an ACCESS EXCLUSIVE one); waiting long would queue every request's writes (or reads)
+    behind it."""
     from sqlalchemy.exc import OperationalError
 
     conn.execute(text(f"SET lock_timeout = '{timeout}'"))
@@ -362,13 +475,30 @@ def _retrying(conn: Connection, timeout: str, attempts: int, action) -> None:
 
 
 def drop(conn: Connection, schema: str, table_name: str) -> None:
-    """Triggers (each under a short lock timeout, retried), function, table."""
+    """Unregister (its own transaction, under a short lock timeout, retried), then the table; and the
+    triggers and function of a projection built before the dispatcher, if any."""
     q = _quote(schema)
-    for suffix in ("i", "u", "d"):
-        _retrying(conn, "500ms", 10, lambda suffix=suffix: conn.execute(
-            text(f"DROP TRIGGER IF EXISTS {table_name}_{suffix} ON {q}.entity_records")))
-    conn.execute(text(f"DROP FUNCTION IF EXISTS {q}.{table_name}()"))
+    legacy = _legacy_triggers(conn, schema, table_name)
+    for name in sorted(legacy):
+        _retrying(conn, "500ms", 10, lambda name=name: conn.execute(
+            text(f"DROP TRIGGER IF EXISTS {name} ON {q}.entity_records")))
+    if legacy:
+        conn.execute(text(f"DROP FUNCTION IF EXISTS {q}.{table_name}()"))
+
+    def unregister():
+        with conn.engine.begin() as tx:
+            tx.execute(text("SET LOCAL lock_timeout = '500ms'"))
+            _dispatch(tx, schema, remove=table_name)
+    _retrying(conn, "500ms", 10, unregister)
     conn.execute(text(f"DROP TABLE IF EXISTS {q}.{table_name}"))
+
+
+def _legacy_triggers(conn: Connection, schema: str, pattern: str) -> set[str]:
+    """Per-projection triggers `<table>_i/_u/_d` (before the dispatcher) whose name starts with `pattern`."""
+    return set(conn.scalars(text(
+        "SELECT t.tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n "
+        "ON n.oid = c.relnamespace WHERE n.nspname = :schema AND c.relname = 'entity_records' "
+        "AND t.tgname LIKE :p"), {"schema": schema, "p": pattern.replace("_", "\\_") + "%"}))
 
 
 COMPLETE = "complete"  # the table comment once backfilled and indexed (else: an interrupted build)
@@ -385,12 +515,12 @@ def existing(conn: Connection, schema: str, definition_id: str) -> dict[str, boo
 
 
 def triggered(conn: Connection, schema: str, definition_id: str) -> set[str]:
-    """Projection names that have triggers on entity_records (a table dropped by hand leaves them)."""
-    pattern = f"{PREFIX}{definition_key(definition_id)}\\_%"
-    return {name[:-2] for name in conn.scalars(text(
-        "SELECT t.tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n "
-        "ON n.oid = c.relnamespace WHERE n.nspname = :schema AND c.relname = 'entity_records' "
-        "AND t.tgname LIKE :p"), {"schema": schema, "p": pattern})}
+    """Projection names the dispatcher maintains (or, built before it, that have triggers on
+    entity_records): a table dropped by hand leaves them."""
+    key = f"{PREFIX}{definition_key(definition_id)}_"
+    names = set(conn.scalars(text(f"SELECT name FROM {_quote(schema)}.{REGISTRY} WHERE definition_id = :d"),
+                             {"d": definition_id}))
+    return names | {name[:-2] for name in _legacy_triggers(conn, schema, key)}
 
 
 def _point_at(engine, schema: str, definition_id: str, plan: Plan | None) -> bool:

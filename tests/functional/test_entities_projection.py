@@ -56,11 +56,21 @@ def tables(app, definition_id) -> set[str]:
 
 
 def triggers(app, definition_id) -> set[str]:
+    """The projections of the definition the schema's dispatcher maintains (and triggers of its own:
+    none since the dispatcher)."""
     from app.db import db
 
     with app.app_context(), db.engine.connect() as conn:
-        return set(conn.scalars(text("SELECT tgname FROM pg_trigger WHERE tgname LIKE :p"),
-                                {"p": f"{projection.PREFIX}{projection.definition_key(definition_id)}%"}))
+        own = set(conn.scalars(text("SELECT tgname FROM pg_trigger WHERE tgname LIKE :p"),
+                               {"p": f"{projection.PREFIX}{projection.definition_key(definition_id)}%"}))
+        return own | {f"registered {name}" for name in projection.triggered(conn, SCHEMA, definition_id)}
+
+
+def dispatcher(app) -> set[str]:
+    from app.db import db
+
+    with app.app_context(), db.engine.connect() as conn:
+        return set(conn.scalars(text("SELECT tgname FROM pg_trigger WHERE tgname LIKE 'erp\\_dispatch%'")))
 
 
 def plan_of(definition_id, schema=ALL_TYPES_SCHEMA) -> projection.Plan:
@@ -128,8 +138,11 @@ def test_plan_projects_scalar_fields_with_the_compilers_expressions():
     plan = plan_of("def-1")
     projected_fields = {f.field for f in plan.fields}
     assert projected_fields == {"title", "qty", "price", "active", "due", "at", "email", "phone", "site",
-                                "status", "owner", "amount", "score"}  # not: long text, lists, JSON, files
-    types = {c: t for c, t, _ in plan.columns}
+                                "status", "owner", "amount", "score", "labels", "watchers"}  # not: long text,
+    types = {c: t for c, t, _ in plan.columns}                                               # JSON, files
+    labels = plan.field("labels")
+    assert types[labels.column] == types["tags"] == "text[]" and labels.other is None
+    assert f"USING gin ({labels.column})" in [body for _, body in plan.indexes]
     title, amount, at = plan.field("title"), plan.field("amount"), plan.field("at")
     assert types[title.column] == types[title.other] == 'text COLLATE "C"'
     assert types[amount.column] == "numeric" and types[at.column] == "timestamptz"
@@ -187,12 +200,17 @@ def test_projection_follows_every_write(projected):
     ({"at": {"$gte": "2026-01-10T11:00:00Z"}, "name": {"$startsWith": "E"}}, True),
     ({"$search": "hello"}, True),
     ({"qty": {"$exists": True}}, False),
-    ({"labels": "red"}, False),
+    ({"labels": "red"}, True),
+    ({"labels": {"$in": ["green", "blue"]}, "$not": {"watchers": {"$contains": "u1"}}}, True),
+    ({"labels": {"$nin": ["red"]}, "tags": {"$ne": "vip"}}, True),
+    ({"tags": ["vip", "new"]}, True),
+    ({"tags": {"$empty": True}}, True),
+    ({"labels": ["red", "green"]}, False),  # a whole list (order, duplicates, other types) is JSON
+    ({"labels": {"$empty": True}}, False),
     ({"body": {"$contains": "x"}}, False),
-    ({"tags": "vip"}, False),
     ({"qty": None}, False),
     # not covered as a whole: the terms the projection answers narrow entity_records through it
-    ({"qty": {"$gte": 2}, "labels": "red"}, True),
+    ({"qty": {"$gte": 2}, "labels": "red", "meta": {"k": 1}}, True),
     ({"status": "open", "$or": [{"qty": {"$exists": False}}, {"tags": "vip"}]}, True),
 ])
 def test_queries_use_the_projection_only_when_it_covers_them(projected, flt, covered):
@@ -256,7 +274,8 @@ def test_schema_change_stops_using_the_projection_at_once_then_rebuilds(projecte
 
 def test_deleting_the_definition_drops_table_function_and_triggers(projected):
     app, client, headers, definition_id, plan = projected
-    assert triggers(app, definition_id) == {f"{plan.name}_{s}" for s in "iud"}
+    assert triggers(app, definition_id) == {f"registered {plan.name}"}
+    assert dispatcher(app) == {f"{projection.DISPATCH}_{s}" for s in "iud"}  # one set for the schema
     resp = client.delete(f"{BASE}/definitions/items?deleteRecords=true&hardDelete=true", headers=headers)
     assert resp.status_code in (200, 204), resp.get_json()
     assert tables(app, definition_id) == set() and triggers(app, definition_id) == set()
@@ -323,8 +342,7 @@ def test_a_projection_table_dropped_by_hand_is_rebuilt_with_its_triggers(project
         conn.commit()
     with app.app_context():
         sync_definition("default", definition_id)
-    assert pointed(app, definition_id) == plan.name and triggers(app, definition_id) == {
-        f"{plan.name}_{s}" for s in "iud"}
+    assert pointed(app, definition_id) == plan.name and triggers(app, definition_id) == {f"registered {plan.name}"}
     create_record(client, headers, "items", {"name": "After", "fields": {"title": "a", "qty": 1}})
     assert differences(app, plan) == 0 and rows(app, plan) == len(FIXED_RECORDS) + 1
 
@@ -365,3 +383,117 @@ def test_a_projection_dropped_after_the_request_read_its_definition_is_not_an_er
     assert pointed(app, definition_id) == plan.name
     count = client.post(f"{BASE}/items/records/count", json={"filters": flt}, headers=headers)
     assert count.status_code == 200 and count.get_json() == expected_count
+
+
+ODD_LISTS = {  # what `l` holds in records written while the schema declared it plain JSON
+    "dups": ["a", "A", "a"], "num": [1, "1"], "onlynum": [1], "nul": ["b", None], "nested": [["a"]],
+    "object": {"a": ["a"]}, "scalar": "a", "null": None, "missing": "MISSING", "empty": [], "bool": [True],
+    "booltext": ["true"], "mixed": [{"a": "a"}, 2.5, "ü"],
+}
+
+
+@pytest.mark.parametrize("flt, expected", [
+    ({"l": "a"}, {"dups"}),
+    ({"l": {"$contains": "A"}}, {"dups"}),
+    ({"l": "1"}, {"num"}),
+    ({"l": "true"}, {"booltext"}),
+    ({"l": {"$in": ["1", "ü", "zz"]}}, {"num", "mixed"}),
+    ({"l": {"$nin": ["a", "1"]}}, set(ODD_LISTS) - {"dups", "num"}),
+    ({"$not": {"l": {"$contains": "b"}}}, set(ODD_LISTS) - {"nul"}),
+    ({"l": {"$ne": "a"}, "tags": "vip"}, {"num", "nested"}),
+    ({"tags": {"$in": ["new"]}}, {"nested"}),
+    ({"tags": ["vip", "new"]}, {"nested"}),
+])
+def test_list_fields_on_the_projection_hold_what_the_compiler_matches(indexing_app, flt, expected):
+    """A list field's column holds the string elements of a JSON array (`{}` for anything else), so
+    list conditions on the projection match what `fields @> {l: [v]}` matches, whatever the stored
+    value (written before a schema change made `l` a list of strings): numbers, booleans, nulls,
+    nested arrays and objects are no strings; duplicates and case are kept."""
+    app, client = indexing_app, indexing_app.test_client()
+    _org, headers = org_headers()
+    schema = {"type": "object", "properties": {"s": {"type": "string"}, "l": {"type": "json"}}}
+    definition_id = create_definition(client, headers, name="odd", schema=schema)
+    bulk(client, headers, "odd", "create", [
+        {"name": name, "tags": {"num": ["vip"], "nested": ["vip", "new"]}.get(name, []),
+         "fields": {"s": name, **({} if value == "MISSING" else {"l": value})}} for name, value in ODD_LISTS.items()])
+    listed = {**schema, "properties": {**schema["properties"], "l": {"type": "array", "items": {"type": "string"}}}}
+    resp = client.put(f"{BASE}/definitions/odd", json={"schema": listed}, headers=headers)
+    assert resp.status_code == 200, resp.get_json()
+    plan = plan_of(definition_id, listed)
+    assert pointed(app, definition_id) == plan.name and differences(app, plan) == 0  # rebuilt by the task
+    with statements(app) as seen:
+        got = query(client, headers, "odd", filters=flt, pageSize=100)
+        count = client.post(f"{BASE}/odd/records/count", json={"filters": flt}, headers=headers).get_json()
+    assert names(got) == expected and count == len(expected)
+    assert used(seen, plan)
+    # the count reads the projection alone (no fallback to entity_records' JSONB)
+    assert any("count(" in s and plan.name in s and "entity_records" not in s for s in seen)
+
+
+def test_one_dispatcher_keeps_several_projections_exact(projected):
+    """Two projected definitions, one plain: statements touching several definitions at once (and a
+    record moved between definitions) leave each projection equal to its definition's records."""
+    from app.db import db
+
+    app, client, headers, definition_id, plan = projected
+    _org, other_headers = org_headers()
+    other_id = create_definition(client, other_headers)
+    bulk(client, other_headers, "items", "create", FIXED_RECORDS)
+    other = plan_of(other_id)
+    assert pointed(app, other_id) == other.name
+    plain_id = create_definition(client, headers, name="plain")
+    create_record(client, headers, "plain", {"name": "P", "fields": {"title": "p", "qty": 1}})
+    with app.app_context(), db.engine.begin() as conn:
+        ids = (definition_id, other_id, plain_id)
+        conn.execute(text(f"UPDATE {SCHEMA}.entity_records SET fields = fields || '{{\"qty\": 42}}' "
+                          "WHERE entity_id = ANY(:ids)"), {"ids": list(ids)})
+        moved = conn.scalar(text(f"SELECT id FROM {SCHEMA}.entity_records WHERE entity_id = :d AND name = 'Alpha'"),
+                            {"d": definition_id})
+        conn.execute(text(f"UPDATE {SCHEMA}.entity_records SET entity_id = :p WHERE id = :i"),
+                     {"p": plain_id, "i": moved})
+    assert differences(app, plan) == 0 and differences(app, other) == 0
+    assert rows(app, plan) == len(FIXED_RECORDS) - 1 and rows(app, other) == len(FIXED_RECORDS)
+    with app.app_context(), db.engine.begin() as conn:
+        conn.execute(text(f"DELETE FROM {SCHEMA}.entity_records WHERE entity_id = ANY(:ids) AND name <> 'Beta'"),
+                     {"ids": [definition_id, other_id]})
+    assert differences(app, plan) == 0 and differences(app, other) == 0 and rows(app, other) == 1
+
+
+def test_registering_a_projection_waits_for_writers_in_flight(indexing_app):
+    """A record inserted by a transaction still open when the projection is registered: registration
+    waits for it (else that insert, made before the dispatcher knew the projection and committed after
+    the backfill read, would be missing)."""
+    from app.db import db
+
+    app = indexing_app
+    client = app.test_client()
+    _org, headers = org_headers()
+    definition_id = create_definition(client, headers)
+    for r in FIXED_RECORDS[:3]:
+        create_record(client, headers, "items", r)
+    plan = plan_of(definition_id)
+    with app.app_context():
+        engine = db.engine
+        writer = engine.connect()
+        tx = writer.begin()
+        writer.execute(text(
+            f"INSERT INTO {SCHEMA}.entity_records SELECT (jsonb_populate_record(r, jsonb_build_object("
+            f"'id', gen_random_uuid()::text, 'name', 'Late'))).* FROM {SCHEMA}.entity_records r "
+            "WHERE r.entity_id = :d LIMIT 1"), {"d": definition_id})
+        done = threading.Event()
+
+        def register():
+            with app.app_context(), engine.begin() as conn:
+                projection.install(conn, SCHEMA, plan)
+            done.set()
+
+        worker = threading.Thread(target=register)
+        worker.start()
+        time.sleep(0.5)
+        assert not done.is_set()  # waiting for the writer
+        tx.commit()
+        writer.close()
+        worker.join(30)
+        assert done.is_set()
+        projection.backfill(engine, SCHEMA, plan)
+    assert differences(app, plan) == 0 and rows(app, plan) == 4

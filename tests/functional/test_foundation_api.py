@@ -185,3 +185,23 @@ def test_every_operation_documents_its_access_rules(app, client):
             declared = getattr(handler, "_required_scopes", None) or getattr(handler, "_required_roles", None)
             assert ("403" in operation["responses"]) == bool(declared), (method, path)
     assert seen > 50
+
+
+def test_every_internal_route_keeps_the_internal_rule(app):
+    """/internal is no longer guarded by a blueprint hook of its own: each route carries the rule
+    (app.auth.require). Every method of every /internal route, documented or not, accepts the internal
+    token or the role admin/super_admin itself (scope `*` does not stand in for it), nothing less: a
+    route that forgot it would take any valid token of any product (the product check is skipped there)."""
+    seen = 0
+    for rule in app.url_map.iter_rules():
+        if not (rule.rule == "/internal" or rule.rule.startswith("/internal/")):
+            continue
+        view = app.view_functions[rule.endpoint]
+        for method in sorted(rule.methods - {"OPTIONS", "HEAD"}):
+            handler = getattr(getattr(view, "view_class", None), method.lower(), view)
+            seen += 1
+            assert getattr(handler, "_internal_token", False), (rule.rule, method)
+            assert set(getattr(handler, "_required_roles", None) or ()) <= {"admin", "super_admin"}, (rule.rule, method)
+            assert getattr(handler, "_required_roles", None), (rule.rule, method)
+            assert getattr(handler, "_star_bypasses", True) is False, (rule.rule, method)
+    assert seen >= 2

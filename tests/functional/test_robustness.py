@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
@@ -180,6 +181,30 @@ def test_nan_and_infinity_literals_are_invalid_json_on_every_reader(client, auth
     listing = client.post(f"{BASE}/nums/records/query", json={"query": {}}, headers=headers).get_json()
     assert len(listing["records"]) == 1  # nothing else was stored
 
+
+
+def test_number_too_big_for_a_float_is_named_by_the_agent_registry(client, auth):
+    """`1e400` is JSON syntax but parses to infinity, which JSONB cannot hold: the registry refuses it
+    as a VALIDATION_ERROR naming where it is (was a database conversion error about filters and
+    sorts, naming nothing), and stores nothing."""
+    headers = auth()
+    registry = Registry(client, headers)
+    agent = registry.create_agent()
+    tool = tool_definition_body()
+    tool["inputSchema"]["properties"]["number"]["maximum"] = "@@"
+    targets = [
+        ("POST", "/api/v1/agents", json.dumps(agent_body(metadata={"k": [1, "@@"]})), "metadata.k[1]"),
+        ("PUT", f"/api/v1/agents/{agent['id']}", '{"metadata": {"k": "@@"}}', "metadata.k"),
+        ("POST", "/api/v1/tool-definitions", json.dumps({"toolDefinition": tool}),
+         "toolDefinition.inputSchema.properties.number.maximum"),
+    ]
+    for method, path, template, where in targets:
+        for literal in ("1e400", "-1e999"):
+            resp = _raw(client, method, path, headers, template.replace('"@@"', literal))
+            body = assert_error(resp, 400, "VALIDATION_ERROR")
+            assert body["error"]["details"]["fields"] == {where: ["Numbers must be finite."]}, (path, body)
+    resp = client.get(f"/api/v1/agents/{agent['id']}", headers=headers)
+    assert resp.status_code == 200 and resp.get_json()["agent"].get("metadata") in (None, {}), resp.get_json()
 
 # --- 3. a body that is not JSON where JSON is expected is 415 ----------------------------------------
 
