@@ -60,6 +60,9 @@ def schema_for(product: str) -> str:
 
 
 SHAPED_MAX = 2048  # statement shapes kept per app (cleared when full, as the token cache is)
+# ... and characters of rendered SQL they hold (uncacheable shapes counted too): a shape's key is several
+# times its SQL's size (~300 KB for a 100-condition filter), and a caller picks filter structures at will
+SHAPED_MAX_CHARS = 4_000_000
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,7 @@ class _DatabaseState:
         self.product_engines: dict[tuple[str, bool], Engine] = {}
         self.rendered: dict[tuple[Executable, str], tuple[str, dict[str, Any]]] = {}
         self.shaped: dict[tuple, _Shaped | None] = {}  # Database.execute_shaped (None: not cacheable)
+        self.shaped_chars = 0  # characters of the SQL rendered for `shaped` (SHAPED_MAX_CHARS)
 
 
 class Database:
@@ -222,14 +226,21 @@ class Database:
         keys = [source._generate_cache_key() for source in sources]
         if any(k is None for k in keys):
             return session.execute(build(), named)
-        key = (shape, tuple(sorted(translate.items())), tuple(k.key for k in keys), tuple(sorted(named)))
+        # each source's key is taken on its own: which bound values are one object across sources
+        # (one parameter of the SQL) is part of the shape, or a later call could bind one value twice
+        first: dict[int, int] = {}
+        sharing = tuple(first.setdefault(id(bind), len(first)) for k in keys for bind in k.bindparams)
+        key = (shape, tuple(sorted(translate.items())), tuple(k.key for k in keys), sharing, tuple(sorted(named)))
         shaped = state.shaped.get(key, False)
         if shaped is False:
             stmt = build()
-            shaped = _render_shaped(stmt, session.get_bind().dialect, translate, keys, named)
-            if len(state.shaped) >= SHAPED_MAX:
+            shaped, size = _render_shaped(stmt, session.get_bind().dialect, translate, keys, named)
+            if len(state.shaped) >= SHAPED_MAX or state.shaped_chars + size > SHAPED_MAX_CHARS:
                 state.shaped.clear()
-            state.shaped[key] = shaped
+                state.shaped_chars = 0
+            if size <= SHAPED_MAX_CHARS:
+                state.shaped[key] = shaped
+                state.shaped_chars += size
             if shaped is None:
                 return session.execute(stmt, named)
         elif shaped is None:
@@ -284,11 +295,16 @@ class Database:
             self._last.engine.dispose(close=False)
 
 
-def _render_shaped(stmt: Executable, dialect, translate: dict, keys: list, named: dict[str, Any]) -> _Shaped | None:
-    """`stmt` rendered for Database.execute_shaped, or None when its parameters are not exactly the
-    sources' bound values plus `named` (then it is not cached)."""
+def _render_shaped(stmt: Executable, dialect, translate: dict, keys: list,
+                   named: dict[str, Any]) -> tuple[_Shaped | None, int]:
+    """`stmt` rendered for Database.execute_shaped (None when its parameters are not exactly the
+    sources' bound values plus `named`: then it is not cached), and the length of its SQL."""
     compiled = stmt.compile(dialect=dialect, render_schema_translate=bool(translate),
                             schema_translate_map=translate or None)
+    return _checked_shape(compiled, keys, named), len(compiled.string)
+
+
+def _checked_shape(compiled, keys: list, named: dict[str, Any]) -> _Shaped | None:
     if compiled.positional or compiled.post_compile_params or compiled.literal_execute_params \
             or compiled.escaped_bind_names:
         return None

@@ -27,7 +27,7 @@ from decimal import Decimal
 from typing import Any
 
 from flask import current_app
-from sqlalchemy import and_, cast, or_
+from sqlalchemy import JSON, Text, and_, cast, literal, or_
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -91,9 +91,19 @@ def _invalid(reason: str) -> ValidationFailed:
     return ValidationFailed(f"Invalid cursor: {reason}.", {"fields": {PATH: [reason]}})
 
 
+@dataclass(frozen=True)
+class JsonText:
+    """A JSONB sort key's value as its JSON text (`null` for a JSON null, which sorts among the values;
+    a missing field is SQL NULL, the key None)."""
+
+    text: str
+
+
 def _dump(value: Any) -> Any:
     if value is None:
         return None
+    if isinstance(value, JsonText):
+        return {"J": value.text}
     if isinstance(value, bool):
         return {"b": value}
     if isinstance(value, Decimal | int | float):
@@ -112,7 +122,7 @@ def _load(value: Any) -> Any:
         return None
     (tag, raw), = value.items()
     return {"b": bool, "n": Decimal, "t": datetime.fromisoformat, "s": str, "a": list,
-            "j": lambda v: cast(v, JSONB)}[tag](raw)
+            "j": lambda v: cast(v, JSONB), "J": lambda v: JsonText(str(v))}[tag](raw)
 
 
 def after(key: ColumnElement, id_column: ColumnElement, descending: bool, position: Position) -> ColumnElement:
@@ -120,6 +130,22 @@ def after(key: ColumnElement, id_column: ColumnElement, descending: bool, positi
     if position.key is None:  # inside the trailing NULLs: only the id moves on
         return and_(key.is_(None), id_column < position.id if descending else id_column > position.id)
     value = position.key
+    if isinstance(value, JsonText):
+        value = cast(literal(value.text, Text), JSONB)
+    elif isinstance(key.type, JSON) and not isinstance(value, ColumnElement):
+        value = _jsonb(value)  # a cursor issued before JsonText: its key compared as JSONB
     beyond = key < value if descending else key > value
     tie = and_(key == value, id_column < position.id if descending else id_column > position.id)
     return or_(beyond, tie, key.is_(None))
+
+
+def _jsonb(value: Any) -> ColumnElement:
+    """A cursor key read back from a JSONB sort key (a bool, a number as Decimal, a string, a list of
+    strings) as that JSONB value: `CAST(:text AS JSONB)` (a Decimal keeps its digits)."""
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, Decimal):
+        text = str(value)
+    else:
+        text = json.dumps(value)
+    return cast(literal(text, Text), JSONB)

@@ -20,7 +20,7 @@ from typing import Any
 
 import psycopg
 from flask import current_app
-from sqlalchemy import Integer, bindparam, func, literal, select
+from sqlalchemy import JSON, Integer, Text, bindparam, cast, func, literal, select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
@@ -218,7 +218,7 @@ def _query_records(definition: EntityDefinition, params: dict[str, Any], count_m
             columns.append(compiled.distance.label("distance"))
         similarity = compiled.similarity if not params.get("sortBy") else None
         if keyset is not None:
-            columns.append(keyset[0].label("cursor_key"))
+            columns.append(_cursor_key(keyset[0]).label("cursor_key"))
         if compiled.projected:
             if position is not None:
                 where = [*where, cursors.after(keyset[0], P.c.id, keyset[1], position)]
@@ -238,8 +238,11 @@ def _query_records(definition: EntityDefinition, params: dict[str, Any], count_m
     next_cursor = None
     if keyset is not None and rows and len(rows) == page_size and page < total_pages:
         last = rows[-1]._mapping
+        key = last["cursor_key"]
+        if key is not None and isinstance(keyset[0].type, JSON):
+            key = cursors.JsonText(key)
         next_cursor = cursors.encode(definition.org_id, definition.id, digest,
-                                     cursors.Position(page + 1, last["cursor_key"], last["id"]))
+                                     cursors.Position(page + 1, key, last["id"]))
     return {"records": records, "totalCount": total, "currentPage": page, "pageSize": page_size,
             "totalPages": total_pages, "hasNextPage": page < total_pages, "hasPreviousPage": page > 1,
             "nextCursor": next_cursor, "countMode": how}
@@ -252,6 +255,12 @@ def _keyset(resolver: FieldResolver, compiled: CompiledFilter, sort_by: str | No
     if compiled.distance is not None or compiled.rank is not None:
         return None
     return resolver.t.c.created_at, sort_order != 1
+
+
+def _cursor_key(expr: ColumnElement) -> ColumnElement:
+    """The keyset's sort key as selected for the next cursor: a JSONB key as its JSON text (a JSON
+    null is a value of the order, unlike the SQL NULL of a missing field; cursors.JsonText)."""
+    return cast(expr, Text) if isinstance(expr.type, JSON) else expr
 
 
 def _position(definition: EntityDefinition, params: dict[str, Any], keyset, digest: str):
@@ -336,7 +345,7 @@ def _projected_page(P, where: list, order: list, keyset, offset: int, limit: int
     key, in the same order."""
     def build():
         keys = [expr.label(f"k{i}") for i, (expr, _, _) in enumerate(order)]
-        extra = [keyset[0].label("cursor_key")] if keyset is not None else []
+        extra = [_cursor_key(keyset[0]).label("cursor_key")] if keyset is not None else []
         page = (select(P.c.id.label("pid"), *keys, *extra).where(*where).order_by(*_ordered(order))
                 .limit(_LIMIT).offset(_OFFSET).subquery("page"))
         columns = [T.c[name] for name in RECORD_COLUMNS] + ([page.c.cursor_key] if keyset is not None else [])

@@ -280,6 +280,26 @@ def test_cursor_pages_equal_numbered_pages(paged, order):
     assert bodies[-1]["hasNextPage"] is False and bodies[1]["hasPreviousPage"] is True
 
 
+@pytest.mark.parametrize("sort_by", ["active", "meta", "labels"])
+@pytest.mark.parametrize("sort_order", [1, -1])
+def test_cursor_follows_sorts_on_json_valued_fields(app, sort_by, sort_order):
+    """A bool, json or multiselect field sorts as JSONB: its cursor key (true, 2.5, "x", a list) is
+    compared as JSONB on the next page (it was a 500: `key > False`, a Decimal in a JSONB bind)."""
+    client = app.test_client()
+    _org, headers = org_headers()
+    create_definition(client, headers)
+    metas = [True, False, 2.5, 3, "x", ["a"], {"k": 1}, None]
+    for i in range(16):
+        fields = {"title": f"t{i:02d}", "active": i % 3 == 0, "meta": metas[i % len(metas)],
+                  "labels": [["red"], ["green", "blue"], []][i % 3]}
+        create_record(client, headers, "items", {"name": f"r{i:02d}", "fields": fields})
+    order = {"sortBy": sort_by, "sortOrder": sort_order}
+    pages, _bodies = walk(client, headers, pageSize=3, **order)
+    numbered = [[r["name"] for r in post_query(client, headers, page=n, pageSize=3, **order).get_json()["records"]]
+                for n in range(1, 7)]
+    assert pages == numbered and sum(map(len, pages)) == 16
+
+
 def test_cursor_with_filters_and_stable_under_inserts(paged):
     client, headers = paged
     params = {"pageSize": 4, "filters": {"qty": {"$gte": 1}}}

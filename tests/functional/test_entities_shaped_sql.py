@@ -147,3 +147,58 @@ def test_read_only_request_reads_its_definition_on_its_own_connection(app):
         assert missing.status_code == 404
     finally:
         event.remove(engine, "checkout", listener)
+
+
+def test_a_value_object_shared_by_two_sources_is_part_of_the_shape(app):
+    """Each source's cache key is taken on its own, so it cannot tell that two sources hold the very
+    same bound value (one parameter of the SQL) or two equal-looking ones (two parameters): the
+    sharing is part of the shape. Rendered with a shared value, then called with two different ones
+    (and the other way round), each call answers its own values."""
+    from sqlalchemy.orm import Session
+
+    with app.app_context():
+        session = Session(bind=db.engine_for("default", autocommit=True))
+        try:
+            def run(a, b):
+                return tuple(db.execute_shaped(session, ("shared values",),
+                                               lambda: select(a.label("a"), b.label("b")), [a, b]).one())
+
+            one = literal(1)
+            assert run(one + 0, one + 0) == (1, 1)
+            assert run(literal(2) + 0, literal(3) + 0) == (2, 3)
+            assert run(literal(4) + 0, literal(5) + 0) == (4, 5)
+            seven = literal(7)
+            assert run(seven + 0, seven + 0) == (7, 7)
+        finally:
+            session.close()
+
+
+def test_the_shapes_kept_are_bounded_by_their_size(app, monkeypatch):
+    """A caller choosing filter structures at will makes a shape per structure; each entry holds the
+    SQL and its key (several times the SQL's size: ~300 KB for 100 conditions). The cache is bounded
+    by the characters of SQL it holds as well as by the number of shapes (uncacheable shapes count
+    too: their keys are kept)."""
+    from sqlalchemy import or_
+    from sqlalchemy.orm import Session
+
+    import app.db as db_module
+
+    monkeypatch.setattr(db_module, "SHAPED_MAX_CHARS", 20_000)
+    with app.app_context():
+        state = app.extensions["db"]
+        state.shaped.clear()
+        session = Session(bind=db.engine_for("default", autocommit=True))
+        try:
+            for n in range(1, 60):
+                where = [or_(*[T.c.name == f"n{i}" for i in range(n)])]
+                if n % 2:
+                    where.append(T.c.id.in_(["a", "b"]))  # expanding: not cacheable, its key is kept
+                got = db.execute_shaped(session, ("bounded",),
+                                        lambda where=where: select(func.count()).select_from(T).where(*where),
+                                        where).scalar()
+                assert got == 0
+                assert len(state.shaped) >= 1
+                assert state.shaped_chars <= 20_000
+                assert sum(len(v.sql) for v in state.shaped.values() if v is not None) <= state.shaped_chars
+        finally:
+            session.close()
