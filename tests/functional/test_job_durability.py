@@ -6,6 +6,7 @@ own worker process, so stopping Redis or killing a worker never touches the shar
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -275,14 +276,14 @@ def test_async_seed_goes_through_the_outbox(make_app):
     assert [(r.id, r.task_name, r.kwargs["org"]["mainDomain"]) for r in rows] == [(task_id, "seed.org", domain)]
 
 
-def test_backfill_sends_its_next_step_through_the_outbox(make_app, auth, org_id, monkeypatch):
-    """embeddings.backfill re-queues itself for the next RECORDS_PER_TASK records as an outbox row
-    (was apply_async: with the broker down between two steps the rest of the walk was lost)."""
+@contextlib.contextmanager
+def _walk(make_app, auth, entity: str, records: int):
+    """An app whose broker is down (its tasks stay outbox rows under its own prefix), a fake embeddings
+    upstream, and a definition `entity` with `records` records to embed: (app, definition id,
+    take_outbox), where take_outbox() removes and returns the app's outbox rows as (task name, args)."""
     from sqlalchemy import delete, select
 
     from app.db import db
-    from app.embeddings import pipeline
-    from app.embeddings.tasks import backfill
     from app.platform_models import OutboxMessage
 
     prefix = f"other-{uuid.uuid4().hex}:"
@@ -291,10 +292,10 @@ def test_backfill_sends_its_next_step_through_the_outbox(make_app, auth, org_id,
                         EMBEDDINGS_BACKEND="openai", EMBEDDINGS_ENDPOINT=fake.base_url, EMBEDDINGS_API_KEY=fake.api_key,
                         EMBEDDINGS_MODEL="text-embedding-3-small")
         client, headers = dead.test_client(), auth()
-        definition_id = create_definition(client, headers, "walked", SCHEMA,
+        definition_id = create_definition(client, headers, entity, SCHEMA,
                                           embeddingsConfig={"enabled": True, "fields": ["body"]})
-        for i in range(5):
-            resp = client.post(f"{BASE}/walked/records", headers=headers, json={"fields": {"body": f"r {i}", "n": i}})
+        for i in range(records):
+            resp = client.post(f"{BASE}/{entity}/records", headers=headers, json={"fields": {"body": f"r {i}", "n": i}})
             assert resp.status_code == 201, resp.get_json()
 
         def take_outbox():
@@ -304,6 +305,16 @@ def test_backfill_sends_its_next_step_through_the_outbox(make_app, auth, org_id,
                 conn.execute(delete(OutboxMessage).where(OutboxMessage.key_prefix == prefix))
             return [(r.task_name, r.args) for r in rows]
 
+        yield dead, definition_id, take_outbox
+
+
+def test_backfill_sends_its_next_step_through_the_outbox(make_app, auth, org_id, monkeypatch):
+    """embeddings.backfill re-queues itself for the next RECORDS_PER_TASK records as an outbox row
+    (was apply_async: with the broker down between two steps the rest of the walk was lost)."""
+    from app.embeddings import pipeline
+    from app.embeddings.tasks import backfill
+
+    with _walk(make_app, auth, "walked", 5) as (dead, definition_id, take_outbox):
         take_outbox()  # the records' own embedding tasks: not run, so the walk has all five to do
         monkeypatch.setattr(pipeline, "RECORDS_PER_TASK", 2)
         with dead.app_context():
@@ -327,34 +338,13 @@ def test_backfill_step_whose_outbox_write_fails_is_retried_not_dropped(make_app,
     """The database fails as a backfill step writes its next step's outbox row (the step itself has
     committed): the task is retried (the step runs again, skipping current vectors, and writes the row)
     rather than failing with the rest of the walk never queued."""
-    from sqlalchemy import delete, select
     from sqlalchemy.exc import OperationalError
 
     import app.tasks as tasks_module
-    from app.db import db
     from app.embeddings import pipeline
     from app.embeddings.tasks import backfill
-    from app.platform_models import OutboxMessage
 
-    prefix = f"other-{uuid.uuid4().hex}:"
-    with FakeEmbeddingsServer(api_key="sk-test") as fake:
-        dead = make_app(REDIS_URL=f"redis://127.0.0.1:{_free_port()}/0", CELERY_KEY_PREFIX=prefix,
-                        EMBEDDINGS_BACKEND="openai", EMBEDDINGS_ENDPOINT=fake.base_url, EMBEDDINGS_API_KEY=fake.api_key,
-                        EMBEDDINGS_MODEL="text-embedding-3-small")
-        client, headers = dead.test_client(), auth()
-        definition_id = create_definition(client, headers, "walked2", SCHEMA,
-                                          embeddingsConfig={"enabled": True, "fields": ["body"]})
-        for i in range(3):
-            resp = client.post(f"{BASE}/walked2/records", headers=headers, json={"fields": {"body": f"r {i}", "n": i}})
-            assert resp.status_code == 201, resp.get_json()
-
-        def take_outbox():
-            with dead.app_context(), db.engine.begin() as conn:
-                rows = conn.execute(select(OutboxMessage.task_name, OutboxMessage.args)
-                                    .where(OutboxMessage.key_prefix == prefix)).all()
-                conn.execute(delete(OutboxMessage).where(OutboxMessage.key_prefix == prefix))
-            return [(r.task_name, r.args) for r in rows]
-
+    with _walk(make_app, auth, "walked2", 3) as (dead, definition_id, take_outbox):
         take_outbox()
         monkeypatch.setattr(pipeline, "RECORDS_PER_TASK", 2)
         real, failures = tasks_module.enqueue_after_commit, []
