@@ -68,8 +68,8 @@ _ATOMS = {
     "l": lambda logger, resp, req, environ, rt: "-",
     "u": lambda logger, resp, req, environ, rt: logger._get_user(environ) or "-",
     "t": lambda logger, resp, req, environ, rt: logger.now(),
-    "r": lambda logger, resp, req, environ, rt: "%s %s %s" % (
-        environ["REQUEST_METHOD"], environ["RAW_URI"], environ["SERVER_PROTOCOL"]),
+    "r": lambda logger, resp, req, environ, rt: (
+        f"{environ['REQUEST_METHOD']!s} {environ['RAW_URI']!s} {environ['SERVER_PROTOCOL']!s}"),
     "s": _status,
     "m": lambda logger, resp, req, environ, rt: environ.get("REQUEST_METHOD"),
     "U": lambda logger, resp, req, environ, rt: environ.get("PATH_INFO"),
@@ -82,8 +82,8 @@ _ATOMS = {
     "T": lambda logger, resp, req, environ, rt: rt.seconds,
     "D": lambda logger, resp, req, environ, rt: (rt.seconds * 1000000) + rt.microseconds,
     "M": lambda logger, resp, req, environ, rt: (rt.seconds * 1000) + int(rt.microseconds / 1000),
-    "L": lambda logger, resp, req, environ, rt: "%d.%06d" % (rt.seconds, rt.microseconds),
-    "p": lambda logger, resp, req, environ, rt: "<%s>" % os.getpid(),
+    "L": lambda logger, resp, req, environ, rt: f"{rt.seconds:d}.{rt.microseconds:06d}",
+    "p": lambda logger, resp, req, environ, rt: f"<{os.getpid()!s}>",
 }
 _ABSENT = object()
 
