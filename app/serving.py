@@ -9,7 +9,8 @@ with the same status (400, 414, 431, 417, 501…) and `Connection: close`, as gu
 `docker/gunicorn.conf.py` sets `worker_class = "app.serving.EnvelopeThreadWorker"` (gthread, as
 before). gunicorn's `Worker.handle_error` calls the module function `gunicorn.util.write_error`; the
 worker points that name at `write_envelope_error` when it starts (`init_process`, in the worker process
-only, not in the arbiter), so every gunicorn-level error of this worker uses the envelope.
+only, not in the arbiter), so every gunicorn-level error of this worker uses the envelope. It points
+`gunicorn.util.http_date` (the Date header) at `http_date`, which formats the date once a second.
 
 It also sets `logger_class = "app.serving.AccessLogger"`: gunicorn's logger, whose access line reads
 only the atoms its format names (the same line; see the class).
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import traceback
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -29,6 +31,8 @@ from gunicorn.workers.gthread import ThreadWorker
 
 from app.wire import metadata
 
+_gunicorn_http_date = util.http_date
+
 _CODES = {401: "UNAUTHORIZED", 403: "FORBIDDEN", 404: "NOT_FOUND", 413: "PAYLOAD_TOO_LARGE"}
 
 
@@ -38,6 +42,23 @@ def error_code(status: int) -> str:
     if status in _CODES:
         return _CODES[status]
     return "INVALID_INPUT" if status < 500 or status == 501 else "SYSTEM_ERROR"
+
+
+_date: tuple[int, str] = (-1, "")
+
+
+def http_date(timestamp: float | None = None) -> str:
+    """`gunicorn.util.http_date`, remembered for the current second: the Date header of every response
+    formats the time with email.utils.formatdate, which reads whole seconds (the same text)."""
+    global _date
+    if timestamp is not None:
+        return _gunicorn_http_date(timestamp)
+    now = time.time()
+    second, text = _date
+    if int(now) != second:
+        text = _gunicorn_http_date(now)
+        _date = (int(now), text)  # one tuple: a thread reads the old pair or the new one, never half
+    return text
 
 
 def write_envelope_error(sock, status_int: int, reason: str, mesg: str) -> None:
@@ -54,6 +75,7 @@ class EnvelopeThreadWorker(ThreadWorker):
 
     def init_process(self) -> None:
         util.write_error = write_envelope_error
+        util.http_date = http_date
         super().init_process()
 
 

@@ -66,3 +66,17 @@ def test_the_configured_access_line_is_gunicorns_line():
         logger.access(*_exchange())
     assert lines[0] == lines[1]
     assert lines[1].startswith('10.0.0.7 "GET /api/v1/me?a=\\"b\\" HTTP/1.1" 200 1234 2345ms rid=rid-42 wrk - ')
+
+
+def test_the_date_header_is_gunicorns_for_every_second(monkeypatch):
+    """app.serving.http_date remembers the text of the current second only: the next second, or a
+    given timestamp, is formatted afresh, and the text is gunicorn's."""
+    from gunicorn import util
+
+    from app import serving
+
+    assert serving._gunicorn_http_date.__module__ == util.__name__  # gunicorn's own, kept before the patch
+    for now in (1_800_000_000.1, 1_800_000_000.9, 1_800_000_001.0, 1_800_000_001.5, 1_700_000_000.0):
+        monkeypatch.setattr(serving.time, "time", lambda now=now: now)
+        assert serving.http_date() == serving._gunicorn_http_date(now)
+    assert serving.http_date(1_600_000_000) == serving._gunicorn_http_date(1_600_000_000)
