@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import copy
-import functools
-import inspect
 import logging
 import os
 import re
-from types import FunctionType
 from typing import Any
 
 from flask import Flask, current_app, g, request
@@ -46,29 +43,9 @@ API_INFO = {
 }
 
 
-class GatewayFlask(Flask):
-    """Flask, with `ensure_sync`'s answer remembered per function. Flask asks it for every hook and view
-    of every request (about a dozen `inspect.iscoroutinefunction` calls a request); whether a function
-    is a coroutine function is a property of its code, so the answer per plain function (a bound
-    method's answer is its function's) is computed once. Other callables are asked every time."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self._coroutine_functions: dict[FunctionType, bool] = {}
-
-    def ensure_sync(self, func):
-        target = getattr(func, "__func__", func)
-        if type(target) is not FunctionType:
-            return super().ensure_sync(func)
-        is_async = self._coroutine_functions.get(target)
-        if is_async is None:
-            is_async = self._coroutine_functions[target] = inspect.iscoroutinefunction(func)
-        return self.async_to_sync(func) if is_async else func
-
-
 def create_app(overrides: dict[str, Any] | None = None) -> Flask:
     """Build the Flask app. `overrides` replace configuration values (tests)."""
-    app = GatewayFlask(__name__)
+    app = Flask(__name__)
     from app.jsonbody import SafeJSONProvider
 
     app.json = SafeJSONProvider(app)  # request.get_json() parses through app.jsonbody.loads
@@ -223,23 +200,14 @@ def _refuse_nul_in_path() -> None:
 def _finish_response(response):
     response = _refuse_oversized(response)
     response.headers["X-Request-ID"] = g.get("request_id") or new_request_id()
+    origins = [o.strip() for o in (_current_config("CORS_ORIGINS") or "").split(",") if o.strip()]
     origin = request.headers.get("Origin")
-    if origin and _allows_origin(_cors_origins(_current_config("CORS_ORIGINS") or ""), origin):
+    if origin and (origin in origins or "*" in origins):
         response.headers["Access-Control-Allow-Origin"] = origin
         response.headers["Access-Control-Allow-Headers"] = "Authorization, Content-Type, X-Request-ID"
         response.headers["Access-Control-Allow-Methods"] = "GET, POST, PUT, DELETE, OPTIONS"
         response.headers["Vary"] = "Origin"
     return response
-
-
-@functools.lru_cache(maxsize=16)
-def _cors_origins(setting: str) -> frozenset[str]:
-    """CORS_ORIGINS parsed (per setting value: parsed once, not per request)."""
-    return frozenset(o.strip() for o in setting.split(",") if o.strip())
-
-
-def _allows_origin(origins: frozenset[str], origin: str) -> bool:
-    return origin in origins or "*" in origins
 
 
 def _refuse_oversized(response):

@@ -144,8 +144,8 @@ def test_request_id_echoed_when_sane_and_replaced_otherwise(client):
 
 
 def test_cors_answers_the_configured_origins_of_each_app(make_app, org_id):
-    """CORS_ORIGINS is read per app (the parsed list is cached by the setting's value): two apps with
-    different settings in one process each answer their own origins."""
+    """CORS_ORIGINS is read per app: two apps with different settings in one process each answer
+    their own origins; `*` allows any; empty turns CORS off."""
     headers = bearer(token(org=org_id))
     one = make_app(CORS_ORIGINS=" https://a.example , https://b.example").test_client()
     other = make_app(CORS_ORIGINS="https://c.example").test_client()
