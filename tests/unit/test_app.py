@@ -24,4 +24,3 @@ def test_task_modules_come_from_the_celery_config_and_hooks_are_per_app(app, mak
             assert installed.records_written is not None and installed.similarity is not None
     assert app.extensions[entity_hooks.EXTENSION] is not other.extensions[entity_hooks.EXTENSION]
     assert entity_hooks.current() is entity_hooks.NONE  # outside an app: nothing installed
-
