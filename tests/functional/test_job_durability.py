@@ -340,22 +340,21 @@ def test_backfill_step_whose_outbox_write_fails_is_retried_not_dropped(make_app,
     rather than failing with the rest of the walk never queued."""
     from sqlalchemy.exc import OperationalError
 
-    import app.tasks as tasks_module
-    from app.embeddings import pipeline
+    from app.embeddings import jobs, pipeline
     from app.embeddings.tasks import backfill
 
     with _walk(make_app, auth, "walked2", 3) as (dead, definition_id, take_outbox):
         take_outbox()
         monkeypatch.setattr(pipeline, "RECORDS_PER_TASK", 2)
-        real, failures = tasks_module.enqueue_after_commit, []
+        real, failures = jobs.next_step, []
 
-        def flaky(session, task, *args, **kwargs):
-            if task.name == "embeddings.backfill" and not failures:
+        def flaky(session, *args, **kwargs):  # the walk's next step: its lease row and outbox row
+            if not failures:
                 failures.append(args)
                 raise OperationalError("INSERT INTO platform.task_outbox", {}, Exception("connection closed"))
-            return real(session, task, *args, **kwargs)
+            return real(session, *args, **kwargs)
 
-        monkeypatch.setattr(tasks_module, "enqueue_after_commit", flaky)
+        monkeypatch.setattr(jobs, "next_step", flaky)
         with dead.app_context():
             result = backfill.apply(args=("default", org_id, definition_id, "", ""))
         assert failures, "the outbox write was never attempted"
