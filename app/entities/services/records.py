@@ -41,24 +41,43 @@ def record_to_wire(row: Any) -> dict[str, Any]:
             "isActive": get("is_active"), "version": get("version")}
 
 
-def record_size_error(item: dict) -> str | None:
-    """A record (name, fields, tags, metadata as JSON) may hold ENTITY_MAX_RECORD_BYTES (README)."""
+def record_size_error(item: dict, text: str | None = None) -> str | None:
+    """A record (name, fields, tags, metadata as JSON) may hold ENTITY_MAX_RECORD_BYTES (README).
+    `text`: that JSON, when the caller has it already (`_record_json`)."""
     limit = current_app.config["ENTITY_MAX_RECORD_BYTES"]
-    parts = {key: item[key] for key in ("name", "fields", "tags", "metadata") if key in item}
-    size = len(json.dumps(parts, ensure_ascii=False, separators=(",", ":"), default=str).encode("utf-8",
-                                                                                             "surrogatepass"))
+    if text is None:
+        parts = {key: item[key] for key in ("name", "fields", "tags", "metadata") if key in item}
+        text = json.dumps(parts, ensure_ascii=False, separators=(",", ":"), default=str)
+    size = len(text.encode("utf-8", "surrogatepass"))
     return f"a record may be at most {limit} bytes as JSON (this one is {size})" if size > limit else None
 
 
+def _record_json(item: dict) -> str | None:
+    """The record's JSON as record_size_error measures it, or None when it may hold what PostgreSQL
+    cannot store: a non-finite number (json raises with allow_nan=False) or a NUL character (which
+    json escapes as `\\u0000`; a user's own text `\\u0000` shows so too: a false alarm that the
+    exact walk then clears)."""
+    parts = {key: item[key] for key in ("name", "fields", "tags", "metadata") if key in item}
+    try:
+        text = json.dumps(parts, ensure_ascii=False, separators=(",", ":"), default=str, allow_nan=False)
+    except ValueError:
+        return None
+    return None if "\\u0000" in text else text
+
+
 def record_errors(compiled: CompiledSchema, item: dict) -> dict[str, list[str]]:
-    """Every problem of a record payload: NUL characters, size, then the definition's JSON Schema."""
+    """Every problem of a record payload: NUL characters, size, then the definition's JSON Schema.
+    One JSON dump answers the first two for the usual record (`_record_json`); the exact walk names
+    each place when it cannot."""
     errors: dict[str, list[str]] = {}
-    for key in ("name", "fields", "tags", "metadata"):
-        if key in item:
-            unstorable_errors(item[key], key, errors)
-    if errors:
-        return errors
-    size_error = record_size_error(item)
+    text = _record_json(item)
+    if text is None:
+        for key in ("name", "fields", "tags", "metadata"):
+            if key in item:
+                unstorable_errors(item[key], key, errors)
+        if errors:
+            return errors
+    size_error = record_size_error(item, text)
     if size_error:
         return {"(record)": [size_error]}
     fields = item.get("fields", {})
