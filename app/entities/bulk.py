@@ -8,6 +8,7 @@ table and moved into `entity_records` with one INSERT … SELECT that also build
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,7 @@ from app.entities.models import BulkJob, EntityDefinition, EntityRecord
 from app.entities.services.common import unstorable_errors
 from app.entities.services.context import compiled_schema
 from app.entities.services.records import (
+    checked_record,
     deactivate_relationships_of,
     default_name,
     merge_fields,
@@ -109,12 +111,17 @@ def bulk_create(ctx: BulkContext, definition: EntityDefinition, items: list[Any]
     errors: dict[int, dict[str, list[str]]] = {}
     rows = []
     for index, item in enumerate(items):
-        problems = _shape_errors(item) or record_errors(compiled, item)
+        problems = _shape_errors(item)
+        if not problems:
+            problems, fields_json = checked_record(compiled, item)
         if problems:
             errors[index] = problems
             continue
         name, fields = default_name(item), item.get("fields") or {}
-        rows.append((new_id(), name, Jsonb(fields), item.get("tags") or [], _jsonb(item.get("metadata")),
+        # `fields` as the JSON text the checks dumped (COPY text: PostgreSQL parses it into jsonb)
+        if fields_json is None:
+            fields_json = json.dumps(fields)
+        rows.append((new_id(), name, fields_json, item.get("tags") or [], _jsonb(item.get("metadata")),
                      search_document(name, fields, compiled.catalog)))
     if errors:
         raise _reject(errors, len(items))
@@ -134,7 +141,7 @@ def _copy_insert(ctx: BulkContext, definition: EntityDefinition, rows: list[tupl
         cur.execute(_STAGING_DDL)
         cur.execute("TRUNCATE _entity_bulk_rows")
         with cur.copy("COPY _entity_bulk_rows (id, name, fields, tags, metadata, doc) FROM STDIN") as copy:
-            copy.set_types(["text", "text", "jsonb", "text[]", "jsonb", "text"])
+            copy.set_types(["text", "text", "text", "text[]", "jsonb", "text"])  # fields: JSON text
             for row in rows:
                 copy.write_row(row)
     now = utcnow()

@@ -52,38 +52,49 @@ def record_size_error(item: dict, text: str | None = None) -> str | None:
     return f"a record may be at most {limit} bytes as JSON (this one is {size})" if size > limit else None
 
 
-def _record_json(item: dict) -> str | None:
-    """The record's JSON as record_size_error measures it, or None when it may hold what PostgreSQL
-    cannot store: a non-finite number (json raises with allow_nan=False) or a NUL character (which
-    json escapes as `\\u0000`; a user's own text `\\u0000` shows so too: a false alarm that the
-    exact walk then clears)."""
-    parts = {key: item[key] for key in ("name", "fields", "tags", "metadata") if key in item}
+def _record_json(item: dict) -> tuple[str, str | None] | None:
+    """The record's JSON as record_size_error measures it and the JSON of its `fields` (None when
+    absent), or None when it holds a non-finite number (json raises with allow_nan=False). Dumped part
+    by part: `{"name":…,"fields":…}` is exactly what one dump of the dict gives with these separators."""
+    parts = {}
     try:
-        text = json.dumps(parts, ensure_ascii=False, separators=(",", ":"), default=str, allow_nan=False)
+        for key in ("name", "fields", "tags", "metadata"):
+            if key in item:
+                parts[key] = json.dumps(item[key], ensure_ascii=False, separators=(",", ":"), default=str,
+                                        allow_nan=False)
     except ValueError:
         return None
-    return None if "\\u0000" in text else text
+    return "{" + ",".join(f'"{key}":{value}' for key, value in parts.items()) + "}", parts.get("fields")
 
 
 def record_errors(compiled: CompiledSchema, item: dict) -> dict[str, list[str]]:
-    """Every problem of a record payload: NUL characters, size, then the definition's JSON Schema.
-    One JSON dump answers the first two for the usual record (`_record_json`); the exact walk names
-    each place when it cannot."""
+    """Every problem of a record payload: NUL characters, size, then the definition's JSON Schema."""
+    return checked_record(compiled, item)[0]
+
+
+def checked_record(compiled: CompiledSchema, item: dict) -> tuple[dict[str, list[str]], str | None]:
+    """`record_errors`, and the JSON text of a valid record's `fields` when it was dumped on the way
+    (a bulk create COPYs it as it is). One JSON dump answers the storable and size checks for the usual
+    record (`_record_json`); the exact walk names each place when it cannot."""
     errors: dict[str, list[str]] = {}
-    text = _record_json(item)
-    if text is None:
+    dumped = _record_json(item)
+    # what PostgreSQL cannot store: a non-finite number, or a NUL character, which json escapes as
+    # `\\u0000` (a user's own text `\\u0000` shows so too: a false alarm the exact walk clears)
+    if dumped is None or "\\u0000" in dumped[0]:
         for key in ("name", "fields", "tags", "metadata"):
             if key in item:
                 unstorable_errors(item[key], key, errors)
         if errors:
-            return errors
-    size_error = record_size_error(item, text)
+            return errors, None
+    size_error = record_size_error(item, dumped[0] if dumped else None)
     if size_error:
-        return {"(record)": [size_error]}
+        return {"(record)": [size_error]}, None
     fields = item.get("fields", {})
     if not isinstance(fields, dict):
-        return {"fields": ["must be an object"]}
-    return {} if compiled.is_valid(fields) else compiled.errors_for(fields)
+        return {"fields": ["must be an object"]}, None
+    if not compiled.is_valid(fields):
+        return compiled.errors_for(fields), None
+    return {}, dumped[1] if dumped else None
 
 
 def default_name(item: dict) -> str:
