@@ -28,10 +28,12 @@ from __future__ import annotations
 import json
 import os
 import random
+import statistics
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from functools import partial
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -395,6 +397,41 @@ def copy_typed_rows(conn, rows: list[dict], vectors: list[str]) -> float:
     return elapsed
 
 
+def server_cpu_ms(conn) -> float | None:
+    """CPU time (ms, /proc schedstat) of every process of the PostgreSQL server behind `conn` so far, when
+    it runs on this machine (the embedded one): on a shared machine CPU time moves far less with the
+    load than wall time does. None when the server is elsewhere."""
+    try:
+        directory = conn.execute("SHOW data_directory").fetchone()[0]
+        conn.commit()
+        with open(os.path.join(directory, "postmaster.pid")) as fh:
+            postmaster = int(fh.readline())
+        with open(f"/proc/{postmaster}/task/{postmaster}/children") as fh:
+            pids = [postmaster, *(int(p) for p in fh.read().split())]
+    except (OSError, ValueError, psycopg.Error):
+        conn.rollback()
+        return None
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/schedstat") as fh:
+                total += int(fh.read().split()[0])
+        except OSError:
+            pass  # a process that ended meanwhile
+    return total / 1e6
+
+
+def cpu_timed(conn, fn) -> tuple[float, float | None]:
+    """(wall seconds, CPU ms of this thread + the database server) of fn()."""
+    server, thread = server_cpu_ms(conn), time.thread_time()
+    start = time.perf_counter()
+    fn()
+    wall = time.perf_counter() - start
+    after = server_cpu_ms(conn)
+    cpu = None if server is None or after is None else (time.thread_time() - thread) * 1000 + after - server
+    return wall, cpu
+
+
 def bench_bulk(app, client, conn, definition_id) -> dict[str, float]:
     """records/s of the API bulk create and of a raw COPY of the same rows into the same table, in two
     states of the definition, interleaved round by round (the first round warms up):
@@ -422,6 +459,7 @@ def bench_bulk(app, client, conn, definition_id) -> dict[str, float]:
                                      concurrently=False, projected=projected)
 
     seconds = {"before API": 0.0, "before COPY": 0.0, "after API": 0.0, "after COPY": 0.0, "typed COPY": 0.0}
+    cpu: dict[str, list[float]] = {key: [] for key in seconds}
     n = 5000
     original = bulk_module.schedule_index_sync
     bulk_module.schedule_index_sync = lambda *a, **k: None
@@ -431,28 +469,38 @@ def bench_bulk(app, client, conn, definition_id) -> dict[str, float]:
                 set_state(state == "after")
                 rows = bulk_rows(n, seed=100 + run)
                 body = json.dumps({"records": rows})
-                start = time.perf_counter()
-                resp = client.post(f"/api/v1/entities/{ENTITY}/records/bulk/create", data=body,
-                                   headers={**headers, "Content-Type": "application/json"})
-                elapsed = time.perf_counter() - start
+                got = {}
+
+                def create(body=body, got=got):
+                    got["resp"] = client.post(f"/api/v1/entities/{ENTITY}/records/bulk/create", data=body,
+                                              headers={**headers, "Content-Type": "application/json"})
+                elapsed, api_cpu = cpu_timed(conn, create)
+                resp = got["resp"]
                 assert resp.status_code == 200 and resp.get_json()["count"] == n, resp.get_json()
                 docs = [" ".join([r["name"], r["fields"]["title"], r["fields"]["description"], r["fields"]["status"],
                                   r["fields"]["priority"], r["fields"]["owner_email"], *r["fields"]["labels"]])
                         for r in rows]
                 vectors = [v for (v,) in conn.execute(
                     "SELECT to_tsvector('english', d)::text FROM unnest(%s::text[]) d", (docs,)).fetchall()]
-                copy_elapsed = copy_rows(conn, definition_id, rows, vectors)
-                typed_elapsed = copy_typed_rows(conn, rows, vectors) if state == "after" else 0.0
+                copy_elapsed, copy_cpu = cpu_timed(conn, partial(copy_rows, conn, definition_id, rows, vectors))
+                typed_elapsed, typed_cpu = cpu_timed(conn, partial(copy_typed_rows, conn, rows, vectors)) \
+                    if state == "after" else (0.0, None)
                 if run:
                     seconds[f"{state} API"] += elapsed
                     seconds[f"{state} COPY"] += copy_elapsed
                     seconds["typed COPY"] += typed_elapsed
+                    for key, value in ((f"{state} API", api_cpu), (f"{state} COPY", copy_cpu),
+                                       ("typed COPY", typed_cpu)):
+                        if value is not None:
+                            cpu[key].append(value)
     finally:
         bulk_module.schedule_index_sync = original
         set_state(True)
         conn.execute(f"DELETE FROM {SCHEMA}.entity_records WHERE org_id = %s", (BULK_ORG,))
         conn.commit()
-    return {k: 3 * n / v for k, v in seconds.items()}
+    rates = {k: 3 * n / v for k, v in seconds.items()}
+    rates.update({f"{k} CPU": statistics.median(v) for k, v in cpu.items() if v})
+    return rates
 
 
 def bench_setup():
@@ -473,7 +521,7 @@ def bench_setup():
 
 
 def bulk_table(rates: dict[str, float]) -> str:
-    return table(["bulk create, 5 000 records per request", "before: no projection, per-field indexes",
+    body = table(["bulk create, 5 000 records per request", "before: no projection, per-field indexes",
                   "after: typed projection, reduced indexes"], [
         ["POST …/records/bulk/create (validation + COPY → INSERT … SELECT), records/s", rates["before API"],
          rates["after API"]],
@@ -486,6 +534,18 @@ def bulk_table(rates: dict[str, float]) -> str:
         ["ratio API after / COPY before (the table before projections)", "",
          rates["after API"] / rates["before COPY"]],
         ["ratio API after / COPY into the typed table", "", rates["after API"] / rates["typed COPY"]],
+    ])
+    if "after API CPU" not in rates:
+        return body
+    cpu = {k: rates[f"{k} CPU"] for k in ("before API", "before COPY", "after API", "after COPY", "typed COPY")}
+    return body + "\n\n" + table([
+        "the same, CPU ms per 5 000 records (this process + the database server; median of 3)",
+        "before", "after"], [
+        ["POST …/records/bulk/create", cpu["before API"], cpu["after API"]],
+        ["raw COPY into the same table", cpu["before COPY"], cpu["after COPY"]],
+        ["raw COPY into the typed table `bench_typed.deals`", "", cpu["typed COPY"]],
+        ["ratio COPY before / API after (as the rate ratio above)", "", cpu["before COPY"] / cpu["after API"]],
+        ["ratio COPY into the typed table / API after", "", cpu["typed COPY"] / cpu["after API"]],
     ])
 
 
