@@ -397,10 +397,10 @@ def copy_typed_rows(conn, rows: list[dict], vectors: list[str]) -> float:
     return elapsed
 
 
-def server_cpu_ms(conn) -> float | None:
-    """CPU time (ms, /proc schedstat) of every process of the PostgreSQL server behind `conn` so far, when
-    it runs on this machine (the embedded one): on a shared machine CPU time moves far less with the
-    load than wall time does. None when the server is elsewhere."""
+def server_cpu(conn) -> dict[int, int] | None:
+    """CPU time (ns, /proc schedstat) of each process of the PostgreSQL server behind `conn` so far,
+    when it runs on this machine (the embedded one): on a shared machine CPU time moves far less with
+    the load than wall time does. None when the server is elsewhere."""
     try:
         directory = conn.execute("SHOW data_directory").fetchone()[0]
         conn.commit()
@@ -411,25 +411,28 @@ def server_cpu_ms(conn) -> float | None:
     except (OSError, ValueError, psycopg.Error):
         conn.rollback()
         return None
-    total = 0
+    used = {}
     for pid in pids:
         try:
             with open(f"/proc/{pid}/schedstat") as fh:
-                total += int(fh.read().split()[0])
+                used[pid] = int(fh.read().split()[0])
         except OSError:
             pass  # a process that ended meanwhile
-    return total / 1e6
+    return used
 
 
 def cpu_timed(conn, fn) -> tuple[float, float | None]:
-    """(wall seconds, CPU ms of this thread + the database server) of fn()."""
-    server, thread = server_cpu_ms(conn), time.thread_time()
+    """(wall seconds, CPU ms of this thread + the database server's processes) of fn(). A process that
+    started meanwhile counts whole; one that ended meanwhile counts nothing (its last moments are lost)."""
+    server, thread = server_cpu(conn), time.thread_time()
     start = time.perf_counter()
     fn()
     wall = time.perf_counter() - start
-    after = server_cpu_ms(conn)
-    cpu = None if server is None or after is None else (time.thread_time() - thread) * 1000 + after - server
-    return wall, cpu
+    after = server_cpu(conn)
+    if server is None or after is None:
+        return wall, None
+    spent = sum(ns - server.get(pid, 0) for pid, ns in after.items())
+    return wall, (time.thread_time() - thread) * 1000 + spent / 1e6
 
 
 def bench_bulk(app, client, conn, definition_id) -> dict[str, float]:
