@@ -13,7 +13,10 @@ over 20 orgs; org `bench-big` holds 100 000 of them, the other 19 share the rest
     Next to (1) and (2), in the same rounds: the Flask layer alone (an authenticated GET /api/v1/me through
     the same test client and token) and (app − layer)/typed, the query engine's ratio without it.
 (3) Bulk create of 5 000 records per request (validation included) in records/s, against a raw
-    COPY of the same final rows (tsvectors precomputed outside the timing) into the same table.
+    COPY of the same final rows (tsvectors precomputed outside the timing) into the same table, and
+    against a raw COPY of the same rows into the hand-indexed typed table below (deleted again after
+    each round); the same in CPU ms (this process + the local database server's processes), which
+    moves far less with the machine's load. `BENCH_ENTITIES_ONLY=bulk` runs this part alone.
 EXPLAIN (ANALYZE) of each floor statement is written below the table.
 
 The second floor is the one a user would otherwise choose: the big org's 100 000 rows in a plain typed
