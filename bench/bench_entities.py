@@ -13,7 +13,10 @@ over 20 orgs; org `bench-big` holds 100 000 of them, the other 19 share the rest
     Next to (1) and (2), in the same rounds: the Flask layer alone (an authenticated GET /api/v1/me through
     the same test client and token) and (app − layer)/typed, the query engine's ratio without it.
 (3) Bulk create of 5 000 records per request (validation included) in records/s, against a raw
-    COPY of the same final rows (tsvectors precomputed outside the timing) into the same table.
+    COPY of the same final rows (tsvectors precomputed outside the timing) into the same table, and
+    against a raw COPY of the same rows into the hand-indexed typed table below (deleted again after
+    each round); the same in CPU ms (this process + the local database server's processes), which
+    moves far less with the machine's load. `BENCH_ENTITIES_ONLY=bulk` runs this part alone.
 EXPLAIN (ANALYZE) of each floor statement is written below the table.
 
 The second floor is the one a user would otherwise choose: the big org's 100 000 rows in a plain typed
@@ -28,9 +31,12 @@ from __future__ import annotations
 import json
 import os
 import random
+import statistics
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from functools import partial
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -370,6 +376,71 @@ def copy_rows(conn, definition_id: str, rows: list[dict], vectors: list[str]) ->
     return time.perf_counter() - start
 
 
+def copy_typed_rows(conn, rows: list[dict], vectors: list[str]) -> float:
+    """COPY the same rows into the hand-indexed typed table `bench_typed.deals` (the floor a user would
+    otherwise choose: one column per field, its 7 indexes), timed with its commit as `copy_rows` is, then
+    deleted again (the data set is unchanged); seconds."""
+    now = datetime.now(UTC)
+    start = time.perf_counter()
+    with conn.cursor().copy(f"COPY {TYPED} (id, name, title, description, status, priority, amount, quantity, "
+                            "close_date, last_contact, owner_email, labels, is_hot, tags, search_vector, "
+                            "created_at, updated_at) FROM STDIN") as copy:
+        copy.set_types(["text", "text", "text", "text", "text", "text", "numeric", "int4", "date", "timestamptz",
+                        "text", "text[]", "bool", "text[]", "text", "timestamptz", "timestamptz"])
+        for row, vector in zip(rows, vectors, strict=True):
+            f = row["fields"]
+            copy.write_row((str(uuid.uuid4()), row["name"], f["title"], f["description"], f["status"],
+                            f["priority"], Decimal(str(f["amount"])), f["quantity"],
+                            datetime.fromisoformat(f["close_date"]).date(), datetime.fromisoformat(f["last_contact"]),
+                            f["owner_email"], f["labels"], f["is_hot"], [], vector, now, now))
+    conn.commit()
+    elapsed = time.perf_counter() - start
+    conn.execute(f"DELETE FROM {TYPED} WHERE created_at = %s", (now,))
+    conn.commit()
+    return elapsed
+
+
+def server_cpu(conn) -> dict[int, int] | None:
+    """CPU time (ns, /proc schedstat) of each process of the PostgreSQL server behind `conn` so far,
+    when it runs on this machine (the embedded one): on a shared machine CPU time moves far less with
+    the load than wall time does. None when the server is elsewhere."""
+    try:
+        directory = conn.execute("SHOW data_directory").fetchone()[0]
+        conn.commit()
+        with open(os.path.join(directory, "postmaster.pid")) as fh:
+            postmaster = int(fh.readline())
+        with open(f"/proc/{postmaster}/task/{postmaster}/children") as fh:
+            pids = [postmaster, *(int(p) for p in fh.read().split())]
+    except (OSError, ValueError, psycopg.Error):
+        conn.rollback()
+        return None
+    used = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if b"autovacuum" in fh.read():
+                    continue  # cleaning up after earlier rounds' deletes: not this round's work
+            with open(f"/proc/{pid}/schedstat") as fh:
+                used[pid] = int(fh.read().split()[0])
+        except OSError:
+            pass  # a process that ended meanwhile
+    return used
+
+
+def cpu_timed(conn, fn) -> tuple[float, float | None]:
+    """(wall seconds, CPU ms of this thread + the database server's processes) of fn(). A process that
+    started meanwhile counts whole; one that ended meanwhile counts nothing (its last moments are lost)."""
+    server, thread = server_cpu(conn), time.thread_time()
+    start = time.perf_counter()
+    fn()
+    wall = time.perf_counter() - start
+    after = server_cpu(conn)
+    if server is None or after is None:
+        return wall, None
+    spent = sum(ns - server.get(pid, 0) for pid, ns in after.items())
+    return wall, (time.thread_time() - thread) * 1000 + spent / 1e6
+
+
 def bench_bulk(app, client, conn, definition_id) -> dict[str, float]:
     """records/s of the API bulk create and of a raw COPY of the same rows into the same table, in two
     states of the definition, interleaved round by round (the first round warms up):
@@ -396,7 +467,8 @@ def bench_bulk(app, client, conn, definition_id) -> dict[str, float]:
                 indexes.sync_indexes(ac, SCHEMA, definition_id, catalog, active_records=1, min_records=1,
                                      concurrently=False, projected=projected)
 
-    seconds = {"before API": 0.0, "before COPY": 0.0, "after API": 0.0, "after COPY": 0.0}
+    seconds = {"before API": 0.0, "before COPY": 0.0, "after API": 0.0, "after COPY": 0.0, "typed COPY": 0.0}
+    cpu: dict[str, list[float]] = {key: [] for key in seconds}
     n = 5000
     original = bulk_module.schedule_index_sync
     bulk_module.schedule_index_sync = lambda *a, **k: None
@@ -406,26 +478,38 @@ def bench_bulk(app, client, conn, definition_id) -> dict[str, float]:
                 set_state(state == "after")
                 rows = bulk_rows(n, seed=100 + run)
                 body = json.dumps({"records": rows})
-                start = time.perf_counter()
-                resp = client.post(f"/api/v1/entities/{ENTITY}/records/bulk/create", data=body,
-                                   headers={**headers, "Content-Type": "application/json"})
-                elapsed = time.perf_counter() - start
+                got = {}
+
+                def create(body=body, got=got):
+                    got["resp"] = client.post(f"/api/v1/entities/{ENTITY}/records/bulk/create", data=body,
+                                              headers={**headers, "Content-Type": "application/json"})
+                elapsed, api_cpu = cpu_timed(conn, create)
+                resp = got["resp"]
                 assert resp.status_code == 200 and resp.get_json()["count"] == n, resp.get_json()
                 docs = [" ".join([r["name"], r["fields"]["title"], r["fields"]["description"], r["fields"]["status"],
                                   r["fields"]["priority"], r["fields"]["owner_email"], *r["fields"]["labels"]])
                         for r in rows]
                 vectors = [v for (v,) in conn.execute(
                     "SELECT to_tsvector('english', d)::text FROM unnest(%s::text[]) d", (docs,)).fetchall()]
-                copy_elapsed = copy_rows(conn, definition_id, rows, vectors)
+                copy_elapsed, copy_cpu = cpu_timed(conn, partial(copy_rows, conn, definition_id, rows, vectors))
+                typed_elapsed, typed_cpu = cpu_timed(conn, partial(copy_typed_rows, conn, rows, vectors)) \
+                    if state == "after" else (0.0, None)
                 if run:
                     seconds[f"{state} API"] += elapsed
                     seconds[f"{state} COPY"] += copy_elapsed
+                    seconds["typed COPY"] += typed_elapsed
+                    for key, value in ((f"{state} API", api_cpu), (f"{state} COPY", copy_cpu),
+                                       ("typed COPY", typed_cpu)):
+                        if value is not None:
+                            cpu[key].append(value)
     finally:
         bulk_module.schedule_index_sync = original
         set_state(True)
         conn.execute(f"DELETE FROM {SCHEMA}.entity_records WHERE org_id = %s", (BULK_ORG,))
         conn.commit()
-    return {k: 3 * n / v for k, v in seconds.items()}
+    rates = {k: 3 * n / v for k, v in seconds.items()}
+    rates.update({f"{k} CPU": statistics.median(v) for k, v in cpu.items() if v})
+    return rates
 
 
 def bench_setup():
@@ -445,7 +529,50 @@ def bench_setup():
     return url, app, ids, Capture(db.engine), app.test_client(), headers
 
 
+def bulk_table(rates: dict[str, float]) -> str:
+    body = table(["bulk create, 5 000 records per request", "before: no projection, per-field indexes",
+                  "after: typed projection, reduced indexes"], [
+        ["POST …/records/bulk/create (validation + COPY → INSERT … SELECT), records/s", rates["before API"],
+         rates["after API"]],
+        ["raw COPY of the same final rows into the same table, records/s", rates["before COPY"],
+         rates["after COPY"]],
+        ["raw COPY of the same rows into the hand-indexed typed table `bench_typed.deals`, records/s", "",
+         rates["typed COPY"]],
+        ["ratio API/COPY (same state)", rates["before API"] / rates["before COPY"],
+         rates["after API"] / rates["after COPY"]],
+        ["ratio API after / COPY before (the table before projections)", "",
+         rates["after API"] / rates["before COPY"]],
+        ["ratio API after / COPY into the typed table", "", rates["after API"] / rates["typed COPY"]],
+    ])
+    if "after API CPU" not in rates:
+        return body
+    cpu = {k: rates[f"{k} CPU"] for k in ("before API", "before COPY", "after API", "after COPY", "typed COPY")}
+    return body + "\n\n" + table([
+        "the same, CPU ms per 5 000 records (this process + the database server; median of 3)",
+        "before", "after"], [
+        ["POST …/records/bulk/create", cpu["before API"], cpu["after API"]],
+        ["raw COPY into the same table", cpu["before COPY"], cpu["after COPY"]],
+        ["raw COPY into the typed table `bench_typed.deals`", "", cpu["typed COPY"]],
+        ["ratio COPY before / API after (as the rate ratio above)", "", cpu["before COPY"] / cpu["after API"]],
+        ["ratio COPY into the typed table / API after", "", cpu["typed COPY"] / cpu["after API"]],
+    ])
+
+
+def bulk_only() -> str:
+    """`BENCH_ENTITIES_ONLY=bulk`: the bulk-create table alone (about a minute: for A/B runs)."""
+    url, app, ids, _capture, client, _headers = bench_setup()
+    with psycopg.connect(psycopg_url(url), autocommit=True) as conn:
+        ensure_typed_table(conn, ids[BIG_ORG])
+        conn.autocommit = False
+        rates = bench_bulk(app, client, conn, ids[BULK_ORG])
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    return write_result("entities_bulk", "Entity store benchmark: bulk create", bulk_table(rates),
+                        f"Machine load average (1/5/15 min) at the end: {load}.")
+
+
 def main() -> str:
+    if os.environ.get("BENCH_ENTITIES_ONLY") == "bulk":
+        return bulk_only()
     url, app, ids, capture, client, headers = bench_setup()
     rows, plans = [], []
     with psycopg.connect(psycopg_url(url), autocommit=True) as conn:
@@ -492,17 +619,7 @@ def main() -> str:
                   "Flask layer p50 ms (GET /api/v1/me)", "ratio (app − layer)/typed"], rows)
     body += "\n\n" + table(["listing, 20 per page, newest first (100 000 records)", "p50 ms, exact count",
                             "p50 ms, `Prefer: count=planned`"], deep)
-    body += "\n\n" + table(["bulk create, 5 000 records per request", "before: no projection, per-field indexes",
-                            "after: typed projection, reduced indexes"], [
-        ["POST …/records/bulk/create (validation + COPY → INSERT … SELECT), records/s", rates["before API"],
-         rates["after API"]],
-        ["raw COPY of the same final rows into the same table, records/s", rates["before COPY"],
-         rates["after COPY"]],
-        ["ratio API/COPY (same state)", rates["before API"] / rates["before COPY"],
-         rates["after API"] / rates["after COPY"]],
-        ["ratio API after / COPY before (the table before projections)", "",
-         rates["after API"] / rates["before COPY"]],
-    ])
+    body += "\n\n" + bulk_table(rates)
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     notes = (f"Machine load average (1/5/15 min) at the end: {load} — the 2 cores are shared with other work.\n\n"
              f"{TOTAL} records over {len(ORGS)} orgs (one org with {BIG}); {ROUNDS * PER_ROUND} samples per "

@@ -257,12 +257,12 @@ def _predicate(schema: Any):
             if not isinstance(kinds, list) or not all(k in _TYPE_CHECKS for k in kinds):
                 return None
             funcs = [_TYPE_CHECKS[k] for k in kinds]
-            checks.append(lambda v, funcs=funcs: any(f(v) for f in funcs))
+            checks.append(_any_of(funcs))
         elif key == "enum" and isinstance(arg, list) and all(a is None or isinstance(a, str) for a in arg):
             allowed = frozenset(arg)
             checks.append(lambda v, allowed=allowed: (v is None or isinstance(v, str)) and v in allowed)
         elif key == "format" and isinstance(arg, str):
-            checks.append(lambda v, fmt=arg: FORMATS.conforms(v, fmt))
+            checks.append(_format_check(arg))
         elif key in ("minLength", "maxLength") and isinstance(arg, int):
             limit, low = arg, key == "minLength"
             checks.append(lambda v, n=limit, low=low: not isinstance(v, str) or (len(v) >= n if low else len(v) <= n))
@@ -279,7 +279,46 @@ def _predicate(schema: Any):
                                                                 and len(set(v)) == len(v)))
         else:
             return None
-    return lambda v: all(c(v) for c in checks)
+    return _every(checks)
+
+
+def _every(checks: list) -> Any:
+    """`lambda v: all(c(v) for c in checks)`, without a generator per value (the bulk path runs it per
+    field of every record): the lone check itself, or a loop."""
+    if len(checks) == 1:
+        return checks[0]
+
+    def every(v: Any) -> bool:
+        for check in checks:
+            if not check(v):
+                return False
+        return True
+    return every
+
+
+def _any_of(funcs: list) -> Any:
+    """`lambda v: any(f(v) for f in funcs)` (a `type` list, mostly `[kind, "null"]`), unrolled."""
+    if len(funcs) == 1:
+        return funcs[0]
+    if len(funcs) == 2:
+        first, second = funcs
+        return lambda v: first(v) or second(v)
+    return lambda v: any(f(v) for f in funcs)
+
+
+def _format_check(fmt: str) -> Any:
+    """`FORMATS.conforms(v, fmt)` with the checker looked up once: a format without a checker passes,
+    the checker's own exception (`raises`) or a falsy answer fails, anything else propagates."""
+    if fmt not in FORMATS.checkers:
+        return lambda v: True
+    func, raises = FORMATS.checkers[fmt]
+
+    def conforms(v: Any) -> bool:
+        try:
+            return bool(func(v))
+        except raises:
+            return False
+    return conforms
 
 
 def _subvalidator(schema: Any):

@@ -557,3 +557,25 @@ def test_unstorable_values_are_400_not_500(client, auth):
     assert "schema.properties.a" in error(client.post(f"{BASE}/definitions", json=bad_schema, headers=headers),
                                           400)["details"]["fields"]
     assert query(client, headers, "items").get_json()["totalCount"] == 0
+
+
+def test_bulk_create_names_each_unstorable_place_and_takes_the_text_backslash_u0000(client, auth):
+    """One JSON dump per record answers 'storable, and how large' (app.entities.services.records
+    `_record_json`); a NUL anywhere or a non-finite number sends the record through the exact walk,
+    which names each place; the six characters `\\u0000` typed as text are stored as they are."""
+    headers = auth()
+    create_definition(client, headers)
+    records = [{"name": "plain \\u0000 text", "fields": {"title": "a \\u0000 b"}, "tags": ["\\u0000"]},
+               {"name": "n\x00", "fields": {"title": "t"}},
+               {"fields": {"title": "t", "x\x00": 1}, "tags": ["ok", "b\x00d"]},
+               {"fields": {"title": "t"}, "metadata": {"deep": [{"v": "\x00"}]}}]
+    err = error(client.post(f"{BASE}/items/records/bulk/create", json={"records": records}, headers=headers), 400)
+    assert err["details"]["indexes"] == [1, 2, 3]
+    shown = err["details"]["records"]
+    assert set(shown["1"]) == {"name"} and set(shown["2"]) == {"fields", "tags[1]"}
+    assert set(shown["3"]) == {"metadata.deep[0].v"}
+    resp = client.post(f"{BASE}/items/records/bulk/create", json={"records": records[:1]}, headers=headers)
+    assert resp.status_code == 200, resp.get_json()
+    stored = query(client, headers, "items").get_json()["records"]
+    assert [(r["name"], r["fields"]["title"], r["tags"]) for r in stored] == \
+        [("plain \\u0000 text", "a \\u0000 b", ["\\u0000"])]

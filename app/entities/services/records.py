@@ -41,30 +41,60 @@ def record_to_wire(row: Any) -> dict[str, Any]:
             "isActive": get("is_active"), "version": get("version")}
 
 
-def record_size_error(item: dict) -> str | None:
-    """A record (name, fields, tags, metadata as JSON) may hold ENTITY_MAX_RECORD_BYTES (README)."""
+def record_size_error(item: dict, text: str | None = None) -> str | None:
+    """A record (name, fields, tags, metadata as JSON) may hold ENTITY_MAX_RECORD_BYTES (README).
+    `text`: that JSON, when the caller has it already (`_record_json`)."""
     limit = current_app.config["ENTITY_MAX_RECORD_BYTES"]
-    parts = {key: item[key] for key in ("name", "fields", "tags", "metadata") if key in item}
-    size = len(json.dumps(parts, ensure_ascii=False, separators=(",", ":"), default=str).encode("utf-8",
-                                                                                             "surrogatepass"))
+    if text is None:
+        parts = {key: item[key] for key in ("name", "fields", "tags", "metadata") if key in item}
+        text = json.dumps(parts, ensure_ascii=False, separators=(",", ":"), default=str)
+    size = len(text.encode("utf-8", "surrogatepass"))
     return f"a record may be at most {limit} bytes as JSON (this one is {size})" if size > limit else None
+
+
+def _record_json(item: dict) -> tuple[str, str | None] | None:
+    """The record's JSON as record_size_error measures it and the JSON of its `fields` (None when
+    absent), or None when it holds a non-finite number (json raises with allow_nan=False). Dumped part
+    by part: `{"name":…,"fields":…}` is exactly what one dump of the dict gives with these separators."""
+    parts = {}
+    try:
+        for key in ("name", "fields", "tags", "metadata"):
+            if key in item:
+                parts[key] = json.dumps(item[key], ensure_ascii=False, separators=(",", ":"), default=str,
+                                        allow_nan=False)
+    except ValueError:
+        return None
+    return "{" + ",".join(f'"{key}":{value}' for key, value in parts.items()) + "}", parts.get("fields")
 
 
 def record_errors(compiled: CompiledSchema, item: dict) -> dict[str, list[str]]:
     """Every problem of a record payload: NUL characters, size, then the definition's JSON Schema."""
+    return checked_record(compiled, item)[0]
+
+
+def checked_record(compiled: CompiledSchema, item: dict) -> tuple[dict[str, list[str]], str | None]:
+    """`record_errors`, and the JSON text of a valid record's `fields` when it was dumped on the way
+    (a bulk create COPYs it as it is). One JSON dump answers the storable and size checks for the usual
+    record (`_record_json`); the exact walk names each place when it cannot."""
     errors: dict[str, list[str]] = {}
-    for key in ("name", "fields", "tags", "metadata"):
-        if key in item:
-            unstorable_errors(item[key], key, errors)
-    if errors:
-        return errors
-    size_error = record_size_error(item)
+    dumped = _record_json(item)
+    # what PostgreSQL cannot store: a non-finite number, or a NUL character, which json escapes as
+    # `\\u0000` (a user's own text `\\u0000` shows so too: a false alarm the exact walk clears)
+    if dumped is None or "\\u0000" in dumped[0]:
+        for key in ("name", "fields", "tags", "metadata"):
+            if key in item:
+                unstorable_errors(item[key], key, errors)
+        if errors:
+            return errors, None
+    size_error = record_size_error(item, dumped[0] if dumped else None)
     if size_error:
-        return {"(record)": [size_error]}
+        return {"(record)": [size_error]}, None
     fields = item.get("fields", {})
     if not isinstance(fields, dict):
-        return {"fields": ["must be an object"]}
-    return {} if compiled.is_valid(fields) else compiled.errors_for(fields)
+        return {"fields": ["must be an object"]}, None
+    if not compiled.is_valid(fields):
+        return compiled.errors_for(fields), None
+    return {}, dumped[1] if dumped else None
 
 
 def default_name(item: dict) -> str:
