@@ -1,7 +1,7 @@
 """Record query and count, one way through (the model for reading a domain's records):
 
-1. `definition_context` (app.entities.services.context): the definition, its compiled schema and filter
-   context, built once per request;
+1. `_reading`: the definition, its compiled schema and filter context (app.entities.services.context),
+   from the per-process cache (services.definitions.DefinitionCache) when the count proves it current;
 2. `compile_request_filters`: parse the filters, resolve `$similar` through the app's similarity hook
    (embedding the query text is the only I/O), then compile (pure, app.entities.filters);
    When the definition has a ready typed projection (app.entities.projection) that covers the filter
@@ -41,7 +41,8 @@ from app.entities.filters import (
     parse_filters,
 )
 from app.entities.models import EntityDefinition, EntityRecord
-from app.entities.services.context import DefinitionContext, definition_context
+from app.entities.services import definitions
+from app.entities.services.context import DefinitionContext
 from app.entities.services.records import RECORD_COLUMNS, record_to_wire
 from app.errors import ValidationFailed
 from app.wire import iso
@@ -126,30 +127,54 @@ def planned_count(where: list, table=T) -> int:
     return max(0, int(round(plan[0]["Plan"]["Plan Rows"])))
 
 
-def counted(where: list, mode: str = "exact", count_where: list | None = None, table=T) -> tuple[int, str]:
-    """(count, how it was counted). `estimated` counts exactly while the estimate is at most
+def counted(where: list, mode: str = "exact", count_where: list | None = None, table=T,
+            token_of: str | None = None) -> tuple[int, str, str | None]:
+    """(count, how it was counted, a row token). `estimated` counts exactly while the estimate is at most
     ENTITY_COUNT_ESTIMATE_ABOVE, and reports the estimate beyond (PostgREST's `count=estimated`).
     `count_where` (a `$similar`: CompiledFilter.where_to_count) is the same set, cheaper to count
-    exactly; the planner estimates `where` (it cannot estimate the stamp's `embedded_version = version`)."""
+    exactly; the planner estimates `where` (it cannot estimate the stamp's `embedded_version = version`).
+    `token_of`: a definition id whose current row token (definitions.TOKEN_OF) the exact count selects
+    beside the count, from the same snapshot (the token is None when not asked or when no exact count ran)."""
     if mode in ("planned", "estimated"):
         estimate = planned_count(where, table)
         if mode == "planned" or estimate > current_app.config["ENTITY_COUNT_ESTIMATE_ABOVE"]:
-            return estimate, "planned" if mode == "planned" else "estimated"
+            return estimate, "planned" if mode == "planned" else "estimated", None
     terms = count_where or where
-    result = db.execute_shaped(db.session, ("count", table.schema, table.name),
-                               lambda: select(func.count()).select_from(table).where(*terms), terms)
-    return int(result.scalar() or 0), "exact"
+    if token_of is None:
+        result = db.execute_shaped(db.session, ("count", table.schema, table.name),
+                                   lambda: select(func.count()).select_from(table).where(*terms), terms)
+        return int(result.scalar() or 0), "exact", None
+    result = db.execute_shaped(db.session, ("count+token", table.schema, table.name),
+                               lambda: select(func.count(), definitions.TOKEN_OF).select_from(table).where(*terms),
+                               terms, {"definition_token_id": token_of})
+    count, token = result.first()
+    return int(count or 0), "exact", token
 
 
-def _count(definition: EntityDefinition, compiled: Any, mode: str) -> tuple[int, str]:
+def _count(entry: definitions.CachedDefinition, compiled: Any, mode: str) -> tuple[int, str]:
+    """The count of a query, and how it was counted. For a cached definition (`entry.cached`) the
+    count also proves the definition current: its row token from the count's own snapshot (or, on
+    the paths that cannot select it, one round trip more); `_StaleDefinition` when it is not."""
+    definition = entry.context.definition
+    token_of = definition.id if entry.cached else None
+    token = None
     if compiled.projected:  # the projection holds exactly the definition's active records
-        return counted([compiled.where], mode, table=compiled.table)
-    if mode == "exact" and compiled.count_total is not None:  # a lone $similar: its counter
-        return int(db.session.scalar(compiled.count_total) or 0), "exact"
-    if mode == "exact" and compiled.count_projected is not None:  # $similar + a projected filter
-        return int(db.session.scalar(compiled.count_projected) or 0), "exact"
-    scope = record_scope(definition)
-    return counted([*scope, compiled.where], mode, [*scope, compiled.where_to_count])
+        total, how, token = counted([compiled.where], mode, table=compiled.table, token_of=token_of)
+    elif mode == "exact" and compiled.count_total is not None:  # a lone $similar: its counter
+        total, how = int(db.session.scalar(compiled.count_total) or 0), "exact"
+    elif mode == "exact" and compiled.count_projected is not None:  # $similar + a projected filter
+        total, how = int(db.session.scalar(compiled.count_projected) or 0), "exact"
+    else:
+        scope = record_scope(definition)
+        total, how, token = counted([*scope, compiled.where], mode, [*scope, compiled.where_to_count],
+                                    token_of=token_of)
+    if entry.cached and (token != entry.token if token is not None else not definitions.is_current(entry)):
+        raise _StaleDefinition
+    return total, how
+
+
+class _StaleDefinition(Exception):  # noqa: N818 (a signal: the caller reads the definition again)
+    """A cached definition was changed (or deleted) since it was read: the answer is discarded."""
 
 
 def _projection_gone(exc: DBAPIError) -> bool:
@@ -170,23 +195,47 @@ def _without_vanished_projection(run):
         return run(False)
 
 
-def count_records(definition: EntityDefinition, filters: Any, count_mode: str = "exact") -> tuple[int, str]:
-    """How many active records of the definition match `filters`, and how that number was counted."""
-    dctx = definition_context(definition)
-    return _without_vanished_projection(
-        lambda projected: _count(definition, compile_request_filters(filters, dctx, projected=projected),
-                                 count_mode))
+def _reading(name: str, run):
+    """`run(entry, projected)` with the org's active definition `name` (404 if none).
+
+    A cached definition (definitions.DefinitionCache) saves the definition's round trip and its
+    compilation; the count every run makes proves it current (`_count`). When it is stale, or when
+    the run fails in any way (a 400 for a field only the new schema has, a dropped projection table,
+    …) and the definition is no longer the cached one, that answer is discarded and the question is
+    asked again with the definition read now, as without a cache."""
+    entry = definitions.cached_definition(name)
+    if entry is not None:
+        try:
+            return _without_vanished_projection(lambda projected: run(entry, projected))
+        except _StaleDefinition:
+            pass
+        except Exception as exc:
+            if isinstance(exc, DBAPIError):
+                db.session.rollback()
+            if definitions.is_current(entry):
+                raise
+        definitions.forget_definition(name, entry)
+    entry = definitions.load_definition(name)
+    return _without_vanished_projection(lambda projected: run(entry, projected))
 
 
-def query_records(definition: EntityDefinition, params: dict[str, Any], count_mode: str = "exact") -> dict[str, Any]:
-    """One page of records matching the filters, as a PaginatedResult (`countMode` says how
-    `totalCount` was counted: exact unless the caller preferred otherwise)."""
-    return _without_vanished_projection(lambda projected: _query_records(definition, params, count_mode, projected))
+def count_records(name: str, filters: Any, count_mode: str = "exact") -> tuple[int, str]:
+    """How many active records of the org's definition `name` match `filters`, and how that number
+    was counted."""
+    return _reading(name, lambda entry, projected: _count(
+        entry, compile_request_filters(filters, entry.context, projected=projected), count_mode))
 
 
-def _query_records(definition: EntityDefinition, params: dict[str, Any], count_mode: str,
+def query_records(name: str, params: dict[str, Any], count_mode: str = "exact") -> dict[str, Any]:
+    """One page of records of the org's definition `name` matching the filters, as a PaginatedResult
+    (`countMode` says how `totalCount` was counted: exact unless the caller preferred otherwise)."""
+    return _reading(name, lambda entry, projected: _query_records(entry, params, count_mode, projected))
+
+
+def _query_records(entry: definitions.CachedDefinition, params: dict[str, Any], count_mode: str,
                    projected: bool) -> dict[str, Any]:
-    dctx = definition_context(definition)
+    dctx = entry.context
+    definition = dctx.definition
     schema, ctx = dctx.schema, dctx.filters
     page, page_size = params.get("page") or 1, params.get("pageSize", 20)
     max_page_size = current_app.config["ENTITY_MAX_PAGE_SIZE"]
@@ -209,7 +258,7 @@ def _query_records(definition: EntityDefinition, params: dict[str, Any], count_m
     lookups = _lookup_specs(schema.catalog, params.get("includeLookups") or [])
 
     where = [compiled.where] if compiled.projected else [*record_scope(definition), compiled.where]
-    total, how = _count(definition, compiled, count_mode)
+    total, how = _count(entry, compiled, count_mode)
     rows: list = []
     offset = (page - 1) * page_size
     if position is not None or offset < total or how != "exact":  # an estimate may be low: fetch anyway
