@@ -20,7 +20,7 @@ from typing import Any
 
 import psycopg
 from flask import current_app
-from sqlalchemy import JSON, Integer, Text, bindparam, cast, func, literal, select
+from sqlalchemy import JSON, Integer, Text, bindparam, cast, func, literal, select, true
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
@@ -168,9 +168,16 @@ def _count(entry: definitions.CachedDefinition, compiled: Any, mode: str) -> tup
         scope = record_scope(definition)
         total, how, token = counted([*scope, compiled.where], mode, [*scope, compiled.where_to_count],
                                     token_of=token_of)
+    _check_current(entry, token)
+    return total, how
+
+
+def _check_current(entry: definitions.CachedDefinition, token: str | None) -> None:
+    """`_StaleDefinition` unless a cached `entry` is the definition row's current version: `token` is
+    the row's token selected by the data statement (None: not selected, or the row is gone; then one
+    round trip asks)."""
     if entry.cached and (token != entry.token if token is not None else not definitions.is_current(entry)):
         raise _StaleDefinition
-    return total, how
 
 
 class _StaleDefinition(Exception):  # noqa: N818 (a signal: the caller reads the definition again)
@@ -258,10 +265,19 @@ def _query_records(entry: definitions.CachedDefinition, params: dict[str, Any], 
     lookups = _lookup_specs(schema.catalog, params.get("includeLookups") or [])
 
     where = [compiled.where] if compiled.projected else [*record_scope(definition), compiled.where]
-    total, how = _count(entry, compiled, count_mode)
-    rows: list = []
     offset = (page - 1) * page_size
-    if position is not None or offset < total or how != "exact":  # an estimate may be low: fetch anyway
+    combined = compiled.projected and count_mode == "exact"
+    if combined:  # count and page in one statement (one round trip, one snapshot)
+        page_where = where if position is None else [*where, cursors.after(keyset[0], P.c.id, keyset[1], position)]
+        total, token, rows = _projected_counted_page(P, where, page_where, order, keyset,
+                                                     0 if position is not None else offset, page_size,
+                                                     definition.id if entry.cached else None)
+        how = "exact"
+        _check_current(entry, token)
+    else:
+        total, how = _count(entry, compiled, count_mode)
+        rows = []
+    if not combined and (position is not None or offset < total or how != "exact"):  # an estimate may be low
         columns = [T.c[name] for name in RECORD_COLUMNS]
         if compiled.distance is not None:
             columns.append(compiled.distance.label("distance"))
@@ -406,6 +422,37 @@ def _projected_page(P, where: list, order: list, keyset, offset: int, limit: int
     shape = ("projected page", P.schema, P.name, tuple((d, n) for _, d, n in order), keyset is not None)
     sources = [*where, *(expr for expr, _, _ in order), *([keyset[0]] if keyset is not None else [])]
     return list(db.execute_shaped(db.session, shape, build, sources, {"page_limit": limit, "page_offset": offset}))
+
+
+def _projected_counted_page(P, count_where: list, where: list, order: list, keyset, offset: int,  # noqa: N803
+                            limit: int, token_of: str | None) -> tuple[int, str | None, list]:
+    """`counted` and `_projected_page` in one statement (one round trip, one snapshot): the exact
+    count of `count_where` on the projection, the row token of definition `token_of` (None: not asked)
+    and the page's records. The count's one row is joined with the page (outer join: an empty page
+    still yields the count): (total, token, rows)."""
+    def build():
+        keys = [expr.label(f"k{i}") for i, (expr, _, _) in enumerate(order)]
+        extra = [_cursor_key(keyset[0]).label("cursor_key")] if keyset is not None else []
+        counts = select(func.count().label("total"),
+                        *([definitions.TOKEN_OF.label("row_token")] if token_of is not None else [])
+                        ).select_from(P).where(*count_where).subquery("counted")
+        page = (select(P.c.id.label("pid"), *keys, *extra).where(*where).order_by(*_ordered(order))
+                .limit(_LIMIT).offset(_OFFSET).subquery("page"))
+        columns = [T.c[name] for name in RECORD_COLUMNS] + ([page.c.cursor_key] if keyset is not None else [])
+        return (select(counts.c.total, *([counts.c.row_token] if token_of is not None else []), *columns)
+                .select_from(counts.outerjoin(page, true()).outerjoin(T, T.c.id == page.c.pid))
+                .order_by(*_ordered([(page.c[f"k{i}"], d, n) for i, (_, d, n) in enumerate(order)])))
+
+    shape = ("projected counted page", P.schema, P.name, tuple((d, n) for _, d, n in order), keyset is not None,
+             token_of is not None)
+    sources = [*count_where, *where, *(expr for expr, _, _ in order), *([keyset[0]] if keyset is not None else [])]
+    named = {"page_limit": limit, "page_offset": offset}
+    if token_of is not None:
+        named["definition_token_id"] = token_of
+    rows = list(db.execute_shaped(db.session, shape, build, sources, named))
+    first = rows[0]._mapping
+    return (int(first["total"] or 0), first["row_token"] if token_of is not None else None,
+            [row for row in rows if row._mapping["id"] is not None])
 
 
 def _ordered(order: list) -> list:

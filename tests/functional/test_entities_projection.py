@@ -243,6 +243,30 @@ def test_sort_and_cursor_on_the_projection(projected):
     assert [r["name"] for r in first["records"] + second["records"]] == [r["name"] for r in everything[:4]]
 
 
+def test_a_projected_page_and_its_count_are_one_statement(projected, monkeypatch):
+    """On the projection, the exact count and the page come from one statement (one round trip, one
+    snapshot), the definition's row token beside them: page 1, a cursor page, a page past the end and
+    an empty result alike, each with the answer entity_records gives."""
+    app, client, headers, definition_id, plan = projected
+    cases = [dict(filters={"qty": {"$gte": 1}}, pageSize=2), dict(filters={"qty": {"$gte": 1}}, pageSize=2, page=99),
+             dict(filters={"qty": {"$gte": 10_000}}), dict(sortBy="due", sortOrder=-1, pageSize=2),
+             dict(filters={"$search": "alpha"}, pageSize=3)]
+    query(client, headers, "items")  # the definition cached: its token rides on the statement
+    for params in cases:
+        with statements(app) as seen:
+            got = query(client, headers, "items", **params)
+        assert got.status_code == 200, got.get_json()
+        assert len(seen) == 1 and used(seen, plan) and "count(*)" in seen[0] and "xmin" in seen[0], seen
+        with monkeypatch.context() as m:  # entity_records alone
+            m.setattr(projection, "resolver_for", lambda *a, **k: None)
+            assert got.get_json() == query(client, headers, "items", **params).get_json()
+    first = query(client, headers, "items", sortBy="due", sortOrder=-1, pageSize=2).get_json()
+    with statements(app) as seen:
+        second = query(client, headers, "items", sortBy="due", sortOrder=-1, pageSize=2, cursor=first["nextCursor"])
+    assert second.status_code == 200 and len(seen) == 1 and used(seen, plan)
+    assert second.get_json()["totalCount"] == first["totalCount"] and second.get_json()["currentPage"] == 2
+
+
 def test_schema_change_stops_using_the_projection_at_once_then_rebuilds(projected, monkeypatch):
     from app.entities import indexes
 
