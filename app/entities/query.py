@@ -39,6 +39,7 @@ from app.entities.filters import (
     SimilarSpec,
     compile_filters,
     parse_filters,
+    project_terms,
 )
 from app.entities.models import EntityDefinition, EntityRecord
 from app.entities.services import definitions
@@ -69,16 +70,18 @@ def compile_request_filters(raw: Any, dctx: DefinitionContext, *, sort_by: str |
     ready typed projection when it answers the filter (and `sort_by`) exactly, else entity_records."""
     parsed = parse_filters(raw, dctx.filters)
     resolver = projection.resolver_for(dctx.definition, dctx.filters.catalog) if projected else None
+    terms = None
     if resolver is not None and parsed.similar is None:
+        terms = project_terms(parsed, resolver)  # each top-level term compiled once against the projection
         try:
             if sort_by:
                 resolver.sort_key(resolver.resolve(sort_by))
-            return compile_filters(parsed, dctx.filters, None, resolver)
+            return compile_filters(parsed, dctx.filters, None, resolver, terms=terms)
         except (NotProjected, FilterError):  # not projected, or an unknown sortBy (400 below)
             pass
     # entity_records; the terms the projection can answer still narrow the rows through its indexes
     out = compile_filters(parsed, dctx.filters, resolve_similarity(parsed.similar, dctx),
-                          narrow=resolver if parsed.similar is None else None)  # $similar: its own path
+                          narrow=resolver if parsed.similar is None else None, terms=terms)  # $similar: its own path
     if resolver is not None and out.similarity is not None and out.count_total is None:
         out.count_projected = _projected_similar_count(parsed, dctx, resolver, out.similarity)
     return out
