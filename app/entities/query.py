@@ -104,6 +104,7 @@ def _projected_similar_count(parsed, dctx: DefinitionContext, resolver, similari
 
 
 COUNT_MODES = ("exact", "planned", "estimated")
+COUNT_WITH_PAGE = True  # a projected page and its exact count in one statement (False: two; for A/B benches)
 
 
 class _ExplainJson(Executable, ClauseElement):
@@ -269,7 +270,7 @@ def _query_records(entry: definitions.CachedDefinition, params: dict[str, Any], 
 
     where = [compiled.where] if compiled.projected else [*record_scope(definition), compiled.where]
     offset = (page - 1) * page_size
-    combined = compiled.projected and count_mode == "exact"
+    combined = compiled.projected and count_mode == "exact" and COUNT_WITH_PAGE
     if combined:  # count and page in one statement (one round trip, one snapshot)
         page_where = where if position is None else [*where, cursors.after(keyset[0], P.c.id, keyset[1], position)]
         total, token, rows = _projected_counted_page(P, where, page_where, order, keyset,
