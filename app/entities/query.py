@@ -104,7 +104,7 @@ def _projected_similar_count(parsed, dctx: DefinitionContext, resolver, similari
 
 
 COUNT_MODES = ("exact", "planned", "estimated")
-COUNT_WITH_PAGE = True  # a projected page and its exact count in one statement (False: two; for A/B benches)
+COUNT_WITH_PAGE = True  # a page and its exact count in one statement (False: two; for A/B benches)
 
 
 class _ExplainJson(Executable, ClauseElement):
@@ -270,12 +270,15 @@ def _query_records(entry: definitions.CachedDefinition, params: dict[str, Any], 
 
     where = [compiled.where] if compiled.projected else [*record_scope(definition), compiled.where]
     offset = (page - 1) * page_size
-    combined = compiled.projected and count_mode == "exact" and COUNT_WITH_PAGE
-    if combined:  # count and page in one statement (one round trip, one snapshot)
+    # count and page in one statement (one round trip, one snapshot), unless a `$similar` orders or
+    # counts (its own statements) or the count is an estimate (the page is fetched whatever it says)
+    combined = count_mode == "exact" and compiled.similarity is None and COUNT_WITH_PAGE
+    if combined:
         page_where = where if position is None else [*where, cursors.after(keyset[0], P.c.id, keyset[1], position)]
-        total, token, rows = _projected_counted_page(P, where, page_where, order, keyset,
-                                                     0 if position is not None else offset, page_size,
-                                                     definition.id if entry.cached else None)
+        count_where = where if compiled.projected else [*record_scope(definition), compiled.where_to_count]
+        total, token, rows = _counted_page(P, count_where, page_where, order, keyset,
+                                           0 if position is not None else offset, page_size,
+                                           definition.id if entry.cached else None)
         how = "exact"
         _check_current(entry, token)
     else:
@@ -428,26 +431,36 @@ def _projected_page(P, where: list, order: list, keyset, offset: int, limit: int
     return list(db.execute_shaped(db.session, shape, build, sources, {"page_limit": limit, "page_offset": offset}))
 
 
-def _projected_counted_page(P, count_where: list, where: list, order: list, keyset, offset: int,  # noqa: N803
-                            limit: int, token_of: str | None) -> tuple[int, str | None, list]:
-    """`counted` and `_projected_page` in one statement (one round trip, one snapshot): the exact
-    count of `count_where` on the projection, the row token of definition `token_of` (None: not asked)
-    and the page's records. The count's one row is joined with the page (outer join: an empty page
-    still yields the count): (total, token, rows)."""
+def _counted_page(P, count_where: list, where: list, order: list, keyset, offset: int,  # noqa: N803
+                  limit: int, token_of: str | None) -> tuple[int, str | None, list]:
+    """`counted` and the page (`fetch_page`'s plain order, or `_projected_page` when `P` is the
+    definition's projection) in one statement: one round trip, one snapshot. The exact count of
+    `count_where` over `P`, the row token of definition `token_of` (None: not asked) and the page's
+    records: the count's one row outer-joined with the page (an empty page still yields the count),
+    in the page's order. Returns (total, token, rows)."""
+    projected = P is not T
+
     def build():
         keys = [expr.label(f"k{i}") for i, (expr, _, _) in enumerate(order)]
         extra = [_cursor_key(keyset[0]).label("cursor_key")] if keyset is not None else []
         counts = select(func.count().label("total"),
                         *([definitions.TOKEN_OF.label("row_token")] if token_of is not None else [])
                         ).select_from(P).where(*count_where).subquery("counted")
-        page = (select(P.c.id.label("pid"), *keys, *extra).where(*where).order_by(*_ordered(order))
+        picked = [P.c.id.label("pid")] if projected else [T.c[name] for name in RECORD_COLUMNS]
+        page = (select(*picked, *keys, *extra).where(*where).order_by(*_ordered(order))
                 .limit(_LIMIT).offset(_OFFSET).subquery("page"))
-        columns = [T.c[name] for name in RECORD_COLUMNS] + ([page.c.cursor_key] if keyset is not None else [])
+        joined = counts.outerjoin(page, true())
+        if projected:  # the page's records by primary key
+            columns = [T.c[name] for name in RECORD_COLUMNS]
+            joined = joined.outerjoin(T, T.c.id == page.c.pid)
+        else:
+            columns = [page.c[name] for name in RECORD_COLUMNS]
+        columns += [page.c.cursor_key] if keyset is not None else []
         return (select(counts.c.total, *([counts.c.row_token] if token_of is not None else []), *columns)
-                .select_from(counts.outerjoin(page, true()).outerjoin(T, T.c.id == page.c.pid))
+                .select_from(joined)
                 .order_by(*_ordered([(page.c[f"k{i}"], d, n) for i, (_, d, n) in enumerate(order)])))
 
-    shape = ("projected counted page", P.schema, P.name, tuple((d, n) for _, d, n in order), keyset is not None,
+    shape = ("counted page", P.schema, P.name, tuple((d, n) for _, d, n in order), keyset is not None,
              token_of is not None)
     sources = [*count_where, *where, *(expr for expr, _, _ in order), *([keyset[0]] if keyset is not None else [])]
     named = {"page_limit": limit, "page_offset": offset}
