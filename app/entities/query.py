@@ -1,13 +1,17 @@
 """Record query and count, one way through (the model for reading a domain's records):
 
 1. `_reading`: the definition, its compiled schema and filter context (app.entities.services.context),
-   from the per-process cache (services.definitions.DefinitionCache) when the count proves it current;
+   from the per-process cache (services.definitions.DefinitionCache); a cached one is proven current
+   by the request's count statement, which selects the definition row's token beside the count (same
+   snapshot), else the answer is discarded and the definition read again;
 2. `compile_request_filters`: parse the filters, resolve `$similar` through the app's similarity hook
    (embedding the query text is the only I/O), then compile (pure, app.entities.filters);
    When the definition has a ready typed projection (app.entities.projection) that covers the filter
    and the sort, the same compiler targets its columns instead (a `ProjectionResolver`): the count
    reads the projection alone and `_projected_page` takes the page's ids from it, then the records by id;
-3. `fetch_page`: the one executor of a page (plain order, exact distance, ANN index walk, rank fusion);
+3. an exact count and its page (no `$similar`) are one statement (`_counted_page`: the count's row
+   outer-joined with the page); otherwise `_count`, then `fetch_page`, the executor of the other pages
+   (an estimated count's, exact distance, ANN index walk, rank fusion);
 4. shaping: projection, `distance`, lookups.
 """
 
