@@ -85,19 +85,11 @@ _ATTRIBUTES = [(prop.key, prop.columns[0].name) for prop in sa_inspect(EntityDef
 
 
 def _read_row(name: str) -> dict[str, Any]:
+    """The org's active definition row `name` with its row token (one round trip), else 404."""
     row = db.read_first(_ACTIVE_DEFINITION, {"org": current_org(), "name": name})
     if row is None:
         raise NotFound(f"Entity '{name}' not found.")
     return row
-
-
-def read_definition(name: str) -> EntityDefinition:
-    """`find_definition(name)` for requests that only read: the same row, one round trip through
-    `db.read_first` (no ORM query, no BEGIN when the request has no transaction yet), returned as a
-    transient EntityDefinition that is not in the session. Callers must not change it or attach it to
-    anything written (use `find_definition` for that)."""
-    row = _read_row(name)
-    return EntityDefinition(**{key: row[column] for key, column in _ATTRIBUTES})
 
 
 DEFINITION_CACHE_MAX = 512  # definitions kept per app (least recently used dropped first)
@@ -168,8 +160,11 @@ def cached_definition(name: str) -> CachedDefinition | None:
 
 
 def load_definition(name: str) -> CachedDefinition:
-    """The org's active definition `name` read now (404 if none) with its compiled context; kept in the
-    cache when the request only reads (it was read outside any transaction: committed)."""
+    """`find_definition(name)` for requests that only read: the org's active definition `name` read now
+    (404 if none), one round trip through `db.read_first` (no ORM query, no BEGIN when the request has no
+    transaction yet), as a transient EntityDefinition that is not in the session (callers must not
+    change it or attach it to anything written), with its compiled context; kept in the cache when the
+    request only reads (it was read outside any transaction: committed)."""
     row = _read_row(name)
     definition = EntityDefinition(**{key: row[column] for key, column in _ATTRIBUTES})
     entry = CachedDefinition(definition_context(definition), row["row_token"], False)
