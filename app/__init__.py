@@ -139,9 +139,10 @@ def lease_reapers() -> list:
     jobs whose worker died and returns how many."""
     from app.analytics.tasks import reap_stalled_buffer
     from app.email.bulk import requeue_stalled_jobs as requeue_stalled_email_jobs
+    from app.embeddings.jobs import requeue_stalled_jobs as requeue_stalled_embedding_jobs
     from app.entities.bulk import requeue_orphaned_jobs
 
-    return [requeue_orphaned_jobs, reap_stalled_buffer, requeue_stalled_email_jobs]
+    return [requeue_orphaned_jobs, reap_stalled_buffer, requeue_stalled_email_jobs, requeue_stalled_embedding_jobs]
 
 
 def _connect_task_signals() -> None:

@@ -112,6 +112,9 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "EMBEDDINGS_QUERY_CACHE_SIZE": (1024, int, "Query vectors kept in each process's LRU cache"),
     "EMBEDDINGS_TASK_MAX_RETRIES": (5, int, "Retries (exponential backoff) of an embedding task on transient "
                                             "embedder or database errors"),
+    "EMBEDDINGS_JOB_LEASE_SECONDS": (300.0, float, "An embedding job (records task or backfill walk) whose "
+                                                   "message has not started, or whose worker died, for this "
+                                                   "long is sent again by the embedding lease reaper"),
     "EMBEDDINGS_HNSW_EF_SEARCH": (100, int, "`hnsw.ef_search` of a `$similar` query (raised to the page end; "
                                             "max 1000)"),
     "EMBEDDINGS_EXACT_SEARCH_MAX_ROWS": (2000, int, "`$similar` over at most this many matching records is an "

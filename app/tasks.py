@@ -14,10 +14,12 @@ re-queue jobs whose worker died (see `app.entities.bulk.requeue_orphaned_jobs`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from celery import Celery, Task
@@ -82,7 +84,12 @@ def enqueue_after_commit(session: Session, task: Task, *args: Any, **kwargs: Any
     Returns the task id the message will carry (the outbox row id), for a 202's status link."""
     from app.wire import new_id
 
-    message_id = new_id()
+    return enqueue_message_after_commit(session, task, new_id(), args, kwargs)
+
+
+def enqueue_message_after_commit(session: Session, task: Task, message_id: str, args=(), kwargs=None) -> str:
+    """`enqueue_after_commit` under a given task id (a leased job's `lease_message_id`)."""
+    args, kwargs = tuple(args), dict(kwargs or {})
     in_outbox = not task.app.conf.task_always_eager
     if in_outbox:
         from app.platform_models import OutboxMessage
@@ -96,6 +103,54 @@ def enqueue_after_commit(session: Session, task: Task, *args: Any, **kwargs: Any
         event.listen(session, "after_commit", _flush_pending)
         event.listen(session, "after_soft_rollback", _drop_pending)
     return message_id
+
+
+# --- leased jobs: the dispatch token travels in the task id -------------------------------------------
+#
+# A leased job (a row with a lease and a dispatch token) is sent under the task id
+# `<job id>~<token>~<random>`: the task reads its job and token from `self.request.id`, so its message
+# has the same arguments as before leases existed, and a worker of the previous release runs it (an
+# argument it does not take would fail the task: rollbacks must not strand jobs). The random part keeps
+# two dispatches under one token (a reaper re-sending a job whose message is late) distinct outbox rows.
+
+
+def lease_message_id(job_id: str, token: int) -> str:
+    import secrets
+
+    return f"{job_id}~{int(token)}~{secrets.token_hex(4)}"
+
+
+def lease_of(task_id: str | None) -> tuple[str, int] | None:
+    """(job id, dispatch token) of a `lease_message_id`; None for any other task id (unleased message:
+    an operator's `celery call`, a message of the previous release, an eager or direct call)."""
+    parts = (task_id or "").split("~")
+    if len(parts) != 3 or not parts[0] or not parts[1].isdigit():
+        return None
+    return parts[0], int(parts[1])
+
+
+@contextlib.contextmanager
+def job_lock(lock_class: int, job_id: str, wait_seconds: float = 0.0) -> Iterator[bool]:
+    """A job's session advisory lock (`lock_class`, the job id's hash), tried for up to `wait_seconds`,
+    on a connection of its own: it ends with that connection, so `kill -9` of the worker frees it. A
+    lease reaper takes the same lock (`pg_try_advisory_xact_lock`) to know no live worker runs the job."""
+    from sqlalchemy import text
+
+    from app.db import db
+
+    with db.engine.connect() as conn:
+        deadline = time.monotonic() + wait_seconds
+        while True:
+            got = conn.scalar(text("SELECT pg_try_advisory_lock(:c, hashtext(:k))"), {"c": lock_class, "k": job_id})
+            if got or time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
+        try:
+            yield bool(got)
+        finally:
+            if got:
+                conn.execute(text("SELECT pg_advisory_unlock(:c, hashtext(:k))"), {"c": lock_class, "k": job_id})
+            conn.commit()
 
 
 def _flush_pending(session: Session) -> None:

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from flask import g, has_app_context, request
+from flask import current_app, g, has_app_context, request
 from sqlalchemy import Select, select
 
 from app.db import db
@@ -80,7 +80,9 @@ def get_owned(model: type[T], object_id: Any, what: str | None = None, *, extra=
 
 
 class ProductRegistry:
-    """Known products, cached briefly so every request does not hit platform.products."""
+    """Known products of one app's database, cached briefly so every request does not hit
+    platform.products. Each app has its own (`products`, below), so a process holding several apps
+    (tests, tools) never answers for one database from another's cache."""
 
     ttl = 30.0
 
@@ -104,4 +106,20 @@ class ProductRegistry:
             raise Forbidden(f"Unknown product '{product}'.")
 
 
-products = ProductRegistry()
+class _CurrentAppProducts:
+    """`products.require(...)`: the ProductRegistry of the current app, made on first use and kept in
+    `app.extensions["product_registry"]` (it was one registry per process, filled from whichever
+    database asked first)."""
+
+    def registry(self) -> ProductRegistry:
+        extensions = current_app.extensions
+        found = extensions.get("product_registry")
+        if found is None:
+            found = extensions.setdefault("product_registry", ProductRegistry())  # atomic: one per app
+        return found
+
+    def require(self, product: str) -> None:
+        self.registry().require(product)
+
+
+products = _CurrentAppProducts()

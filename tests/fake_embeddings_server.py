@@ -49,6 +49,9 @@ class FakeEmbeddingsServer:
         self.requests: list[RecordedRequest] = []
         self._failures: list[ScriptedFailure] = []
         self._lock = threading.Lock()
+        self._gate = threading.Event()  # cleared by hold(): requests wait (a worker stuck mid-job)
+        self._gate.set()
+        self.arrived = threading.Event()  # set when a request arrives while held
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
@@ -64,6 +67,7 @@ class FakeEmbeddingsServer:
         return self
 
     def stop(self) -> None:
+        self._gate.set()
         self._server.shutdown()
         self._server.server_close()
 
@@ -72,6 +76,14 @@ class FakeEmbeddingsServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+    def hold(self) -> None:
+        """Requests from now on wait until release() before they are answered."""
+        self.arrived.clear()
+        self._gate.clear()
+
+    def release(self) -> None:
+        self._gate.set()
 
     def fail_next(self, status: int, body: object = None, headers: dict[str, str] | None = None,
                   times: int = 1, drop_connection: bool = False) -> None:
@@ -106,6 +118,9 @@ class FakeEmbeddingsServer:
                     body = raw.decode("utf-8", "replace")
                 fake.requests.append(RecordedRequest("POST", self.path, dict(self.headers.items()), body,
                                                      self.client_address[1]))
+                if not fake._gate.is_set():
+                    fake.arrived.set()
+                    fake._gate.wait(120)
                 failure = fake._next_failure()
                 if failure and failure.drop_connection:
                     # Really drop it: close() alone leaves the socket open while rfile/wfile hold it.

@@ -21,11 +21,9 @@ messages runs first sends the slice and moves the token on). Eager mode (no brok
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
@@ -38,7 +36,7 @@ from app.email.models import EmailDelivery, EmailJob
 from app.email.senders import Delivery
 from app.email.services import build_message, get_sender, unique_addresses
 from app.errors import NotFound
-from app.tasks import retry_countdown
+from app.tasks import enqueue_message_after_commit, job_lock, lease_message_id, retry_countdown
 from app.tenancy import Tenant, current_tenant, tenant_select
 from app.wire import iso, new_id, utcnow
 
@@ -55,8 +53,7 @@ LOCK_WAIT_SECONDS = 10.0
 def create_job(*, kind: str, deliveries: list[dict[str, Any]], subject: str | None = None,
                body: str | None = None) -> EmailJob:
     """A queued job with one `pending` row per delivery; its task is sent once this commits."""
-    from app.email.tasks import bulk_send
-    from app.tasks import _key_prefix, enqueue_after_commit
+    from app.tasks import _key_prefix
 
     tenant = current_tenant()
     session = db.session
@@ -73,7 +70,7 @@ def create_job(*, kind: str, deliveries: list[dict[str, Any]], subject: str | No
     else:
         job.status, job.finished_at, job.lease_expires_at = "done", utcnow(), None
     if deliveries:
-        enqueue_after_commit(session, bulk_send, tenant.product, job.id, token=0)
+        _dispatch(session, tenant.product, job.id, 0)
     session.commit()
     return job
 
@@ -129,23 +126,10 @@ def delivery_to_wire(d: EmailDelivery) -> dict[str, Any]:
 # --------------------------------------------------------------------------- sending (worker)
 
 
-@contextlib.contextmanager
-def _job_lock(job_id: str, wait_seconds: float = 0.0) -> Iterator[bool]:
-    """The job's session advisory lock (ends with the connection, `kill -9` included), tried for up to
-    `wait_seconds`."""
-    with db.engine.connect() as conn:
-        deadline = time.monotonic() + wait_seconds
-        while True:
-            got = conn.scalar(text("SELECT pg_try_advisory_lock(:c, hashtext(:k))"), {"c": JOB_LOCK, "k": job_id})
-            if got or time.monotonic() >= deadline:
-                break
-            time.sleep(0.1)
-        try:
-            yield bool(got)
-        finally:
-            if got:
-                conn.execute(text("SELECT pg_advisory_unlock(:c, hashtext(:k))"), {"c": JOB_LOCK, "k": job_id})
-            conn.commit()
+def _job_lock(job_id: str, wait_seconds: float = 0.0):
+    """The job's session advisory lock (app.tasks.job_lock: ends with the connection, `kill -9` included),
+    tried for up to `wait_seconds`."""
+    return job_lock(JOB_LOCK, job_id, wait_seconds)
 
 
 def _lease_end():
@@ -251,13 +235,19 @@ def _run_locked(session, product: str, job_id: str, token: int, slice_size: int 
         job.status, job.finished_at, job.lease_expires_at = "done", utcnow(), None
         session.commit()
         return "done"
-    from app.email.tasks import bulk_send
-    from app.tasks import enqueue_after_commit
-
     job.dispatch_token, job.lease_expires_at = job.dispatch_token + 1, _lease_end()
-    enqueue_after_commit(session, bulk_send, product, job_id, token=job.dispatch_token)
+    _dispatch(session, product, job_id, job.dispatch_token)
     session.commit()  # the next slice's message is an outbox row of this commit
     return "continued"
+
+
+def _dispatch(session, product: str, job_id: str, token: int) -> None:
+    """The job's next message, sent once `session` commits. The token travels in the task id
+    (app.tasks.lease_message_id), not as an argument: a worker of the release before slices runs the
+    message (it sends the whole job), so a rollback strands no job mid-chain."""
+    from app.email.tasks import bulk_send
+
+    enqueue_message_after_commit(session, bulk_send, lease_message_id(job_id, token), (product, job_id))
 
 
 def _renew(session, job_id: str) -> None:
@@ -273,9 +263,8 @@ def requeue_stalled_jobs() -> int:
     A job a worker is sending (lock held) is left alone; its slice renews the lease. Only this
     deployment's jobs (CELERY_KEY_PREFIX, as the outbox dispatch): another one sharing the database has
     its own broker and settings."""
-    from app.email.tasks import bulk_send
     from app.platform_models import Product
-    from app.tasks import _key_prefix, enqueue_after_commit
+    from app.tasks import _key_prefix
 
     with db.engine.connect() as conn:
         products = list(conn.scalars(select(Product.slug)))
@@ -297,7 +286,7 @@ def requeue_stalled_jobs() -> int:
                 # (lost is not the only way to be late); whichever of the two runs first sends the
                 # slice and moves the token on, the other then does nothing.
                 job.lease_expires_at = _lease_end()
-                enqueue_after_commit(session, bulk_send, product, job.id, token=job.dispatch_token)
+                _dispatch(session, product, job.id, job.dispatch_token)
                 requeued += 1
     return requeued
 

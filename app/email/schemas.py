@@ -120,7 +120,8 @@ class DeliveryListSchema(Schema):
 
 class DeliveryQuerySchema(NulFree):
     status = fields.String(validate=validate.OneOf(("pending", "sending", "sent", "failed")))
-    after = fields.Integer(validate=validate.Range(min=-1))
+    # seq is a PostgreSQL integer: a bigger cursor was the database's conversion error, naming nothing
+    after = fields.Integer(validate=validate.Range(min=-1, max=2**31 - 1))
     limit = fields.Integer(load_default=100, validate=validate.Range(min=1, max=1000))
 
 

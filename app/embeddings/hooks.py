@@ -9,12 +9,11 @@ from __future__ import annotations
 from flask import Flask
 from sqlalchemy.orm import Session
 
+from app.embeddings.jobs import queue_backfill, queue_records
 from app.embeddings.pipeline import RECORDS_PER_TASK, config_fingerprint, is_enabled, setup_of
 from app.embeddings.search import similarity_clause
-from app.embeddings.tasks import backfill, embed_records
 from app.entities import hooks as entity_hooks
 from app.entities.models import EntityDefinition
-from app.tasks import enqueue_after_commit
 
 
 def install(app: Flask) -> None:
@@ -29,8 +28,8 @@ def on_records_written(session: Session, product: str, definition: EntityDefinit
     if not is_enabled(definition.embeddings_config):
         return
     for start in range(0, len(record_ids), RECORDS_PER_TASK):
-        enqueue_after_commit(session, embed_records, product, definition.org_id, definition.id,
-                             list(record_ids[start:start + RECORDS_PER_TASK]))
+        queue_records(session, product, definition.org_id, definition.id,
+                      list(record_ids[start:start + RECORDS_PER_TASK]))
 
 
 def on_definition_changed(session: Session, product: str, definition: EntityDefinition,
@@ -41,5 +40,4 @@ def on_definition_changed(session: Session, product: str, definition: EntityDefi
         return
     if is_enabled(previous) and setup_of(previous) == setup_of(config):
         return
-    enqueue_after_commit(session, backfill, product, definition.org_id, definition.id,
-                         config_fingerprint(config), "")
+    queue_backfill(session, product, definition.org_id, definition.id, config_fingerprint(config), "")

@@ -11,6 +11,7 @@ from datetime import datetime
 
 from pgvector.sqlalchemy import Vector
 from sqlalchemy import BigInteger, Column, DateTime, ForeignKey, Integer, String, Table
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db import TenantBase
@@ -47,3 +48,28 @@ EMBEDDED_COUNTS = Table(
     Column("embedded_hash", String(64), nullable=False),
     Column("n", BigInteger, nullable=False),
 )
+
+
+class EmbeddingJob(TenantBase):
+    """The lease of one queued or running embedding job (migration v0005; app.embeddings.jobs).
+
+    `records`: the ids of one `embeddings.records` task; the row goes when the task is done.
+    `backfill`: one walk of a definition (`fingerprint`: the setup walked, `after_id`: its cursor);
+    each step moves the cursor and the token on, the last one deletes the row.
+    The message that may run the job is the one whose task id carries `dispatch_token`
+    (app.tasks.lease_message_id); the lease reaper sends a job past `lease_expires_at` that no worker
+    holds again, under a fresh token, so a late or stale message does nothing."""
+
+    __tablename__ = "entity_embedding_jobs"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    org_id: Mapped[str] = mapped_column(String(64))
+    entity_id: Mapped[str] = mapped_column(String(36))
+    record_ids: Mapped[list[str] | None] = mapped_column(JSONB)
+    fingerprint: Mapped[str | None] = mapped_column(String(64))
+    after_id: Mapped[str | None] = mapped_column(String(36))
+    dispatch_token: Mapped[int] = mapped_column(Integer, default=0)
+    lease_expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    key_prefix: Mapped[str] = mapped_column(String(100), default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

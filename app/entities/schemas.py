@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from marshmallow import EXCLUDE, RAISE, Schema, ValidationError, pre_load, validate
+from flask import current_app
+from marshmallow import EXCLUDE, RAISE, Schema, ValidationError, pre_load, validate, validates
 from marshmallow import fields as ma
 
 from app.extensions import ExactDumpSchema
@@ -174,9 +175,18 @@ class ViewInputSchema(Schema):
     filters = ma.Dict()
     sortBy = ma.String(allow_none=True)
     sortOrder = SortOrderField()
-    pageSize = ma.Integer(allow_none=True, validate=validate.Range(min=1, max=500))
+    pageSize = ma.Integer(allow_none=True, validate=validate.Range(min=1),
+                          metadata={"maximum_setting": "ENTITY_MAX_PAGE_SIZE",  # the record query's bound
+                                    "description": "at most ENTITY_MAX_PAGE_SIZE (default 500)"})
     isDefault = ma.Boolean()
     config = ma.Dict()
+
+    @validates("pageSize")
+    def _page_size_within_the_query_bound(self, value, **_kwargs):
+        """A view's page size is one its record query can serve: the same ENTITY_MAX_PAGE_SIZE."""
+        bound = int(current_app.config["ENTITY_MAX_PAGE_SIZE"])
+        if value is not None and value > bound:
+            raise ValidationError(f"Must be between 1 and {bound} (ENTITY_MAX_PAGE_SIZE).")
 
     @pre_load
     def unwrap(self, data, **_kwargs):

@@ -140,6 +140,48 @@ def test_admin_upsert(client, auth):
 
 # --- views ----------------------------------------------------------------------------------------
 
+def test_view_page_size_follows_the_record_query_bound(make_app, auth):
+    """A view's pageSize is bounded by ENTITY_MAX_PAGE_SIZE, as the record query it drives (it was a fixed
+    500): above it is 400 VALIDATION_ERROR naming the field; the OpenAPI document states the app's value."""
+    headers = auth()
+    for bound in (1000, 50):
+        client = make_app(ENTITY_MAX_PAGE_SIZE=bound).test_client()
+        name = f"paged{bound}"
+        create_definition(client, headers, name)
+        views = f"{BASE}/definitions/{name}/views"
+        resp = client.post(views, json={"name": "Max", "pageSize": bound}, headers=headers)
+        assert resp.status_code == 201, resp.get_json()
+        body = error(client.post(views, json={"name": "Over", "pageSize": bound + 1}, headers=headers), 400)
+        assert "pageSize" in body["details"]["fields"] and str(bound) in str(body["details"]["fields"]["pageSize"])
+        view_id = resp.get_json()["id"]
+        body = error(client.put(f"{views}/{view_id}", json={"pageSize": bound + 1}, headers=headers), 400)
+        assert "pageSize" in body["details"]["fields"]
+        doc = client.get("/api/v1/openapi.json").get_json()
+        page_size = doc["components"]["schemas"]["ViewInput"]["properties"]["pageSize"]
+        assert page_size["maximum"] == bound and page_size["minimum"] == 1
+
+
+def test_view_routes_answer_hostile_bodies_in_the_envelope(client, auth):
+    """Wrong content type, deep JSON, numbers out of any range, lone surrogates, wrong types: a clean
+    4xx in the envelope on the view routes, never a 500."""
+    headers = auth()
+    create_definition(client, headers, "hostile")
+    views = f"{BASE}/definitions/hostile/views"
+    view_id = client.post(views, json={"name": "ok"}, headers=headers).get_json()["id"]
+    raw = {**headers, "Content-Type": "application/json"}
+    for target, method in ((views, client.post), (f"{views}/{view_id}", client.put)):
+        error(method(target, data="name=x", headers={**headers, "Content-Type": "text/plain"}), 415, "INVALID_INPUT")
+        error(method(target, data="[" * 100 + "]" * 100, headers=raw), 400, "INVALID_INPUT")
+        error(method(target, data='{"name": "\\ud800x"}', headers=raw), 400)
+        for bad in ({"name": "x", "pageSize": 10**40}, {"name": "x", "pageSize": 1e300}, {"name": "x", "pageSize": -1},
+                    {"name": "x", "pageSize": "many"}, {"name": "x", "pageSize": True},
+                    {"name": "x", "columns": "title"}, {"name": "x", "filters": []}, {"name": "x", "config": "x"},
+                    {"name": "x\u0000y"}, {"name": ["x"]}, {"name": "x", "sortOrder": 10**40}):
+            error(method(target, json=bad, headers=headers), 400)
+        error(method(target, data='{"name": "x", "pageSize": 1e400}', headers=raw), 400)
+        error(method(target, data='{"name": "x", "pageSize": NaN}', headers=raw), 400, "INVALID_INPUT")
+        error(method(target, data='"just a string"', headers=raw), 400)
+
 def test_views(client, auth):
     headers = auth()
     create_definition(client, headers)

@@ -108,6 +108,15 @@ def _embedded_ids(app, org_id) -> set[str]:
         return set(session.scalars(select(EntityEmbedding.record_id).where(EntityEmbedding.org_id == org_id)))
 
 
+def _worker_idle() -> bool:
+    """Every worker on the current broker answers and has no task running or reserved."""
+    from app.extensions import celery_app
+
+    inspect = celery_app.control.inspect(timeout=1.0)
+    active, reserved = inspect.active() or {}, inspect.reserved() or {}
+    return bool(active) and not any(active.values()) and not any(reserved.values())
+
+
 def _records(client, headers, entity) -> list[dict]:
     resp = client.post(f"{BASE}/{entity}/records/query", json={"query": {"pageSize": 500}}, headers=headers)
     assert resp.status_code == 200, resp.get_json()
@@ -135,6 +144,9 @@ def test_jobs_accepted_while_redis_is_down_all_run_when_it_returns(make_app, dat
             # Redis with a task unacknowledged exits in kombu's restore path; its supervisor restarts it)
             first = {r["id"] for r in _records(client, headers, "notes")}
             wait_for(lambda: _embedded_ids(app, org_id) >= first, timeout=60)
+            # vectors stored is not task done (it then drops its lease row and is acknowledged): wait
+            # until the worker holds nothing
+            wait_for(_worker_idle, timeout=60)
 
             private_redis.stop()
             during = []
@@ -340,22 +352,21 @@ def test_backfill_step_whose_outbox_write_fails_is_retried_not_dropped(make_app,
     rather than failing with the rest of the walk never queued."""
     from sqlalchemy.exc import OperationalError
 
-    import app.tasks as tasks_module
-    from app.embeddings import pipeline
+    from app.embeddings import jobs, pipeline
     from app.embeddings.tasks import backfill
 
     with _walk(make_app, auth, "walked2", 3) as (dead, definition_id, take_outbox):
         take_outbox()
         monkeypatch.setattr(pipeline, "RECORDS_PER_TASK", 2)
-        real, failures = tasks_module.enqueue_after_commit, []
+        real, failures = jobs.next_step, []
 
-        def flaky(session, task, *args, **kwargs):
-            if task.name == "embeddings.backfill" and not failures:
+        def flaky(session, *args, **kwargs):  # the walk's next step: its lease row and outbox row
+            if not failures:
                 failures.append(args)
                 raise OperationalError("INSERT INTO platform.task_outbox", {}, Exception("connection closed"))
-            return real(session, task, *args, **kwargs)
+            return real(session, *args, **kwargs)
 
-        monkeypatch.setattr(tasks_module, "enqueue_after_commit", flaky)
+        monkeypatch.setattr(jobs, "next_step", flaky)
         with dead.app_context():
             result = backfill.apply(args=("default", org_id, definition_id, "", ""))
         assert failures, "the outbox write was never attempted"

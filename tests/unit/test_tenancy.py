@@ -54,3 +54,42 @@ def test_unknown_products_are_403_known_ones_pass(app):
         products.require("default")
         with pytest.raises(Forbidden, match="Unknown product"):
             products.require("no_such_product")
+
+
+def test_each_app_knows_the_products_of_its_own_database(app, make_app, database_url):
+    """Two apps in one process on two databases: each answers from its own database's products (the
+    cache was one per process: the second app saw the first one's products for 30 s)."""
+    import uuid
+
+    from sqlalchemy import create_engine, insert, text
+    from sqlalchemy.engine import make_url
+
+    from app.platform_models import Product
+    from app.wire import utcnow
+
+    name = f"pg_products_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(database_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    other_url = make_url(database_url).set(database=name).render_as_string(hide_password=False)
+    other_engine = create_engine(other_url)
+    try:
+        with other_engine.begin() as conn:
+            conn.execute(text("CREATE SCHEMA platform"))
+            Product.__table__.create(conn)
+            conn.execute(insert(Product.__table__).values(slug="only_there", name="Only there",
+                                                          schema_name="product_only_there", created_at=utcnow()))
+        other = make_app(DATABASE_URL=other_url)
+        with app.app_context():
+            products.require("default")  # the session database's products are cached ...
+        with other.app_context():
+            products.require("only_there")
+            with pytest.raises(Forbidden, match="Unknown product"):  # ... and are not the other database's
+                products.require("default")
+        with app.app_context(), pytest.raises(Forbidden, match="Unknown product"):
+            products.require("only_there")
+    finally:
+        other_engine.dispose()
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+        admin.dispose()

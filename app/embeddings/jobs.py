@@ -1,0 +1,175 @@
+"""Leases of embedding jobs: every queued or running embedding job has a row, a token and a lease.
+
+A job is what one message asks for: the records of one `embeddings.records` task (a record write's
+ids, at most RECORDS_PER_TASK), or one `embeddings.backfill` walk of a definition (its cursor moves
+with each step). `queue_records` / `queue_backfill` write the job's row (table
+`entity_embedding_jobs`, migration v0005) and its message in the caller's transaction, like the
+outbox row (app.tasks.enqueue_message_after_commit); without a broker (eager mode) there is no row.
+
+The token travels in the task id (`app.tasks.lease_message_id`), so messages keep the arguments of the
+release before leases (a rollback runs them). A worker runs a leased message under the job's
+advisory lock (`app.tasks.job_lock`, released by PostgreSQL when the worker's connection dies,
+`kill -9` included) and only while the row's `dispatch_token` is the message's: a records job deletes
+its row when done; a backfill step moves the cursor, bumps the token and writes the next step's
+message in one transaction, or deletes the row after the last step. A message whose row is gone or
+whose token moved on is a duplicate and does nothing.
+
+The embedding lease reaper (`requeue_stalled_jobs`, in app.lease_reapers) sends a job past its lease
+that no worker holds again under a fresh token (a worker killed mid-job, a message lost with the
+broker's memory, or one still waiting in a long queue: that one is then stale, and the reaper's runs
+instead). The work itself is idempotent in effect (vectors already current are skipped, and stores
+are checked against the record version), so a late duplicate costs a read, never a second vector.
+Messages without a lease in their task id (the previous release's, an operator's `celery call`, direct
+calls) run as before, unleased; an unleased backfill step hands its successor to a leased walk.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from celery import Task
+from flask import current_app, has_app_context
+from sqlalchemy import delete, func, select, text, update
+from sqlalchemy.orm import Session
+
+from app.config import SETTINGS
+from app.db import db
+from app.embeddings.models import EmbeddingJob
+from app.tasks import _key_prefix, enqueue_after_commit, enqueue_message_after_commit, lease_message_id
+from app.wire import new_id, utcnow
+
+log = logging.getLogger(__name__)
+
+LOCK_CLASS = 0x454D_4244  # "EMBD": the advisory lock class of embedding jobs (app.tasks.job_lock)
+# A reaper holds a job's lock for the few milliseconds of its transaction; a message arriving then waits.
+LOCK_WAIT_SECONDS = 5.0
+
+
+def _lease_seconds() -> float:
+    if has_app_context():
+        return float(current_app.config["EMBEDDINGS_JOB_LEASE_SECONDS"])
+    return float(SETTINGS["EMBEDDINGS_JOB_LEASE_SECONDS"][0])
+
+
+def lease_end(extra_seconds: float = 0.0):
+    return utcnow() + timedelta(seconds=_lease_seconds() + extra_seconds)
+
+
+def _leased(task: Task) -> bool:
+    return not task.app.conf.task_always_eager  # eager: the task runs in this process right after commit
+
+
+def _send(session: Session, job: EmbeddingJob, product: str) -> None:
+    """The job's message under its current token, sent once `session` commits."""
+    from app.embeddings.tasks import backfill, embed_records
+
+    if job.kind == "records":
+        enqueue_message_after_commit(session, embed_records, lease_message_id(job.id, job.dispatch_token),
+                                     (product, job.org_id, job.entity_id, list(job.record_ids or ())))
+    else:
+        enqueue_message_after_commit(session, backfill, lease_message_id(job.id, job.dispatch_token),
+                                     (product, job.org_id, job.entity_id, job.fingerprint or "", job.after_id or ""))
+
+
+# --- writers (inside the caller's transaction) --------------------------------------------------------
+
+def queue_records(session: Session, product: str, org_id: str, entity_id: str, record_ids: list[str]) -> None:
+    """Embed these records once the caller's transaction commits (a leased job with a broker)."""
+    from app.embeddings.tasks import embed_records
+
+    if not _leased(embed_records):
+        enqueue_after_commit(session, embed_records, product, org_id, entity_id, list(record_ids))
+        return
+    job = EmbeddingJob(id=new_id(), kind="records", org_id=org_id, entity_id=entity_id, record_ids=list(record_ids),
+                       dispatch_token=0, lease_expires_at=lease_end(), key_prefix=_key_prefix(), created_at=utcnow())
+    session.add(job)
+    _send(session, job, product)
+
+
+def queue_backfill(session: Session, product: str, org_id: str, entity_id: str, fingerprint: str,
+                   after_id: str = "") -> None:
+    """Walk the definition's records from `after_id` once the caller's transaction commits."""
+    from app.embeddings.tasks import backfill
+
+    if not _leased(backfill):
+        enqueue_after_commit(session, backfill, product, org_id, entity_id, fingerprint, after_id)
+        return
+    job = EmbeddingJob(id=new_id(), kind="backfill", org_id=org_id, entity_id=entity_id, fingerprint=fingerprint,
+                       after_id=after_id, dispatch_token=0, lease_expires_at=lease_end(), key_prefix=_key_prefix(),
+                       created_at=utcnow())
+    session.add(job)
+    _send(session, job, product)
+
+
+# --- the worker's side --------------------------------------------------------------------------------
+
+def claim(session: Session, job_id: str, token: int, kind: str) -> EmbeddingJob | None:
+    """The job, when the message of `token` may run it (call under the job's lock); renews its lease.
+    None: finished already, or the token moved on (a duplicate or superseded message)."""
+    job = session.get(EmbeddingJob, job_id)
+    if job is None or job.kind != kind:
+        log.info("embedding job %s is finished; duplicate message ignored", job_id)
+        return None
+    if job.dispatch_token != token:
+        log.info("embedding job %s: message of token %s superseded by %s", job_id, token, job.dispatch_token)
+        return None
+    job.lease_expires_at = lease_end()
+    session.commit()
+    return job
+
+
+def finish(product: str, job_id: str) -> None:
+    with db.product_session(product) as session:
+        session.execute(delete(EmbeddingJob).where(EmbeddingJob.id == job_id))
+
+
+def extend(product: str, job_id: str, seconds: float) -> None:
+    """A retry is scheduled `seconds` ahead: keep the reaper off the job until it is due, and a lease after."""
+    with db.product_session(product) as session:
+        session.execute(update(EmbeddingJob).where(EmbeddingJob.id == job_id)
+                        .values(lease_expires_at=lease_end(seconds)))
+
+
+def next_step(session: Session, product: str, job_id: str | None, org_id: str, entity_id: str, fingerprint: str,
+              after_id: str) -> None:
+    """A backfill step is done and `after_id` is where the walk goes on: move the walk's cursor and token
+    and write the next step's message, in `session`'s transaction (the caller commits). A walk without a
+    row (an unleased message) becomes a leased one here."""
+    job = session.get(EmbeddingJob, job_id, with_for_update=True) if job_id else None
+    if job is None:
+        queue_backfill(session, product, org_id, entity_id, fingerprint, after_id)
+        return
+    job.fingerprint, job.after_id = fingerprint, after_id
+    job.dispatch_token, job.lease_expires_at = job.dispatch_token + 1, lease_end()
+    _send(session, job, product)
+
+
+# --- the lease reaper ---------------------------------------------------------------------------------
+
+def requeue_stalled_jobs() -> int:
+    """Lease reaper (app.lease_reapers, run by every worker's maintenance loop): send again, under a fresh
+    token and with a renewed lease, every embedding job of this deployment (CELERY_KEY_PREFIX) past its
+    lease whose advisory lock is free (no live worker runs it). Returns how many were sent."""
+    from app.platform_models import Product
+
+    with db.engine.connect() as conn:
+        products = list(conn.scalars(select(Product.slug)))
+    requeued = 0
+    for product in products:
+        with db.product_session(product) as session:
+            stalled = list(session.scalars(
+                select(EmbeddingJob).where(EmbeddingJob.key_prefix == _key_prefix(),
+                                           EmbeddingJob.lease_expires_at < func.now())
+                .order_by(EmbeddingJob.lease_expires_at).limit(500).with_for_update(skip_locked=True)))
+            for job in stalled:
+                free = session.scalar(text("SELECT pg_try_advisory_xact_lock(:c, hashtext(:k))"),
+                                      {"c": LOCK_CLASS, "k": job.id})
+                if not free:  # a worker runs it right now
+                    continue
+                log.warning("embedding job %s (%s, product %s) past its lease with no worker; dispatched again",
+                            job.id, job.kind, product)
+                job.dispatch_token, job.lease_expires_at = job.dispatch_token + 1, lease_end()
+                _send(session, job, product)
+                requeued += 1
+    return requeued

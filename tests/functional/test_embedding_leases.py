@@ -1,0 +1,267 @@
+"""Embedding jobs are leased (app.embeddings.jobs): a row per job with a dispatch token carried in the
+task id and a lease; the embedding lease reaper sends a job past its lease that no worker holds again
+under a fresh token, and a late or superseded message does nothing. A 202 (or 201) that queued
+embedding work is a promise: a worker killed with kill -9 mid-job no longer waits for Redis'
+visibility timeout (15 min), nor is a message lost with Redis' memory lost for good."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import uuid
+
+from sqlalchemy import select, update
+
+from tests.conftest import start_worker, stop_worker, wait_for
+from tests.fake_embeddings_server import FakeEmbeddingsServer
+from tests.functional.entities_support import BASE, create_definition
+from tests.functional.test_reliability import _free_port
+
+SCHEMA = {"type": "object", "properties": {"body": {"type": "text"}, "n": {"type": "int"}}}
+ON = {"enabled": True, "fields": ["body"]}
+
+
+def _settings(fake) -> dict:
+    return {"EMBEDDINGS_BACKEND": "openai", "EMBEDDINGS_ENDPOINT": fake.base_url, "EMBEDDINGS_API_KEY": fake.api_key,
+            "EMBEDDINGS_MODEL": "text-embedding-3-small"}
+
+
+@contextlib.contextmanager
+def _dead_broker_app(make_app, **overrides):
+    """An app whose broker is down: every message stays an outbox row under its own prefix, and the test
+    plays the worker. Yields (app, fake upstream, take_outbox)."""
+    from sqlalchemy import delete
+
+    from app.db import db
+    from app.platform_models import OutboxMessage
+
+    prefix = f"other-{uuid.uuid4().hex}:"
+    with FakeEmbeddingsServer(api_key="sk-test") as fake:
+        app = make_app(REDIS_URL=f"redis://127.0.0.1:{_free_port()}/0", CELERY_KEY_PREFIX=prefix,
+                       **_settings(fake), **overrides)
+
+        def take_outbox():
+            """The app's outbox rows as (task id, task name, args), removed (they are "sent")."""
+            with app.app_context(), db.engine.begin() as conn:
+                rows = conn.execute(select(OutboxMessage.id, OutboxMessage.task_name, OutboxMessage.args,
+                                           OutboxMessage.kwargs).where(OutboxMessage.key_prefix == prefix)
+                                    .order_by(OutboxMessage.created_at)).all()
+                conn.execute(delete(OutboxMessage).where(OutboxMessage.key_prefix == prefix))
+            assert all(r.kwargs == {} for r in rows)  # the token is in the task id: same arguments as before
+            return [(r.id, r.task_name, r.args) for r in rows]
+
+        yield app, fake, take_outbox
+
+
+def _jobs(app, entity_id, kind=None):
+    from app.db import db
+    from app.embeddings.models import EmbeddingJob
+
+    with app.app_context(), db.product_session("default") as session:
+        query = select(EmbeddingJob).where(EmbeddingJob.entity_id == entity_id)
+        if kind:
+            query = query.where(EmbeddingJob.kind == kind)
+        return list(session.scalars(query))
+
+
+def _drop_walks(app, entity_id) -> None:
+    """Forget the walk that enabling embeddings on a new definition queued (its message, if sent, is then
+    a stale one and does nothing): these tests look at other jobs."""
+    from sqlalchemy import delete
+
+    from app.db import db
+    from app.embeddings.models import EmbeddingJob
+
+    with app.app_context(), db.product_session("default") as session:
+        session.execute(delete(EmbeddingJob).where(EmbeddingJob.entity_id == entity_id,
+                                                   EmbeddingJob.kind == "backfill"))
+
+
+def _expire(app, job_id) -> None:
+    from app.db import db
+    from app.embeddings.models import EmbeddingJob
+    from app.wire import utcnow
+
+    with app.app_context(), db.product_session("default") as session:
+        session.execute(update(EmbeddingJob).where(EmbeddingJob.id == job_id).values(lease_expires_at=utcnow()))
+
+
+def _run(app, task_name, task_id, args):
+    """Run a message as a worker would (its task id included) and return its result."""
+    with app.app_context():
+        task = app.extensions["celery"].tasks[task_name]
+        result = task.apply(args=args, task_id=task_id)
+        assert result.state == "SUCCESS", (result.state, result.result)
+        return result.result
+
+
+def _inputs(fake) -> list[str]:
+    return [text for r in fake.requests for text in r.body["input"]]
+
+
+def _embedded(app, org_id, entity_id) -> set[str]:
+    from app.db import db
+    from app.embeddings.models import EntityEmbedding
+
+    with app.app_context(), db.product_session("default") as session:
+        return set(session.scalars(select(EntityEmbedding.record_id).where(
+            EntityEmbedding.org_id == org_id, EntityEmbedding.entity_id == entity_id)))
+
+
+def test_records_job_is_leased_and_the_reaper_sends_a_lost_one_again_under_a_fresh_token(make_app, auth, org_id):
+    from app.embeddings.jobs import LOCK_CLASS, requeue_stalled_jobs
+    from app.tasks import job_lock, lease_of
+
+    with _dead_broker_app(make_app) as (app, fake, take_outbox):
+        client, headers = app.test_client(), auth()
+        entity_id = create_definition(client, headers, "leased", SCHEMA, embeddingsConfig=ON)
+        take_outbox()
+        _drop_walks(app, entity_id)
+        resp = client.post(f"{BASE}/leased/records", headers=headers, json={"fields": {"body": "alpha", "n": 1}})
+        assert resp.status_code == 201, resp.get_json()
+        record_id = resp.get_json()["id"]
+        [job] = _jobs(app, entity_id)
+        assert (job.kind, job.record_ids, job.dispatch_token) == ("records", [record_id], 0)
+        [(first_id, name, args)] = take_outbox()  # the message is lost (taken, never run)
+        assert name == "embeddings.records" and args == ["default", org_id, entity_id, [record_id]]
+        assert lease_of(first_id) == (job.id, 0)
+
+        with app.app_context():
+            assert requeue_stalled_jobs() == 0  # within its lease: nothing happens
+            _expire(app, job.id)
+            with job_lock(LOCK_CLASS, job.id) as held:  # a worker holds the job: left alone
+                assert held and requeue_stalled_jobs() == 0
+            assert requeue_stalled_jobs() == 1  # past its lease, nobody holding it: sent again
+            assert requeue_stalled_jobs() == 0  # ... and its lease renewed
+        [(second_id, name, args2)] = take_outbox()
+        assert lease_of(second_id) == (job.id, 1) and args2 == args
+        assert _inputs(fake) == []
+
+        assert _run(app, name, first_id, args) == {"stale": True}  # the lost message turns up: superseded
+        assert _inputs(fake) == []
+        assert _run(app, name, second_id, args2)["embedded"] == 1
+        assert _inputs(fake) == ["body: alpha"] and _embedded(app, org_id, entity_id) == {record_id}
+        assert _jobs(app, entity_id) == []  # done: the row is gone
+        assert _run(app, name, second_id, args2) == {"stale": True}  # a duplicate delivery: nothing
+        assert _inputs(fake) == ["body: alpha"]
+
+
+def test_backfill_walk_is_one_leased_job_the_reaper_resumes_from_its_cursor(make_app, auth, org_id, monkeypatch):
+    from app.embeddings import pipeline
+    from app.embeddings.jobs import requeue_stalled_jobs
+    from app.tasks import lease_of
+
+    monkeypatch.setattr(pipeline, "RECORDS_PER_TASK", 2)
+    with _dead_broker_app(make_app) as (app, fake, take_outbox):
+        client, headers = app.test_client(), auth()
+        entity_id = create_definition(client, headers, "walked", SCHEMA)
+        for i in range(5):
+            client.post(f"{BASE}/walked/records", headers=headers, json={"fields": {"body": f"w{i}", "n": i}})
+        resp = client.put(f"{BASE}/definitions/walked", headers=headers, json={"embeddingsConfig": ON})
+        assert resp.status_code == 200, resp.get_json()
+        [(message_id, name, args)] = take_outbox()
+        [job] = _jobs(app, entity_id)
+        assert name == "embeddings.backfill" and job.kind == "backfill" and lease_of(message_id) == (job.id, 0)
+
+        assert _run(app, name, message_id, args)["embedded"] == 2  # step 1
+        [walk] = _jobs(app, entity_id)
+        [(step2_id, _, step2)] = take_outbox()  # step 2's message is lost
+        assert lease_of(step2_id) == (job.id, 1) and walk.dispatch_token == 1 and walk.after_id == step2[4]
+        assert _run(app, name, message_id, args) == {"stale": True}  # step 1's message again: nothing
+
+        _expire(app, job.id)
+        with app.app_context():
+            assert requeue_stalled_jobs() == 1
+        [(again_id, _, again)] = take_outbox()
+        assert lease_of(again_id) == (job.id, 2) and again == step2  # from the cursor, under a fresh token
+        assert _run(app, name, step2_id, step2) == {"stale": True}
+        walked = 2
+        step = (again_id, again)
+        while step:
+            walked += _run(app, name, *step)["embedded"]
+            rows = take_outbox()
+            step = (rows[0][0], rows[0][2]) if rows else None
+        assert walked == 5 and _jobs(app, entity_id) == []
+        assert sorted(_inputs(fake)) == [f"body: w{i}" for i in range(5)]  # every record embedded once
+
+
+def test_messages_without_a_lease_still_run(make_app, auth, org_id, monkeypatch):
+    """A message of the previous release (or an operator's `celery call`) has a plain task id: it runs,
+    unleased, as before; an unleased backfill step hands the rest of its walk to a leased job."""
+    from app.embeddings import pipeline
+    from app.tasks import lease_of
+
+    monkeypatch.setattr(pipeline, "RECORDS_PER_TASK", 2)
+    with _dead_broker_app(make_app) as (app, fake, take_outbox):
+        client, headers = app.test_client(), auth()
+        entity_id = create_definition(client, headers, "plain", SCHEMA, embeddingsConfig=ON)
+        ids = [client.post(f"{BASE}/plain/records", headers=headers,
+                           json={"fields": {"body": f"p{i}", "n": i}}).get_json()["id"] for i in range(3)]
+        take_outbox()
+        _drop_walks(app, entity_id)
+        plain = ["default", org_id, entity_id, ids[:1]]
+        assert _run(app, "embeddings.records", str(uuid.uuid4()), plain)["embedded"] == 1
+        result = _run(app, "embeddings.backfill", str(uuid.uuid4()), ["default", org_id, entity_id, "", ""])
+        assert result["embedded"] == 2 and result["next"]
+        [(next_id, name, args)] = take_outbox()
+        [walk] = _jobs(app, entity_id, "backfill")
+        assert lease_of(next_id) == (walk.id, 0) and args[4] == result["next"]
+        assert _run(app, name, next_id, args)["next"] is None
+        assert _embedded(app, org_id, entity_id) == set(ids)
+        assert _jobs(app, entity_id, "backfill") == []
+
+
+def test_embedding_job_of_a_worker_killed_mid_job_is_finished_once(make_app, database_url, redis_url, auth, org_id):
+    """kill -9 of a real worker's process group while it waits on the embeddings upstream: the job's
+    advisory lock ends with the worker's connection, its lease expires, and the next worker's reaper
+    sends it again under a fresh token. The record gets its vector; the killed worker's message, should
+    Redis deliver it again, does nothing."""
+    from app.embeddings.tasks import embed_records
+    from app.tasks import lease_message_id
+
+    prefix = f"test-embed-lease-{uuid.uuid4().hex[:8]}:"
+    with FakeEmbeddingsServer(api_key="sk-test") as fake:
+        lease = {"OUTBOX_DISPATCH_INTERVAL_SECONDS": "1", "OUTBOX_DISPATCH_AFTER_SECONDS": "1",
+                 "EMBEDDINGS_JOB_LEASE_SECONDS": "2", **_settings(fake)}
+        app = make_app(CELERY_KEY_PREFIX=prefix, REDIS_URL=redis_url, EMBEDDINGS_JOB_LEASE_SECONDS=2, **_settings(fake))
+        client, headers = app.test_client(), auth()
+        entity_id = create_definition(client, headers, "killed", SCHEMA, embeddingsConfig=ON)
+        _drop_walks(app, entity_id)
+        fake.hold()
+        resp = client.post(f"{BASE}/killed/records", headers=headers, json={"fields": {"body": "kill me", "n": 1}})
+        assert resp.status_code == 201, resp.get_json()
+        record_id = resp.get_json()["id"]
+        [job] = _jobs(app, entity_id)
+        worker = None
+        try:
+            worker = start_worker(database_url, redis_url, prefix=prefix, queues="embeddings", concurrency=1,
+                                  log_name="worker-embed-lease-1.log", extra_env=lease)
+            assert fake.arrived.wait(60)  # the worker is inside the job, waiting on the upstream
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait(10)
+            fake.release()
+            assert _embedded(app, org_id, entity_id) == set() and [j.id for j in _jobs(app, entity_id)] == [job.id]
+
+            worker = start_worker(database_url, redis_url, prefix=prefix, queues="embeddings", concurrency=1,
+                                  log_name="worker-embed-lease-2.log", extra_env=lease)
+            wait_for(lambda: _embedded(app, org_id, entity_id) == {record_id} and not _jobs(app, entity_id),
+                     timeout=90)
+            calls = len(_inputs(fake))
+            # the killed worker's message (token 0), as Redis would redeliver it after its visibility timeout
+            late = lease_message_id(job.id, 0)
+            with app.app_context():
+                embed_records.apply_async(args=("default", org_id, entity_id, [record_id]), task_id=late)
+
+            def outcome():  # results are not stored (task_ignore_result): the worker's log has it
+                with open(worker.log_path) as log:
+                    return next((line for line in log if f"[{late}] succeeded" in line), None)
+
+            assert "{'stale': True}" in wait_for(outcome, timeout=60)
+            assert len(_inputs(fake)) == calls  # nothing was embedded again
+        finally:
+            fake.release()
+            if worker is not None:
+                stop_worker(worker)
+        got = client.get(f"{BASE}/killed/records/{record_id}", headers=headers).get_json()
+        assert got["version"] == 1
