@@ -15,9 +15,9 @@ message in one transaction, or deletes the row after the last step. A message wh
 whose token moved on is a duplicate and does nothing.
 
 The embedding lease reaper (`requeue_stalled_jobs`, in app.lease_reapers) sends a job past its lease
-that no worker holds again under a fresh token (a worker killed mid-job, a message lost with the
-broker's memory, or one still waiting in a long queue: that one is then stale, and the reaper's runs
-instead). The work itself is idempotent in effect (vectors already current are skipped, and stores
+that no worker holds again under its current token (a worker killed mid-job, a message lost with the
+broker's memory, or one still waiting in a long queue: that one stays valid, and whichever of the two
+runs first does the job; the other then finds the row gone or its token moved on). The work itself is idempotent in effect (vectors already current are skipped, and stores
 are checked against the record version), so a late duplicate costs a read, never a second vector.
 Messages without a lease in their task id (the previous release's, an operator's `celery call`, direct
 calls) run as before, unleased; an unleased backfill step hands its successor to a leased walk.
@@ -148,9 +148,9 @@ def next_step(session: Session, product: str, job_id: str | None, org_id: str, e
 # --- the lease reaper ---------------------------------------------------------------------------------
 
 def requeue_stalled_jobs() -> int:
-    """Lease reaper (app.lease_reapers, run by every worker's maintenance loop): send again, under a fresh
-    token and with a renewed lease, every embedding job of this deployment (CELERY_KEY_PREFIX) past its
-    lease whose advisory lock is free (no live worker runs it). Returns how many were sent."""
+    """Lease reaper (app.lease_reapers, run by every worker's maintenance loop): send again, under its
+    current token and with a renewed lease, every embedding job of this deployment (CELERY_KEY_PREFIX)
+    past its lease whose advisory lock is free (no live worker runs it). Returns how many were sent."""
     from app.platform_models import Product
 
     with db.engine.connect() as conn:
@@ -169,7 +169,11 @@ def requeue_stalled_jobs() -> int:
                     continue
                 log.warning("embedding job %s (%s, product %s) past its lease with no worker; dispatched again",
                             job.id, job.kind, product)
-                job.dispatch_token, job.lease_expires_at = job.dispatch_token + 1, lease_end()
+                # The same token, not a new one (as the email reaper): the job's message may only be waiting
+                # in a long queue, and a new token voided it, sending the job to the back of the queue again
+                # every lease period. Whichever of the two runs first does the job (deletes the row or moves
+                # the walk's token on) under the job's lock; the other is then a no-op read.
+                job.lease_expires_at = lease_end()
                 _send(session, job, product)
                 requeued += 1
     return requeued

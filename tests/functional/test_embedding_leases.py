@@ -1,7 +1,7 @@
 """Embedding jobs are leased (app.embeddings.jobs): a row per job with a dispatch token carried in the
 task id and a lease; the embedding lease reaper sends a job past its lease that no worker holds again
-under a fresh token, and a late or superseded message does nothing. A 202 (or 201) that queued
-embedding work is a promise: a worker killed with kill -9 mid-job no longer waits for Redis'
+under the same token (the first of the two messages to arrive runs it), and a late or superseded
+message does nothing. A 202 (or 201) that queued embedding work is a promise: a worker killed with kill -9 mid-job no longer waits for Redis'
 visibility timeout (15 min), nor is a message lost with Redis' memory lost for good."""
 
 from __future__ import annotations
@@ -135,16 +135,45 @@ def test_records_job_is_leased_and_the_reaper_sends_a_lost_one_again_under_a_fre
             assert requeue_stalled_jobs() == 1  # past its lease, nobody holding it: sent again
             assert requeue_stalled_jobs() == 0  # ... and its lease renewed
         [(second_id, name, args2)] = take_outbox()
-        assert lease_of(second_id) == (job.id, 1) and args2 == args
+        assert lease_of(second_id) == (job.id, 0) and second_id != first_id and args2 == args
         assert _inputs(fake) == []
 
-        assert _run(app, name, first_id, args) == {"stale": True}  # the lost message turns up: superseded
-        assert _inputs(fake) == []
         assert _run(app, name, second_id, args2)["embedded"] == 1
         assert _inputs(fake) == ["body: alpha"] and _embedded(app, org_id, entity_id) == {record_id}
         assert _jobs(app, entity_id) == []  # done: the row is gone
+        assert _run(app, name, first_id, args) == {"stale": True}  # the lost message turns up: nothing
         assert _run(app, name, second_id, args2) == {"stale": True}  # a duplicate delivery: nothing
         assert _inputs(fake) == ["body: alpha"]
+
+
+def test_a_message_only_waiting_in_the_queue_still_runs_its_job_after_the_reaper_sent_it_again(make_app, auth,
+                                                                                             org_id):
+    """A backlog longer than the lease: the reaper sends every waiting job again (it cannot tell late from
+    lost), and the message that was only waiting must stay valid; whichever of the two arrives first runs
+    the job, the other does nothing. Under a fresh token the waiting message was voided and the job went
+    to the back of the queue again, every lease period: once skipping the voided messages took a lease
+    period (pending jobs x one lock and read), no message was ever current when it arrived, and the
+    `embeddings` queue ran no job again while growing by one message per job and period."""
+    from app.embeddings.jobs import requeue_stalled_jobs
+
+    with _dead_broker_app(make_app) as (app, fake, take_outbox):
+        client, headers = app.test_client(), auth()
+        entity_id = create_definition(client, headers, "queued", SCHEMA, embeddingsConfig=ON)
+        take_outbox()
+        _drop_walks(app, entity_id)
+        record_id = client.post(f"{BASE}/queued/records", headers=headers,
+                                json={"fields": {"body": "beta", "n": 1}}).get_json()["id"]
+        [job] = _jobs(app, entity_id)
+        [(waiting_id, name, args)] = take_outbox()  # in the queue, behind a long backlog
+        _expire(app, job.id)
+        with app.app_context():
+            assert requeue_stalled_jobs() == 1
+        [(again_id, _, again)] = take_outbox()  # at the back of the queue
+
+        assert _run(app, name, waiting_id, args)["embedded"] == 1  # its turn comes first: it runs the job
+        assert _embedded(app, org_id, entity_id) == {record_id} and _jobs(app, entity_id) == []
+        assert _run(app, name, again_id, again) == {"stale": True}
+        assert _inputs(fake) == ["body: beta"]
 
 
 def test_backfill_walk_is_one_leased_job_the_reaper_resumes_from_its_cursor(make_app, auth, org_id, monkeypatch):
@@ -174,10 +203,11 @@ def test_backfill_walk_is_one_leased_job_the_reaper_resumes_from_its_cursor(make
         with app.app_context():
             assert requeue_stalled_jobs() == 1
         [(again_id, _, again)] = take_outbox()
-        assert lease_of(again_id) == (job.id, 2) and again == step2  # from the cursor, under a fresh token
-        assert _run(app, name, step2_id, step2) == {"stale": True}
-        walked = 2
-        step = (again_id, again)
+        assert lease_of(again_id) == (job.id, 1) and again == step2  # from the cursor, under the same token
+        walked = 2 + _run(app, name, step2_id, step2)["embedded"]  # the late one turns up first: it runs
+        assert _run(app, name, again_id, again) == {"stale": True}  # ... and the walk moved on past both
+        [(step3_id, _, step3)] = take_outbox()
+        step = (step3_id, step3)
         while step:
             walked += _run(app, name, *step)["embedded"]
             rows = take_outbox()
@@ -215,7 +245,7 @@ def test_messages_without_a_lease_still_run(make_app, auth, org_id, monkeypatch)
 def test_embedding_job_of_a_worker_killed_mid_job_is_finished_once(make_app, database_url, redis_url, auth, org_id):
     """kill -9 of a real worker's process group while it waits on the embeddings upstream: the job's
     advisory lock ends with the worker's connection, its lease expires, and the next worker's reaper
-    sends it again under a fresh token. The record gets its vector; the killed worker's message, should
+    sends it again. The record gets its vector; the killed worker's message, should
     Redis deliver it again, does nothing."""
     from app.embeddings.tasks import embed_records
     from app.tasks import lease_message_id
@@ -265,3 +295,4 @@ def test_embedding_job_of_a_worker_killed_mid_job_is_finished_once(make_app, dat
                 stop_worker(worker)
         got = client.get(f"{BASE}/killed/records/{record_id}", headers=headers).get_json()
         assert got["version"] == 1
+
