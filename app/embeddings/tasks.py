@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from celery.exceptions import Retry
+from celery.exceptions import Retry, SoftTimeLimitExceeded
 from flask import current_app
 from sqlalchemy.exc import OperationalError
 
@@ -57,7 +57,20 @@ def _leased(task, product: str, kind: str, work):
             job = jobs.claim(session, job_id, token, kind)
         if job is None:
             return {"stale": True}
-        return work(job)
+        try:
+            return work(job)
+        except (Retry, OperationalError, SoftTimeLimitExceeded):  # a retry keeps the lease; the others are
+            raise  # the reaper's turn (the database failing; a slow run's stored batches stay, a re-send goes on)
+        except Exception:  # the task fails for good (failed_tasks): a re-send would fail the same way, every
+            _drop(product, job)  # lease period, forever (a records job's EmbedderConfigError, a bug)
+            raise
+
+
+def _drop(product: str, job) -> None:
+    try:
+        jobs.finish(product, job.id)
+    except OperationalError:
+        log.warning("embedding job %s: could not drop its lease row", job.id)
 
 
 @celery_app.task(name="embeddings.records", bind=True, acks_late=True, reject_on_worker_lost=True)

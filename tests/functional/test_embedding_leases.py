@@ -296,3 +296,34 @@ def test_embedding_job_of_a_worker_killed_mid_job_is_finished_once(make_app, dat
         got = client.get(f"{BASE}/killed/records/{record_id}", headers=headers).get_json()
         assert got["version"] == 1
 
+
+def test_records_job_that_fails_for_good_drops_its_lease_instead_of_being_sent_again_forever(make_app, auth, org_id,
+                                                                                           monkeypatch):
+    """A records job whose task fails for good (here the worker's embedder cannot run: EmbedderConfigError,
+    which a records task does not retry) lands in failed_tasks once, and its lease row goes with it. The
+    row stayed: the reaper sent the job again every lease period, forever, each run failing the same way
+    (a backfill step drops its row on that error; any other exception of either kind kept it too)."""
+    from app.embeddings import EmbedderConfigError, pipeline
+    from app.embeddings.jobs import requeue_stalled_jobs
+
+    with _dead_broker_app(make_app) as (app, fake, take_outbox):
+        client, headers = app.test_client(), auth()
+        entity_id = create_definition(client, headers, "poisoned", SCHEMA, embeddingsConfig=ON)
+        take_outbox()
+        _drop_walks(app, entity_id)
+        client.post(f"{BASE}/poisoned/records", headers=headers, json={"fields": {"body": "gamma", "n": 1}})
+        [job] = _jobs(app, entity_id)
+        [(message_id, name, args)] = take_outbox()
+
+        def cannot_run(config):
+            raise EmbedderConfigError("EMBEDDINGS_ENDPOINT is not set (the openai backend needs an API base URL)")
+
+        monkeypatch.setattr(pipeline, "embedding_target", cannot_run)
+        with app.app_context():
+            result = app.extensions["celery"].tasks[name].apply(args=args, task_id=message_id)
+        assert result.state == "FAILURE" and isinstance(result.result, EmbedderConfigError)
+        assert _jobs(app, entity_id) == []  # the job is over (failed_tasks has it)
+        _expire(app, job.id)
+        with app.app_context():
+            assert requeue_stalled_jobs() == 0
+        assert take_outbox() == [] and _inputs(fake) == []
