@@ -17,8 +17,9 @@ whose token moved on is a duplicate and does nothing.
 The embedding lease reaper (`requeue_stalled_jobs`, in app.lease_reapers) sends a job past its lease
 that no worker holds again under its current token (a worker killed mid-job, a message lost with the
 broker's memory, or one still waiting in a long queue: that one stays valid, and whichever of the two
-runs first does the job; the other then finds the row gone or its token moved on). The work itself is idempotent in effect (vectors already current are skipped, and stores
-are checked against the record version), so a late duplicate costs a read, never a second vector.
+runs first does the job; the other then finds the row gone or its token moved on). The work itself is
+idempotent in effect (vectors already current are skipped, and stores are checked against the record
+version), so a late duplicate costs a read, never a second vector.
 Messages without a lease in their task id (the previous release's, an operator's `celery call`, direct
 calls) run as before, unleased; an unleased backfill step hands its successor to a leased walk.
 """
@@ -104,12 +105,16 @@ def queue_backfill(session: Session, product: str, org_id: str, entity_id: str, 
 
 # --- the worker's side --------------------------------------------------------------------------------
 
-def claim(session: Session, job_id: str, token: int, kind: str) -> EmbeddingJob | None:
+def claim(session: Session, job_id: str, token: int, kind: str, **expected) -> EmbeddingJob | None:
     """The job, when the message of `token` may run it (call under the job's lock); renews its lease.
-    None: finished already, or the token moved on (a duplicate or superseded message)."""
+    None: finished already, the token moved on (a duplicate or superseded message), or the job is not the
+    one the message's arguments (`expected`: column values) describe (a task id naming another job)."""
     job = session.get(EmbeddingJob, job_id)
     if job is None or job.kind != kind:
         log.info("embedding job %s is finished; duplicate message ignored", job_id)
+        return None
+    if any(getattr(job, column) != value for column, value in expected.items()):
+        log.warning("embedding job %s is not the job of this message's arguments; message ignored", job_id)
         return None
     if job.dispatch_token != token:
         log.info("embedding job %s: message of token %s superseded by %s", job_id, token, job.dispatch_token)

@@ -1,8 +1,9 @@
 """Embedding jobs are leased (app.embeddings.jobs): a row per job with a dispatch token carried in the
 task id and a lease; the embedding lease reaper sends a job past its lease that no worker holds again
 under the same token (the first of the two messages to arrive runs it), and a late or superseded
-message does nothing. A 202 (or 201) that queued embedding work is a promise: a worker killed with kill -9 mid-job no longer waits for Redis'
-visibility timeout (15 min), nor is a message lost with Redis' memory lost for good."""
+message does nothing. A 202 (or 201) that queued embedding work is a promise: a worker killed with
+kill -9 mid-job no longer waits for Redis' visibility timeout (15 min), nor is a message lost with
+Redis' memory lost for good."""
 
 from __future__ import annotations
 
@@ -327,3 +328,27 @@ def test_records_job_that_fails_for_good_drops_its_lease_instead_of_being_sent_a
         with app.app_context():
             assert requeue_stalled_jobs() == 0
         assert take_outbox() == [] and _inputs(fake) == []
+
+
+def test_a_task_id_naming_another_job_runs_nothing_and_leaves_that_job_alone(make_app, auth, org_id):
+    """The task id is trusted for the job whose arguments the message carries, no other (email checks the
+    job id the same way): a message with one job's arguments under another job's lease id (an operator's
+    `--task-id`, a hand-built message) embedded its own records and then deleted the other job's row:
+    that job's records were never embedded, and nothing would send them again."""
+    from app.tasks import lease_of
+
+    with _dead_broker_app(make_app) as (app, fake, take_outbox):
+        client, headers = app.test_client(), auth()
+        entity_id = create_definition(client, headers, "crossed", SCHEMA, embeddingsConfig=ON)
+        take_outbox()
+        _drop_walks(app, entity_id)
+        for i in range(2):
+            client.post(f"{BASE}/crossed/records", headers=headers, json={"fields": {"body": f"c{i}", "n": i}})
+        (a_id, name, a_args), (b_id, _, b_args) = take_outbox()
+        assert _run(app, name, b_id.replace(lease_of(b_id)[0], lease_of(a_id)[0]), b_args) == {"stale": True}
+        other_org = ["default", str(uuid.uuid4()), entity_id, a_args[3]]
+        assert _run(app, name, a_id, other_org) == {"stale": True}
+        assert _inputs(fake) == [] and len(_jobs(app, entity_id)) == 2  # both jobs still to do
+        assert _run(app, name, a_id, a_args)["embedded"] == 1
+        assert _run(app, name, b_id, b_args)["embedded"] == 1
+        assert sorted(_inputs(fake)) == ["body: c0", "body: c1"] and _jobs(app, entity_id) == []
