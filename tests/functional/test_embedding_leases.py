@@ -352,3 +352,33 @@ def test_a_task_id_naming_another_job_runs_nothing_and_leaves_that_job_alone(mak
         assert _run(app, name, a_id, a_args)["embedded"] == 1
         assert _run(app, name, b_id, b_args)["embedded"] == 1
         assert sorted(_inputs(fake)) == ["body: c0", "body: c1"] and _jobs(app, entity_id) == []
+
+
+def test_the_reaper_sends_each_product_s_jobs_for_that_product(make_app, org_id):
+    """Jobs live in their product's schema (`entity_embedding_jobs` of product_<slug>): the reaper sends
+    a job of product `other` as `other`'s, and that message runs it there (here: its definition is gone,
+    so nothing to embed, and the row goes)."""
+    from app.db import db
+    from app.embeddings.jobs import lease_end, requeue_stalled_jobs
+    from app.embeddings.models import EmbeddingJob
+    from app.tasks import _key_prefix, lease_of
+    from app.wire import new_id, utcnow
+
+    with _dead_broker_app(make_app) as (app, fake, take_outbox):
+        entity_id, job_id = str(uuid.uuid4()), new_id()
+        with app.app_context():
+            with db.product_session("other") as session:
+                session.add(EmbeddingJob(id=job_id, kind="records", org_id=org_id, entity_id=entity_id,
+                                         record_ids=["r1"], dispatch_token=3, lease_expires_at=lease_end(),
+                                         key_prefix=_key_prefix(), created_at=utcnow()))
+            with db.product_session("other") as session:
+                session.execute(update(EmbeddingJob).where(EmbeddingJob.id == job_id)
+                                .values(lease_expires_at=utcnow()))
+            with db.product_session("default") as session:
+                assert session.get(EmbeddingJob, job_id) is None
+            assert requeue_stalled_jobs() == 1
+        [(message_id, name, args)] = take_outbox()
+        assert lease_of(message_id) == (job_id, 3) and args == ["other", org_id, entity_id, ["r1"]]
+        assert _run(app, name, message_id, args)["skipped"] == 1
+        with app.app_context(), db.product_session("other") as session:
+            assert session.get(EmbeddingJob, job_id) is None
