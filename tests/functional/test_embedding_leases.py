@@ -382,3 +382,22 @@ def test_the_reaper_sends_each_product_s_jobs_for_that_product(make_app, org_id)
         assert _run(app, name, message_id, args)["skipped"] == 1
         with app.app_context(), db.product_session("other") as session:
             assert session.get(EmbeddingJob, job_id) is None
+
+
+def test_eager_mode_writes_no_lease_rows(make_app, auth, org_id, monkeypatch):
+    """Without a broker the tasks run in-process after the commit: no lease row is written (nothing would
+    ever reap it) and the work is done, a backfill walk included."""
+    from app.embeddings import pipeline
+
+    monkeypatch.setattr(pipeline, "RECORDS_PER_TASK", 2)
+    with FakeEmbeddingsServer(api_key="sk-test") as fake:
+        app = make_app(REDIS_URL="", **_settings(fake))
+        client, headers = app.test_client(), auth()
+        entity_id = create_definition(client, headers, "eager", SCHEMA)
+        ids = [client.post(f"{BASE}/eager/records", headers=headers,
+                           json={"fields": {"body": f"e{i}", "n": i}}).get_json()["id"] for i in range(3)]
+        resp = client.put(f"{BASE}/definitions/eager", headers=headers, json={"embeddingsConfig": ON})
+        assert resp.status_code == 200, resp.get_json()
+        ids.append(client.post(f"{BASE}/eager/records", headers=headers,
+                               json={"fields": {"body": "e3", "n": 3}}).get_json()["id"])
+        assert _embedded(app, org_id, entity_id) == set(ids) and _jobs(app, entity_id) == []
