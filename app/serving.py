@@ -9,17 +9,29 @@ with the same status (400, 414, 431, 417, 501…) and `Connection: close`, as gu
 `docker/gunicorn.conf.py` sets `worker_class = "app.serving.EnvelopeThreadWorker"` (gthread, as
 before). gunicorn's `Worker.handle_error` calls the module function `gunicorn.util.write_error`; the
 worker points that name at `write_envelope_error` when it starts (`init_process`, in the worker process
-only, not in the arbiter), so every gunicorn-level error of this worker uses the envelope.
+only, not in the arbiter), so every gunicorn-level error of this worker uses the envelope. It points
+`gunicorn.util.http_date` (the Date header) at `http_date`, which formats the date once a second.
+
+It also sets `logger_class = "app.serving.AccessLogger"`: gunicorn's logger, whose access line reads
+only the atoms its format names (the same line; see the class).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import time
+import traceback
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from gunicorn import util
+from gunicorn.glogging import Logger
 from gunicorn.workers.gthread import ThreadWorker
 
 from app.wire import metadata
+
+_gunicorn_http_date = util.http_date
 
 _CODES = {401: "UNAUTHORIZED", 403: "FORBIDDEN", 404: "NOT_FOUND", 413: "PAYLOAD_TOO_LARGE"}
 
@@ -30,6 +42,23 @@ def error_code(status: int) -> str:
     if status in _CODES:
         return _CODES[status]
     return "INVALID_INPUT" if status < 500 or status == 501 else "SYSTEM_ERROR"
+
+
+_date: tuple[int, str] = (-1, "")
+
+
+def http_date(timestamp: float | None = None) -> str:
+    """`gunicorn.util.http_date`, remembered for the current second: the Date header of every response
+    formats the time with email.utils.formatdate, which reads whole seconds (the same text)."""
+    global _date
+    if timestamp is not None:
+        return _gunicorn_http_date(timestamp)
+    now = time.time()
+    second, text = _date
+    if int(now) != second:
+        text = _gunicorn_http_date(now)
+        _date = (int(now), text)  # one tuple: a thread reads the old pair or the new one, never half
+    return text
 
 
 def write_envelope_error(sock, status_int: int, reason: str, mesg: str) -> None:
@@ -46,4 +75,114 @@ class EnvelopeThreadWorker(ThreadWorker):
 
     def init_process(self) -> None:
         util.write_error = write_envelope_error
+        util.http_date = http_date
         super().init_process()
+
+
+def _status(logger, resp, req, environ, rt):
+    status = resp.status
+    return status.split(None, 1)[0] if isinstance(status, str) else status
+
+
+# gunicorn's `Logger.atoms`, one function per atom, so a line computes only the atoms it names
+_ATOMS = {
+    "h": lambda logger, resp, req, environ, rt: environ.get("REMOTE_ADDR", "-"),
+    "l": lambda logger, resp, req, environ, rt: "-",
+    "u": lambda logger, resp, req, environ, rt: logger._get_user(environ) or "-",
+    "t": lambda logger, resp, req, environ, rt: logger.now(),
+    "r": lambda logger, resp, req, environ, rt: (
+        f"{environ['REQUEST_METHOD']!s} {environ['RAW_URI']!s} {environ['SERVER_PROTOCOL']!s}"),
+    "s": _status,
+    "m": lambda logger, resp, req, environ, rt: environ.get("REQUEST_METHOD"),
+    "U": lambda logger, resp, req, environ, rt: environ.get("PATH_INFO"),
+    "q": lambda logger, resp, req, environ, rt: environ.get("QUERY_STRING"),
+    "H": lambda logger, resp, req, environ, rt: environ.get("SERVER_PROTOCOL"),
+    "b": lambda logger, resp, req, environ, rt: getattr(resp, "sent", None) is not None and str(resp.sent) or "-",
+    "B": lambda logger, resp, req, environ, rt: getattr(resp, "sent", None),
+    "f": lambda logger, resp, req, environ, rt: environ.get("HTTP_REFERER", "-"),
+    "a": lambda logger, resp, req, environ, rt: environ.get("HTTP_USER_AGENT", "-"),
+    "T": lambda logger, resp, req, environ, rt: rt.seconds,
+    "D": lambda logger, resp, req, environ, rt: (rt.seconds * 1000000) + rt.microseconds,
+    "M": lambda logger, resp, req, environ, rt: (rt.seconds * 1000) + int(rt.microseconds / 1000),
+    "L": lambda logger, resp, req, environ, rt: f"{rt.seconds:d}.{rt.microseconds:06d}",
+    "p": lambda logger, resp, req, environ, rt: f"<{os.getpid()!s}>",
+}
+_ABSENT = object()
+
+
+def _pairs(headers) -> Any:
+    headers = getattr(headers, "headers", headers)
+    return headers.items() if hasattr(headers, "items") else headers
+
+
+class LazyAtoms(Mapping):
+    """What gunicorn's `SafeAtoms(Logger.atoms(...))` answers for each key, computed when the format
+    asks for it: gunicorn builds every atom of every request (all request and response headers and
+    the whole WSGI environ, each string escaped) for a line that names six. Same values: a `{name}i`
+    / `{name}o` / `{name}e` key is matched lower-cased, the last header of a name wins, a missing key
+    is `-`, `"` in a string is escaped. Iterating or testing membership builds gunicorn's own dict."""
+
+    __slots__ = ("_args", "_full")
+
+    def __init__(self, logger, resp, req, environ, request_time) -> None:
+        self._args = (logger, resp, req, environ, request_time)
+        self._full = None
+
+    def __getitem__(self, key: str):
+        logger, resp, req, environ, rt = self._args
+        if key.startswith("{"):
+            value = self._braced(key.lower())
+        else:
+            compute = _ATOMS.get(key)
+            value = compute(logger, resp, req, environ, rt) if compute is not None else _ABSENT
+        if value is _ABSENT:
+            return "-"
+        return value.replace('"', '\\"') if isinstance(value, str) else value
+
+    def _braced(self, key: str):
+        _logger, resp, req, environ, _rt = self._args
+        if len(key) < 3 or key[-2] != "}":
+            return _ABSENT
+        name, kind = key[1:-2], key[-1]
+        if kind == "e":
+            found = _ABSENT
+            for k, v in environ.items():  # keys that differ only in case: the last one, as in the dict
+                if k.lower() == name:
+                    found = v
+            return found
+        source = req if kind == "i" else resp if kind == "o" else None
+        if source is None:
+            return _ABSENT
+        found = _ABSENT
+        for k, v in _pairs(source):
+            if k.lower() == name:
+                found = v
+        return found
+
+    def _gunicorn(self) -> dict:
+        if self._full is None:
+            logger = self._args[0]
+            self._full = logger.atoms_wrapper_class(logger.atoms(*self._args[1:]))
+        return self._full
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._gunicorn())
+
+    def __len__(self) -> int:
+        return len(_ATOMS)  # never 0: logging takes a mapping argument only when it is truthy
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._gunicorn()
+
+
+class AccessLogger(Logger):
+    """gunicorn's logger (error log, access log, reopening, the same settings); its access line is
+    formatted from `LazyAtoms` instead of the full atom dict: the same line for the same format."""
+
+    def access(self, resp, req, environ, request_time) -> None:
+        if not self.access_log_enabled:
+            return
+        try:
+            self.access_log.info(self.cfg.access_log_format, LazyAtoms(self, resp, req, environ, request_time))
+        except Exception:
+            self.error(traceback.format_exc())

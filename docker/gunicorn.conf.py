@@ -16,6 +16,8 @@ keepalive = 5
 accesslog = "-"
 errorlog = "-"
 access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms rid=%({x-request-id}o)s'
+# gunicorn's logger; the access line computes only the atoms the format names (the same line)
+logger_class = "app.serving.AccessLogger"
 # gunicorn answers an over-long header or request line itself, before the app sees it (in the JSON
 # envelope, through app.serving). The app has its own, tighter limits with more precise answers (an
 # Authorization header over 8 KB is a 401), so gunicorn's ceilings sit above them: 64 KB per header

@@ -3,9 +3,10 @@
 from marshmallow import Schema, fields, validate
 
 from app.agents.fields import NulFree
+from app.extensions import ExactDumpSchema
 
 
-class IdentitySchema(Schema):
+class IdentitySchema(ExactDumpSchema):
     orgId = fields.String(required=True)
     userId = fields.String(required=True)
     email = fields.String(allow_none=True)

@@ -6,6 +6,7 @@ import base64
 import json
 import re
 import time
+import uuid
 
 import jwt
 import pytest
@@ -136,6 +137,40 @@ def test_request_id_echoed_when_sane_and_replaced_otherwise(client):
     assert client.get("/health", headers={"X-Request-ID": "abc-123"}).headers["X-Request-ID"] == "abc-123"
     replaced = client.get("/health", headers={"X-Request-ID": "bad id <script>"}).headers["X-Request-ID"]
     assert replaced and replaced != "bad id <script>" and len(replaced) == 32
+    # a random version-4 UUID in hex, as uuid.uuid4().hex gives, and a new one per request
+    ids = {client.get("/health").headers["X-Request-ID"] for _ in range(20)}
+    assert len(ids) == 20
+    assert all(uuid.UUID(hex=i).hex == i and uuid.UUID(hex=i).version == 4 for i in ids | {replaced})
+
+
+def test_cors_answers_the_configured_origins_of_each_app(make_app, org_id):
+    """CORS_ORIGINS is read per app: two apps with different settings in one process each answer
+    their own origins; `*` allows any; empty turns CORS off."""
+    headers = bearer(token(org=org_id))
+    one = make_app(CORS_ORIGINS=" https://a.example , https://b.example").test_client()
+    other = make_app(CORS_ORIGINS="https://c.example").test_client()
+    anyone = make_app(CORS_ORIGINS="*").test_client()
+    off = make_app(CORS_ORIGINS="").test_client()
+    for client, origin, allowed in ((one, "https://a.example", True), (one, "https://b.example", True),
+                                    (one, "https://c.example", False), (other, "https://c.example", True),
+                                    (other, "https://a.example", False), (anyone, "https://z.example", True),
+                                    (off, "https://a.example", False)):
+        resp = client.get("/api/v1/me", headers=headers | {"Origin": origin})
+        assert resp.status_code == 200
+        if allowed:
+            assert resp.headers["Access-Control-Allow-Origin"] == origin and resp.headers["Vary"] == "Origin"
+            assert resp.headers["Access-Control-Allow-Headers"] == "Authorization, Content-Type, X-Request-ID"
+        else:
+            assert "Access-Control-Allow-Origin" not in resp.headers and "Vary" not in resp.headers
+    assert "Access-Control-Allow-Origin" not in one.get("/api/v1/me", headers=headers).headers  # no Origin
+
+
+def test_me_answers_the_identity_of_the_token(client, org_id):
+    """/api/v1/me is dumped through IdentitySchema (returned as is when already in wire form)."""
+    body = client.get("/api/v1/me", headers=bearer(token(org=org_id, scopes=("read", "write:agents"),
+                                                             email="ada@example.com"))).get_json()
+    assert body == {"orgId": org_id, "userId": body["userId"], "email": "ada@example.com", "role": None,
+                    "scopes": ["read", "write:agents"], "product": "default"}
 
 
 def test_health_reports_checks(client):

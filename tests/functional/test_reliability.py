@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 import uuid
 
@@ -236,3 +237,31 @@ def test_pooled_connections_plan_prepared_statements_for_their_values(app, make_
             assert conn.scalar(text("SHOW plan_cache_mode")) == "auto"
     with pytest.raises(ValueError, match="DB_PLAN_CACHE_MODE"):
         make_engine(database_url, {"DB_PLAN_CACHE_MODE": "sometimes; DROP TABLE x"})
+
+
+def test_the_access_log_line_through_gunicorn(database_url):
+    """docker/gunicorn.conf.py's access line (app.serving.AccessLogger): client, request line, status,
+    bytes, duration and the request id the response carries."""
+    import re
+
+    port = _free_port()
+    env = dict(os.environ, PORT=str(port), DATABASE_URL=database_url, JWT_SECRET=TEST_SECRET,
+               VAR_DIR=TEST_VAR_DIR, REDIS_URL="", WEB_CONCURRENCY="1", GUNICORN_THREADS="4")
+    proc = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "gunicorn"), "-c",
+                             "docker/gunicorn.conf.py", "tests.slow_app:app"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        _wait_healthy(port, proc)
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/health?x=%22q%22",
+                                     headers={"X-Request-ID": "rid-of-the-test"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            size = len(resp.read())
+        missing = urllib.request.Request(f"http://127.0.0.1:{port}/nowhere")
+        with pytest.raises(urllib.error.HTTPError):
+            urllib.request.urlopen(missing, timeout=10)
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=30)
+    assert re.search(rf'^127\.0\.0\.1 "GET /health\?x=%22q%22 HTTP/1\.1" 200 {size} \d+ms rid=rid-of-the-test$',
+                     out, re.M), out
+    assert re.search(r'^127\.0\.0\.1 "GET /nowhere HTTP/1\.1" 404 \d+ \d+ms rid=[0-9a-f]{32}$', out, re.M), out

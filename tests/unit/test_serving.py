@@ -1,0 +1,82 @@
+"""app.serving: gunicorn's access line from `LazyAtoms` is the line gunicorn's own atoms give."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from types import SimpleNamespace
+
+import pytest
+from gunicorn.config import Config
+from gunicorn.glogging import Logger, SafeAtoms
+
+from app.serving import AccessLogger, LazyAtoms
+
+
+def _exchange(status="200 OK", sent=1234, extra_environ=None):
+    req = SimpleNamespace(headers=[("HOST", "api"), ("AUTHORIZATION", "Bearer x.y.z"), ("X-REQUEST-ID", "in-1"),
+                                   ("X-QUOTE", 'say "hi"'), ("X-TWICE", "first"), ("X-TWICE", "second")])
+    resp = SimpleNamespace(status=status, sent=sent,
+                           headers=[("Content-Type", "application/json"), ("X-Request-ID", "rid-42"),
+                                    ("Vary", "Origin"), ("Vary", "Accept")])
+    environ = {"REQUEST_METHOD": "GET", "RAW_URI": "/api/v1/me?a=\"b\"", "SERVER_PROTOCOL": "HTTP/1.1",
+               "PATH_INFO": "/api/v1/me", "QUERY_STRING": 'a="b"', "REMOTE_ADDR": "10.0.0.7",
+               "HTTP_USER_AGENT": "wrk", "HTTP_AUTHORIZATION": "Bearer x.y.z", "wsgi.url_scheme": "http",
+               "wsgi.multithread": True, **(extra_environ or {})}
+    return resp, req, environ, timedelta(seconds=2, microseconds=345678)
+
+
+def _logger(cls):
+    logger = cls(Config())
+    logger.now = lambda: "[24/Nov/2026:01:02:03 +0000]"  # the one atom that reads the clock
+    return logger
+
+
+@pytest.mark.parametrize("exchange", [
+    _exchange(),
+    _exchange(status=404, sent=None),  # an int status, nothing sent
+    _exchange(extra_environ={"HTTP_AUTHORIZATION": "Basic YWRhOnNlY3JldA=="}),  # %(u)s: basic auth user
+])
+def test_every_atom_is_the_one_gunicorn_gives(exchange):
+    logger = _logger(Logger)
+    expected = SafeAtoms(logger.atoms(*exchange))
+    lazy = LazyAtoms(logger, *exchange)
+    keys = [*expected, "{X-Request-ID}o", "{x-twice}I", "{Vary}o", "{REQUEST_METHOD}e", "{missing}i", "{x}",
+            "{}o", "nope", "{x-request-id}x", "S", "{wsgi.multithread}e"]
+    for key in keys:
+        assert lazy[key] == expected[key], key
+    assert set(lazy) == set(expected) and ("s" in lazy) == ("s" in expected) and len(lazy) > 0
+
+
+def test_the_configured_access_line_is_gunicorns_line():
+    """The line docker/gunicorn.conf.py configures, written by both loggers into one list."""
+    fmt = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms rid=%({x-request-id}o)s %(a)s %(u)s %(t)s %({x-quote}i)s'
+    lines = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            lines.append(self.format(record))
+
+    for cls in (Logger, AccessLogger):
+        logger = _logger(cls)
+        logger.cfg.set("access_log_format", fmt)
+        logger.cfg.set("accesslog", "-")
+        logger.setup(logger.cfg)
+        logger.access_log.handlers[:] = [Collect()]
+        logger.access(*_exchange())
+    assert lines[0] == lines[1]
+    assert lines[1].startswith('10.0.0.7 "GET /api/v1/me?a=\\"b\\" HTTP/1.1" 200 1234 2345ms rid=rid-42 wrk - ')
+
+
+def test_the_date_header_is_gunicorns_for_every_second(monkeypatch):
+    """app.serving.http_date remembers the text of the current second only: the next second, or a
+    given timestamp, is formatted afresh, and the text is gunicorn's."""
+    from gunicorn import util
+
+    from app import serving
+
+    assert serving._gunicorn_http_date.__module__ == util.__name__  # gunicorn's own, kept before the patch
+    for now in (1_800_000_000.1, 1_800_000_000.9, 1_800_000_001.0, 1_800_000_001.5, 1_700_000_000.0):
+        monkeypatch.setattr(serving.time, "time", lambda now=now: now)
+        assert serving.http_date() == serving._gunicorn_http_date(now)
+    assert serving.http_date(1_600_000_000) == serving._gunicorn_http_date(1_600_000_000)
