@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from celery.exceptions import Retry, SoftTimeLimitExceeded
+from celery.exceptions import Retry, SoftTimeLimitExceeded, TaskPredicate
 from flask import current_app
 from sqlalchemy.exc import OperationalError
 
@@ -60,8 +60,9 @@ def _leased(task, product: str, kind: str, work, **expected):
             return {"stale": True}
         try:
             return work(job)
-        except (Retry, OperationalError, SoftTimeLimitExceeded):  # a retry keeps the lease; the others are
-            raise  # the reaper's turn (the database failing; a slow run's stored batches stay, a re-send goes on)
+        except (TaskPredicate, OperationalError, SoftTimeLimitExceeded):  # a retry keeps the lease (a retry
+            # the broker could not take is a Reject); the others are the reaper's turn too (the database
+            raise  # failing; a slow run's stored batches stay, a re-send goes on)
         except Exception:  # the task fails for good (failed_tasks): a re-send would fail the same way, every
             _drop(product, job)  # lease period, forever (a records job's EmbedderConfigError, a bug)
             raise

@@ -401,3 +401,41 @@ def test_eager_mode_writes_no_lease_rows(make_app, auth, org_id, monkeypatch):
         ids.append(client.post(f"{BASE}/eager/records", headers=headers,
                                json={"fields": {"body": "e3", "n": 3}}).get_json()["id"])
         assert _embedded(app, org_id, entity_id) == set(ids) and _jobs(app, entity_id) == []
+
+
+def test_a_retry_the_broker_could_not_take_leaves_the_job_to_the_reaper(make_app, auth, org_id, monkeypatch):
+    """A transient upstream error while the broker is down: Celery cannot send the retry and rejects the
+    message (Task.retry raises Reject(requeue=False)); nothing lands in failed_tasks. The job keeps its
+    lease row, so the reaper sends it again once the lease is over, rather than it being lost."""
+    from celery.exceptions import Reject
+
+    from app.embeddings import tasks as embedding_tasks
+    from app.embeddings.jobs import requeue_stalled_jobs
+
+    with _dead_broker_app(make_app) as (app, fake, take_outbox):
+        client, headers = app.test_client(), auth()
+        entity_id = create_definition(client, headers, "rejected", SCHEMA, embeddingsConfig=ON)
+        take_outbox()
+        _drop_walks(app, entity_id)
+        record_id = client.post(f"{BASE}/rejected/records", headers=headers,
+                                json={"fields": {"body": "delta", "n": 1}}).get_json()["id"]
+        [job] = _jobs(app, entity_id)
+        [(message_id, name, args)] = take_outbox()
+
+        def broker_down(task, exc, max_retries):  # what Task.retry does when it cannot send the retry
+            raise Reject(exc, requeue=False)
+
+        monkeypatch.setattr(embedding_tasks, "retry_or_give_up", broker_down)
+        fake.fail_next(503, times=10)
+        with app.app_context():
+            result = app.extensions["celery"].tasks[name].apply(args=args, task_id=message_id)
+        assert result.state != "SUCCESS"
+        assert [j.id for j in _jobs(app, entity_id)] == [job.id]  # still to do
+        monkeypatch.undo()
+        fake._failures.clear()
+        _expire(app, job.id)
+        with app.app_context():
+            assert requeue_stalled_jobs() == 1
+        [(again_id, _, again)] = take_outbox()
+        assert _run(app, name, again_id, again)["embedded"] == 1
+        assert _embedded(app, org_id, entity_id) == {record_id} and _jobs(app, entity_id) == []
