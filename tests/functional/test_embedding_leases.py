@@ -439,3 +439,40 @@ def test_a_retry_the_broker_could_not_take_leaves_the_job_to_the_reaper(make_app
         [(again_id, _, again)] = take_outbox()
         assert _run(app, name, again_id, again)["embedded"] == 1
         assert _embedded(app, org_id, entity_id) == {record_id} and _jobs(app, entity_id) == []
+
+
+def test_a_product_whose_schema_is_not_migrated_does_not_stop_the_lease_reapers(make_app, auth, org_id):
+    """create_product registers a product, then migrates its schema (seeding does it at runtime; a failed
+    migration leaves it so): meanwhile its tables do not exist. The lease reapers went through every
+    product in one loop, so that product's UndefinedTable stopped the embedding and email reapers for
+    every product, each maintenance round, until its schema was there."""
+    from sqlalchemy import delete, insert
+
+    from app.db import db
+    from app.email.bulk import requeue_stalled_jobs as requeue_stalled_email_jobs
+    from app.embeddings.jobs import requeue_stalled_jobs
+    from app.platform_models import Product
+    from app.wire import utcnow
+
+    with _dead_broker_app(make_app) as (app, fake, take_outbox):
+        client, headers = app.test_client(), auth()
+        entity_id = create_definition(client, headers, "unmigrated", SCHEMA, embeddingsConfig=ON)
+        take_outbox()
+        _drop_walks(app, entity_id)
+        client.post(f"{BASE}/unmigrated/records", headers=headers, json={"fields": {"body": "eps", "n": 1}})
+        [job] = _jobs(app, entity_id)
+        take_outbox()
+        _expire(app, job.id)
+        slug = f"a_unmigrated_{uuid.uuid4().hex[:8]}"
+        with app.app_context():
+            with db.engine.begin() as conn:
+                conn.execute(insert(Product.__table__).values(slug=slug, name=slug, schema_name=f"product_{slug}",
+                                                              created_at=utcnow()))
+            try:
+                assert requeue_stalled_jobs() == 1
+                assert requeue_stalled_email_jobs() >= 0
+            finally:
+                with db.engine.begin() as conn:
+                    conn.execute(delete(Product.__table__).where(Product.__table__.c.slug == slug))
+        [(_, name, _args)] = take_outbox()
+        assert name == "embeddings.records"
