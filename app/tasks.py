@@ -124,7 +124,8 @@ def lease_of(task_id: str | None) -> tuple[str, int] | None:
     """(job id, dispatch token) of a `lease_message_id`; None for any other task id (unleased message:
     an operator's `celery call`, a message of the previous release, an eager or direct call)."""
     parts = (task_id or "").split("~")
-    if len(parts) != 3 or not parts[0] or not parts[1].isdigit():
+    # ASCII digits only, a dispatch token's size: str.isdigit() takes '²' (int() refuses it) and 5 000 digits
+    if len(parts) != 3 or not parts[0] or not (parts[1].isascii() and parts[1].isdigit()) or len(parts[1]) > 18:
         return None
     return parts[0], int(parts[1])
 
