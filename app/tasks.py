@@ -241,6 +241,32 @@ def dispatch_outbox(celery: Celery | None = None, *, min_age_seconds: float | No
     return sent
 
 
+def reap_each_product(label: str, reap) -> int:
+    """Run a lease reaper's `reap(product) -> int` for every product of the platform and sum what it sent
+    again. A product whose schema is not migrated yet (`create_product` registers the product, then
+    migrates it; seeding does that at runtime, and a failed migration leaves it so) is skipped with a
+    warning, so one such product never stops the reaper for the others; any other error is raised."""
+    import psycopg.errors
+    from sqlalchemy import select
+    from sqlalchemy.exc import ProgrammingError
+
+    from app.db import db
+    from app.platform_models import Product
+
+    with db.engine.connect() as conn:
+        products = list(conn.scalars(select(Product.slug)))
+    total = 0
+    for product in products:
+        try:
+            total += reap(product)
+        except ProgrammingError as exc:
+            if not isinstance(exc.orig, psycopg.errors.UndefinedTable | psycopg.errors.InvalidSchemaName):
+                raise
+            log.warning("%s: product %s skipped, its schema is not migrated (%s)", label, product,
+                        type(exc.orig).__name__)
+    return total
+
+
 def run_maintenance(celery: Celery | None = None) -> dict[str, int]:
     """One round of the worker's maintenance loop (inside an app context): the app's lease reapers
     (`app.extensions["lease_reapers"]`, set by create_app: functions that re-queue jobs whose worker

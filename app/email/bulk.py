@@ -30,7 +30,6 @@ from typing import Any
 
 from flask import current_app
 from sqlalchemy import bindparam, func, insert, select, text, update
-from sqlalchemy.exc import ProgrammingError
 
 from app.db import db
 from app.email.models import EmailDelivery, EmailJob
@@ -264,18 +263,9 @@ def requeue_stalled_jobs() -> int:
     A job a worker is sending (lock held) is left alone; its slice renews the lease. Only this
     deployment's jobs (CELERY_KEY_PREFIX, as the outbox dispatch): another one sharing the database has
     its own broker and settings."""
-    from app.platform_models import Product
+    from app.tasks import reap_each_product
 
-    with db.engine.connect() as conn:
-        products = list(conn.scalars(select(Product.slug)))
-    requeued = 0
-    for product in products:
-        try:
-            requeued += _requeue_stalled(product)
-        except ProgrammingError as exc:  # its schema is not migrated (yet: create_product registers the product,
-            # then migrates it): the other products are reaped all the same
-            log.warning("email lease reaper: product %s skipped (%s)", product, type(exc.orig).__name__)
-    return requeued
+    return reap_each_product("email lease reaper", _requeue_stalled)
 
 
 def _requeue_stalled(product: str) -> int:

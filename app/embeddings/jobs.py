@@ -32,7 +32,6 @@ from datetime import timedelta
 from celery import Task
 from flask import current_app, has_app_context
 from sqlalchemy import delete, func, select, text, update
-from sqlalchemy.exc import ProgrammingError
 from sqlalchemy.orm import Session
 
 from app.config import SETTINGS
@@ -157,18 +156,9 @@ def requeue_stalled_jobs() -> int:
     """Lease reaper (app.lease_reapers, run by every worker's maintenance loop): send again, under its
     current token and with a renewed lease, every embedding job of this deployment (CELERY_KEY_PREFIX)
     past its lease whose advisory lock is free (no live worker runs it). Returns how many were sent."""
-    from app.platform_models import Product
+    from app.tasks import reap_each_product
 
-    with db.engine.connect() as conn:
-        products = list(conn.scalars(select(Product.slug)))
-    requeued = 0
-    for product in products:
-        try:
-            requeued += _requeue_stalled(product)
-        except ProgrammingError as exc:  # its schema is not migrated (yet: create_product registers the product,
-            # then migrates it): the other products are reaped all the same
-            log.warning("embedding lease reaper: product %s skipped (%s)", product, type(exc.orig).__name__)
-    return requeued
+    return reap_each_product("embedding lease reaper", _requeue_stalled)
 
 
 def _requeue_stalled(product: str) -> int:

@@ -451,6 +451,7 @@ def test_a_product_whose_schema_is_not_migrated_does_not_stop_the_lease_reapers(
     from app.db import db
     from app.email.bulk import requeue_stalled_jobs as requeue_stalled_email_jobs
     from app.embeddings.jobs import requeue_stalled_jobs
+    from app.entities.bulk import requeue_orphaned_jobs
     from app.platform_models import Product
     from app.wire import utcnow
 
@@ -471,8 +472,36 @@ def test_a_product_whose_schema_is_not_migrated_does_not_stop_the_lease_reapers(
             try:
                 assert requeue_stalled_jobs() == 1
                 assert requeue_stalled_email_jobs() >= 0
+                assert requeue_orphaned_jobs() >= 0  # the entity bulk jobs' reaper goes through the same loop
             finally:
                 with db.engine.begin() as conn:
                     conn.execute(delete(Product.__table__).where(Product.__table__.c.slug == slug))
         [(_, name, _args)] = take_outbox()
         assert name == "embeddings.records"
+
+
+def test_reap_each_product_skips_only_a_missing_schema_and_raises_any_other_error(make_app):
+    """The per-product loop of the lease reapers forgives a product whose tables are not there yet, and
+    nothing else: a reaper's own SQL error must not become a warning logged every round."""
+    import psycopg.errors
+    import pytest
+    from sqlalchemy.exc import ProgrammingError
+
+    from app.tasks import reap_each_product
+
+    app = make_app()
+    calls = []
+
+    def missing(product):
+        calls.append(product)
+        raise ProgrammingError("SELECT 1", {}, psycopg.errors.UndefinedTable("relation does not exist"))
+
+    def broken(product):
+        raise ProgrammingError("SELEC 1", {}, psycopg.errors.SyntaxError("syntax error"))
+
+    with app.app_context():
+        assert reap_each_product("test reaper", missing) == 0
+        assert calls  # every product was tried
+        assert reap_each_product("test reaper", lambda product: 2) == 2 * len(calls)
+        with pytest.raises(ProgrammingError):
+            reap_each_product("test reaper", broken)
