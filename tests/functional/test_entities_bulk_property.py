@@ -87,11 +87,16 @@ def _same(sent, stored) -> bool:
             and all(_same(sent[k], stored[k]) for k in sent))
 
 
+TRICKY_RECORD = {"name": "a\\.\n\\.\r\t\\\\u0000\\N", "tags": ["\t", "\\."],
+                 "fields": {"title": "\\u0000\\", "qty": 1.0, "score": 0,
+                            "meta": {"\\u0000": "\\.", "k": [-0.0, 1e308, 10**40, True, 1]}},
+                 "metadata": {"\n": "\r\n", "q": '"\\"'}}
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                    HealthCheck.function_scoped_fixture])
 @given(record=records)
-@example(record={"name": "a\\.\n\\.\r\t\\\\u0000\\N", "fields": {"title": "\\u0000\\", "meta": {"\\u0000": "\\.", "k": [-0.0, 1e308, 10**40, True, 1]},
-                 "qty": 1.0, "score": 0}, "tags": ["\t", "\\."], "metadata": {"\n": "\r\n", "q": '"\\"'}})
+@example(record=TRICKY_RECORD)
 @example(record={"fields": {"title": "x", "meta": {"a\x00": 1}}})
 @example(record={"fields": {"title": "x"}, "metadata": {"a": "\x00"}})
 @example(record={"fields": {"title": "x", "qty": True}})
@@ -119,3 +124,11 @@ def test_bulk_create_accepts_and_stores_as_single_create(app, data, record):
     assert _same(record.get("metadata"), None if metadata_text is None else json.loads(metadata_text))
     if "name" in record:
         assert name == record["name"]
+
+
+def test_the_tricky_record_is_accepted_by_both(app, data):
+    """The COPY escaping case above is a stored record (not a refusal both sides agree on)."""
+    client, headers, _entity_id, _seen = data
+    assert client.post(f"{BASE}/bulkprop/records", json=TRICKY_RECORD, headers=headers).status_code == 201
+    resp = client.post(f"{BASE}/bulkprop/records/bulk/create", json={"records": [TRICKY_RECORD]}, headers=headers)
+    assert resp.status_code == 200, resp.get_json()
