@@ -521,20 +521,52 @@ class CompiledFilter:
         return self.where if self.count_where is None else self.count_where
 
 
+@dataclass
+class ProjectedTerms:
+    """A filter's top-level AND terms split by what a projection's resolver answers (`project_terms`):
+    `covered` compiled against the projection, `rest` (parsed nodes) not."""
+
+    covered: list[ColumnElement]
+    rest: list[Node]
+
+
+def project_terms(parsed: ParsedFilter, narrow: FieldResolver) -> ProjectedTerms:
+    """Compile each top-level AND term of `parsed` against the projection once: a filter it answers whole
+    compiles from these (`compile_filters(..., resolver=narrow, terms=…)`), one it answers in part
+    narrows with them (`narrow=…, terms=…`), without compiling them a second time."""
+    root = parsed.root
+    terms = root.children if isinstance(root, Logical) and root.op == "and" else (root,)
+    covered, rest = [], []
+    for term in terms:
+        try:
+            covered.append(_Compiler(narrow).node(term))
+        except NotProjected:
+            rest.append(term)
+    return ProjectedTerms(covered, rest)
+
+
 def compile_filters(raw: Any, ctx: FilterContext, similarity: SimilarityClause | None = None,
-                    resolver: FieldResolver | None = None, narrow: FieldResolver | None = None) -> CompiledFilter:
+                    resolver: FieldResolver | None = None, narrow: FieldResolver | None = None,
+                    terms: ProjectedTerms | None = None) -> CompiledFilter:
     """Compile `raw` (a filter object, or one `parse_filters` already checked) into a WHERE expression
     (plus ranking / distance expressions); `similarity` is what its `$similar` was resolved to.
     `resolver` targets another table (a projection's; `NotProjected` when it cannot answer).
     `narrow` (a projection's resolver, when the filter as a whole is not projected): the top-level
     AND terms it can answer become one `id IN (SELECT id FROM <projection> WHERE …)`, which its
-    indexes answer; the other terms compile against entity_records as usual."""
+    indexes answer; the other terms compile against entity_records as usual. `terms`: `project_terms`
+    of this filter and of that projection (`resolver` or `narrow`), already compiled."""
     parsed = raw if isinstance(raw, ParsedFilter) else parse_filters(raw, ctx)
     resolver = resolver if resolver is not None else FieldResolver(ctx.catalog)
     if resolver.projected and parsed.similar is not None:
         raise NotProjected("$similar")  # semantic search reads entity_records (its stamp, its vectors)
     compiler = _Compiler(resolver)
-    where = _narrowed(parsed.root, compiler, narrow) if narrow is not None else None
+    where = None
+    if terms is not None and resolver.projected:  # the projection answers the filter: its terms, compiled
+        if terms.rest:
+            raise NotProjected("a term")
+        where = and_(*terms.covered) if len(terms.covered) > 1 else terms.covered[0] if terms.covered else true()
+    elif narrow is not None:
+        where = _narrowed(compiler, terms if terms is not None else project_terms(parsed, narrow), narrow)
     if where is None:
         where = compiler.node(parsed.root)
     out = CompiledFilter(where, parsed.search, similar=parsed.similar, resolver=resolver)
@@ -554,20 +586,13 @@ def compile_filters(raw: Any, ctx: FilterContext, similarity: SimilarityClause |
     return out
 
 
-def _narrowed(root: Node, compiler: _Compiler, narrow: FieldResolver) -> ColumnElement | None:
-    """`root`'s top-level AND terms split between the projection (`narrow`) and entity_records, or None
-    when the projection answers none of them."""
-    terms = root.children if isinstance(root, Logical) and root.op == "and" else (root,)
-    covered, rest = [], []
-    for term in terms:
-        try:
-            covered.append(_Compiler(narrow).node(term))
-        except NotProjected:
-            rest.append(term)
-    if not covered:
+def _narrowed(compiler: _Compiler, terms: ProjectedTerms, narrow: FieldResolver) -> ColumnElement | None:
+    """A filter's top-level AND terms split between the projection (`narrow`, `terms`) and entity_records,
+    or None when the projection answers none of them."""
+    if not terms.covered:
         return None
-    ids = select(narrow.t.c.id).where(*covered)
-    return and_(compiler.t.c.id.in_(ids), *(compiler.node(term) for term in rest))
+    ids = select(narrow.t.c.id).where(*terms.covered)
+    return and_(compiler.t.c.id.in_(ids), *(compiler.node(term) for term in terms.rest))
 
 
 class _Compiler:

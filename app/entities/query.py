@@ -1,13 +1,17 @@
 """Record query and count, one way through (the model for reading a domain's records):
 
-1. `definition_context` (app.entities.services.context): the definition, its compiled schema and filter
-   context, built once per request;
+1. `_reading`: the definition, its compiled schema and filter context (app.entities.services.context),
+   from the per-process cache (services.definitions.DefinitionCache); a cached one is proven current
+   by the request's count statement, which selects the definition row's token beside the count (same
+   snapshot), else the answer is discarded and the definition read again;
 2. `compile_request_filters`: parse the filters, resolve `$similar` through the app's similarity hook
    (embedding the query text is the only I/O), then compile (pure, app.entities.filters);
    When the definition has a ready typed projection (app.entities.projection) that covers the filter
    and the sort, the same compiler targets its columns instead (a `ProjectionResolver`): the count
    reads the projection alone and `_projected_page` takes the page's ids from it, then the records by id;
-3. `fetch_page`: the one executor of a page (plain order, exact distance, ANN index walk, rank fusion);
+3. an exact count and its page (no `$similar`) are one statement (`_counted_page`: the count's row
+   outer-joined with the page); otherwise `_count`, then `fetch_page`, the executor of the other pages
+   (an estimated count's, exact distance, ANN index walk, rank fusion);
 4. shaping: projection, `distance`, lookups.
 """
 
@@ -20,7 +24,7 @@ from typing import Any
 
 import psycopg
 from flask import current_app
-from sqlalchemy import JSON, Integer, Text, bindparam, cast, func, literal, select
+from sqlalchemy import JSON, Integer, Text, bindparam, cast, func, literal, select, true
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
@@ -39,9 +43,11 @@ from app.entities.filters import (
     SimilarSpec,
     compile_filters,
     parse_filters,
+    project_terms,
 )
 from app.entities.models import EntityDefinition, EntityRecord
-from app.entities.services.context import DefinitionContext, definition_context
+from app.entities.services import definitions
+from app.entities.services.context import DefinitionContext
 from app.entities.services.records import RECORD_COLUMNS, record_to_wire
 from app.errors import ValidationFailed
 from app.wire import iso
@@ -68,16 +74,18 @@ def compile_request_filters(raw: Any, dctx: DefinitionContext, *, sort_by: str |
     ready typed projection when it answers the filter (and `sort_by`) exactly, else entity_records."""
     parsed = parse_filters(raw, dctx.filters)
     resolver = projection.resolver_for(dctx.definition, dctx.filters.catalog) if projected else None
+    terms = None
     if resolver is not None and parsed.similar is None:
+        terms = project_terms(parsed, resolver)  # each top-level term compiled once against the projection
         try:
             if sort_by:
                 resolver.sort_key(resolver.resolve(sort_by))
-            return compile_filters(parsed, dctx.filters, None, resolver)
+            return compile_filters(parsed, dctx.filters, None, resolver, terms=terms)
         except (NotProjected, FilterError):  # not projected, or an unknown sortBy (400 below)
             pass
     # entity_records; the terms the projection can answer still narrow the rows through its indexes
     out = compile_filters(parsed, dctx.filters, resolve_similarity(parsed.similar, dctx),
-                          narrow=resolver if parsed.similar is None else None)  # $similar: its own path
+                          narrow=resolver if parsed.similar is None else None, terms=terms)  # $similar: its own path
     if resolver is not None and out.similarity is not None and out.count_total is None:
         out.count_projected = _projected_similar_count(parsed, dctx, resolver, out.similarity)
     return out
@@ -100,6 +108,7 @@ def _projected_similar_count(parsed, dctx: DefinitionContext, resolver, similari
 
 
 COUNT_MODES = ("exact", "planned", "estimated")
+COUNT_WITH_PAGE = True  # a page and its exact count in one statement (False: two; for A/B benches)
 
 
 class _ExplainJson(Executable, ClauseElement):
@@ -126,30 +135,61 @@ def planned_count(where: list, table=T) -> int:
     return max(0, int(round(plan[0]["Plan"]["Plan Rows"])))
 
 
-def counted(where: list, mode: str = "exact", count_where: list | None = None, table=T) -> tuple[int, str]:
-    """(count, how it was counted). `estimated` counts exactly while the estimate is at most
+def counted(where: list, mode: str = "exact", count_where: list | None = None, table=T,
+            token_of: str | None = None) -> tuple[int, str, str | None]:
+    """(count, how it was counted, a row token). `estimated` counts exactly while the estimate is at most
     ENTITY_COUNT_ESTIMATE_ABOVE, and reports the estimate beyond (PostgREST's `count=estimated`).
     `count_where` (a `$similar`: CompiledFilter.where_to_count) is the same set, cheaper to count
-    exactly; the planner estimates `where` (it cannot estimate the stamp's `embedded_version = version`)."""
+    exactly; the planner estimates `where` (it cannot estimate the stamp's `embedded_version = version`).
+    `token_of`: a definition id whose current row token (definitions.TOKEN_OF) the exact count selects
+    beside the count, from the same snapshot (the token is None when not asked or when no exact count ran)."""
     if mode in ("planned", "estimated"):
         estimate = planned_count(where, table)
         if mode == "planned" or estimate > current_app.config["ENTITY_COUNT_ESTIMATE_ABOVE"]:
-            return estimate, "planned" if mode == "planned" else "estimated"
+            return estimate, "planned" if mode == "planned" else "estimated", None
     terms = count_where or where
-    result = db.execute_shaped(db.session, ("count", table.schema, table.name),
-                               lambda: select(func.count()).select_from(table).where(*terms), terms)
-    return int(result.scalar() or 0), "exact"
+    if token_of is None:
+        result = db.execute_shaped(db.session, ("count", table.schema, table.name),
+                                   lambda: select(func.count()).select_from(table).where(*terms), terms)
+        return int(result.scalar() or 0), "exact", None
+    result = db.execute_shaped(db.session, ("count+token", table.schema, table.name),
+                               lambda: select(func.count(), definitions.TOKEN_OF).select_from(table).where(*terms),
+                               terms, {"definition_token_id": token_of})
+    count, token = result.first()
+    return int(count or 0), "exact", token
 
 
-def _count(definition: EntityDefinition, compiled: Any, mode: str) -> tuple[int, str]:
+def _count(entry: definitions.CachedDefinition, compiled: Any, mode: str) -> tuple[int, str]:
+    """The count of a query, and how it was counted. For a cached definition (`entry.cached`) the
+    count also proves the definition current: its row token from the count's own snapshot (or, on
+    the paths that cannot select it, one round trip more); `_StaleDefinition` when it is not."""
+    definition = entry.context.definition
+    token_of = definition.id if entry.cached else None
+    token = None
     if compiled.projected:  # the projection holds exactly the definition's active records
-        return counted([compiled.where], mode, table=compiled.table)
-    if mode == "exact" and compiled.count_total is not None:  # a lone $similar: its counter
-        return int(db.session.scalar(compiled.count_total) or 0), "exact"
-    if mode == "exact" and compiled.count_projected is not None:  # $similar + a projected filter
-        return int(db.session.scalar(compiled.count_projected) or 0), "exact"
-    scope = record_scope(definition)
-    return counted([*scope, compiled.where], mode, [*scope, compiled.where_to_count])
+        total, how, token = counted([compiled.where], mode, table=compiled.table, token_of=token_of)
+    elif mode == "exact" and compiled.count_total is not None:  # a lone $similar: its counter
+        total, how = int(db.session.scalar(compiled.count_total) or 0), "exact"
+    elif mode == "exact" and compiled.count_projected is not None:  # $similar + a projected filter
+        total, how = int(db.session.scalar(compiled.count_projected) or 0), "exact"
+    else:
+        scope = record_scope(definition)
+        total, how, token = counted([*scope, compiled.where], mode, [*scope, compiled.where_to_count],
+                                    token_of=token_of)
+    _check_current(entry, token)
+    return total, how
+
+
+def _check_current(entry: definitions.CachedDefinition, token: str | None) -> None:
+    """`_StaleDefinition` unless a cached `entry` is the definition row's current version: `token` is
+    the row's token selected by the data statement (None: not selected, or the row is gone; then one
+    round trip asks)."""
+    if entry.cached and (token != entry.token if token is not None else not definitions.is_current(entry)):
+        raise _StaleDefinition
+
+
+class _StaleDefinition(Exception):  # noqa: N818 (a signal: the caller reads the definition again)
+    """A cached definition was changed (or deleted) since it was read: the answer is discarded."""
 
 
 def _projection_gone(exc: DBAPIError) -> bool:
@@ -170,23 +210,47 @@ def _without_vanished_projection(run):
         return run(False)
 
 
-def count_records(definition: EntityDefinition, filters: Any, count_mode: str = "exact") -> tuple[int, str]:
-    """How many active records of the definition match `filters`, and how that number was counted."""
-    dctx = definition_context(definition)
-    return _without_vanished_projection(
-        lambda projected: _count(definition, compile_request_filters(filters, dctx, projected=projected),
-                                 count_mode))
+def _reading(name: str, run):
+    """`run(entry, projected)` with the org's active definition `name` (404 if none).
+
+    A cached definition (definitions.DefinitionCache) saves the definition's round trip and its
+    compilation; the count every run makes proves it current (`_count`). When it is stale, or when
+    the run fails in any way (a 400 for a field only the new schema has, a dropped projection table,
+    …) and the definition is no longer the cached one, that answer is discarded and the question is
+    asked again with the definition read now, as without a cache."""
+    entry = definitions.cached_definition(name)
+    if entry is not None:
+        try:
+            return _without_vanished_projection(lambda projected: run(entry, projected))
+        except _StaleDefinition:
+            pass
+        except Exception as exc:
+            if isinstance(exc, DBAPIError):
+                db.session.rollback()
+            if definitions.is_current(entry):
+                raise
+        definitions.forget_definition(name, entry)
+    entry = definitions.load_definition(name)
+    return _without_vanished_projection(lambda projected: run(entry, projected))
 
 
-def query_records(definition: EntityDefinition, params: dict[str, Any], count_mode: str = "exact") -> dict[str, Any]:
-    """One page of records matching the filters, as a PaginatedResult (`countMode` says how
-    `totalCount` was counted: exact unless the caller preferred otherwise)."""
-    return _without_vanished_projection(lambda projected: _query_records(definition, params, count_mode, projected))
+def count_records(name: str, filters: Any, count_mode: str = "exact") -> tuple[int, str]:
+    """How many active records of the org's definition `name` match `filters`, and how that number
+    was counted."""
+    return _reading(name, lambda entry, projected: _count(
+        entry, compile_request_filters(filters, entry.context, projected=projected), count_mode))
 
 
-def _query_records(definition: EntityDefinition, params: dict[str, Any], count_mode: str,
+def query_records(name: str, params: dict[str, Any], count_mode: str = "exact") -> dict[str, Any]:
+    """One page of records of the org's definition `name` matching the filters, as a PaginatedResult
+    (`countMode` says how `totalCount` was counted: exact unless the caller preferred otherwise)."""
+    return _reading(name, lambda entry, projected: _query_records(entry, params, count_mode, projected))
+
+
+def _query_records(entry: definitions.CachedDefinition, params: dict[str, Any], count_mode: str,
                    projected: bool) -> dict[str, Any]:
-    dctx = definition_context(definition)
+    dctx = entry.context
+    definition = dctx.definition
     schema, ctx = dctx.schema, dctx.filters
     page, page_size = params.get("page") or 1, params.get("pageSize", 20)
     max_page_size = current_app.config["ENTITY_MAX_PAGE_SIZE"]
@@ -209,10 +273,22 @@ def _query_records(definition: EntityDefinition, params: dict[str, Any], count_m
     lookups = _lookup_specs(schema.catalog, params.get("includeLookups") or [])
 
     where = [compiled.where] if compiled.projected else [*record_scope(definition), compiled.where]
-    total, how = _count(definition, compiled, count_mode)
-    rows: list = []
     offset = (page - 1) * page_size
-    if position is not None or offset < total or how != "exact":  # an estimate may be low: fetch anyway
+    # count and page in one statement (one round trip, one snapshot), unless a `$similar` orders or
+    # counts (its own statements) or the count is an estimate (the page is fetched whatever it says)
+    combined = count_mode == "exact" and compiled.similarity is None and COUNT_WITH_PAGE
+    if combined:
+        page_where = where if position is None else [*where, cursors.after(keyset[0], P.c.id, keyset[1], position)]
+        count_where = where if compiled.projected else [*record_scope(definition), compiled.where_to_count]
+        total, token, rows = _counted_page(P, count_where, page_where, order, keyset,
+                                           0 if position is not None else offset, page_size,
+                                           definition.id if entry.cached else None)
+        how = "exact"
+        _check_current(entry, token)
+    else:
+        total, how = _count(entry, compiled, count_mode)
+        rows = []
+    if not combined and (position is not None or offset < total or how != "exact"):  # an estimate may be low
         columns = [T.c[name] for name in RECORD_COLUMNS]
         if compiled.distance is not None:
             columns.append(compiled.distance.label("distance"))
@@ -357,6 +433,47 @@ def _projected_page(P, where: list, order: list, keyset, offset: int, limit: int
     shape = ("projected page", P.schema, P.name, tuple((d, n) for _, d, n in order), keyset is not None)
     sources = [*where, *(expr for expr, _, _ in order), *([keyset[0]] if keyset is not None else [])]
     return list(db.execute_shaped(db.session, shape, build, sources, {"page_limit": limit, "page_offset": offset}))
+
+
+def _counted_page(P, count_where: list, where: list, order: list, keyset, offset: int,  # noqa: N803
+                  limit: int, token_of: str | None) -> tuple[int, str | None, list]:
+    """`counted` and the page (`fetch_page`'s plain order, or `_projected_page` when `P` is the
+    definition's projection) in one statement: one round trip, one snapshot. The exact count of
+    `count_where` over `P`, the row token of definition `token_of` (None: not asked) and the page's
+    records: the count's one row outer-joined with the page (an empty page still yields the count),
+    in the page's order. Returns (total, token, rows)."""
+    projected = P is not T
+
+    def build():
+        keys = [expr.label(f"k{i}") for i, (expr, _, _) in enumerate(order)]
+        extra = [_cursor_key(keyset[0]).label("cursor_key")] if keyset is not None else []
+        counts = select(func.count().label("total"),
+                        *([definitions.TOKEN_OF.label("row_token")] if token_of is not None else [])
+                        ).select_from(P).where(*count_where).subquery("counted")
+        picked = [P.c.id.label("pid")] if projected else [T.c[name] for name in RECORD_COLUMNS]
+        page = (select(*picked, *keys, *extra).where(*where).order_by(*_ordered(order))
+                .limit(_LIMIT).offset(_OFFSET).subquery("page"))
+        joined = counts.outerjoin(page, true())
+        if projected:  # the page's records by primary key
+            columns = [T.c[name] for name in RECORD_COLUMNS]
+            joined = joined.outerjoin(T, T.c.id == page.c.pid)
+        else:
+            columns = [page.c[name] for name in RECORD_COLUMNS]
+        columns += [page.c.cursor_key] if keyset is not None else []
+        return (select(counts.c.total, *([counts.c.row_token] if token_of is not None else []), *columns)
+                .select_from(joined)
+                .order_by(*_ordered([(page.c[f"k{i}"], d, n) for i, (_, d, n) in enumerate(order)])))
+
+    shape = ("counted page", P.schema, P.name, tuple((d, n) for _, d, n in order), keyset is not None,
+             token_of is not None)
+    sources = [*count_where, *where, *(expr for expr, _, _ in order), *([keyset[0]] if keyset is not None else [])]
+    named = {"page_limit": limit, "page_offset": offset}
+    if token_of is not None:
+        named["definition_token_id"] = token_of
+    rows = list(db.execute_shaped(db.session, shape, build, sources, named))
+    first = rows[0]._mapping
+    return (int(first["total"] or 0), first["row_token"] if token_of is not None else None,
+            [row for row in rows if row._mapping["id"] is not None])
 
 
 def _ordered(order: list) -> list:

@@ -197,7 +197,7 @@ class RecordQuery(MethodView):
         # reads only, no transaction needed: statements in autocommit (a `$similar` page too: its index
         # walk settings are then set at session level, app.entities.query._walk_settings)
         db.reads_only()
-        result = query.query_records(definitions.read_definition(entityName), data["query"], _count_preference())
+        result = query.query_records(entityName, data["query"], _count_preference())
         return result, 200, _count_applied(result.pop("countMode"))
 
 
@@ -212,7 +212,7 @@ class RecordCount(MethodView):
         """Count the records matching `filters` (the response is a bare number; `Prefer: count=planned|
         estimated` as for the query)."""
         db.reads_only()
-        total, how = query.count_records(definitions.read_definition(entityName), data.get("filters"),
+        total, how = query.count_records(entityName, data.get("filters"),
                                          _count_preference())
         response = jsonify(total)
         response.headers.extend(_count_applied(how))

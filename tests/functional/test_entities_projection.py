@@ -243,6 +243,30 @@ def test_sort_and_cursor_on_the_projection(projected):
     assert [r["name"] for r in first["records"] + second["records"]] == [r["name"] for r in everything[:4]]
 
 
+def test_a_projected_page_and_its_count_are_one_statement(projected, monkeypatch):
+    """On the projection, the exact count and the page come from one statement (one round trip, one
+    snapshot), the definition's row token beside them: page 1, a cursor page, a page past the end and
+    an empty result alike, each with the answer entity_records gives."""
+    app, client, headers, definition_id, plan = projected
+    cases = [dict(filters={"qty": {"$gte": 1}}, pageSize=2), dict(filters={"qty": {"$gte": 1}}, pageSize=2, page=99),
+             dict(filters={"qty": {"$gte": 10_000}}), dict(sortBy="due", sortOrder=-1, pageSize=2),
+             dict(filters={"$search": "alpha"}, pageSize=3)]
+    query(client, headers, "items")  # the definition cached: its token rides on the statement
+    for params in cases:
+        with statements(app) as seen:
+            got = query(client, headers, "items", **params)
+        assert got.status_code == 200, got.get_json()
+        assert len(seen) == 1 and used(seen, plan) and "count(*)" in seen[0] and "xmin" in seen[0], seen
+        with monkeypatch.context() as m:  # entity_records alone
+            m.setattr(projection, "resolver_for", lambda *a, **k: None)
+            assert got.get_json() == query(client, headers, "items", **params).get_json()
+    first = query(client, headers, "items", sortBy="due", sortOrder=-1, pageSize=2).get_json()
+    with statements(app) as seen:
+        second = query(client, headers, "items", sortBy="due", sortOrder=-1, pageSize=2, cursor=first["nextCursor"])
+    assert second.status_code == 200 and len(seen) == 1 and used(seen, plan)
+    assert second.get_json()["totalCount"] == first["totalCount"] and second.get_json()["currentPage"] == 2
+
+
 def test_schema_change_stops_using_the_projection_at_once_then_rebuilds(projected, monkeypatch):
     from app.entities import indexes
 
@@ -255,7 +279,9 @@ def test_schema_change_stops_using_the_projection_at_once_then_rebuilds(projecte
     assert pointed(app, definition_id) is None  # stale: no longer used
     with statements(app) as seen:
         assert names(query(client, headers, "items", filters={"qty": {"$gte": 2}})) == before
-    assert not used(seen, plan)
+    # the first query cached the definition: its count (on the old projection) proves it stale, and
+    # the answer comes from the definition read again, without the projection
+    assert used(seen[:1], plan) and not used(seen[1:], plan)
     create_record(client, headers, "items", {"name": "Eta", "fields": {"title": "e", "qty": 7, "rank": 1}})
     monkeypatch.undo()
     with app.app_context():
@@ -357,25 +383,30 @@ def test_a_projection_dropped_after_the_request_read_its_definition_is_not_an_er
     flt = {"qty": {"$gte": 2}}
     expected = query(client, headers, "items", filters=flt, pageSize=100).get_json()
     expected_count = client.post(f"{BASE}/items/records/count", json={"filters": flt}, headers=headers).get_json()
-    read = definitions.read_definition
+    load = definitions.load_definition
 
-    def read_then_rebuilt(name):
-        definition = read(name)
-        assert definition.projection == plan.name  # the request goes on with this (stale) pointer
-        with db.engine.connect() as conn:  # what a finished rebuild does to the old table
+    def dropped():  # what a finished rebuild does to the old table
+        with db.engine.connect() as conn:
             conn.execute(text(f"UPDATE {SCHEMA}.entity_definitions SET projection = NULL WHERE id = :d"),
                          {"d": definition_id})
             projection.drop(conn, SCHEMA, plan.name)
             conn.commit()
-        return definition
 
-    monkeypatch.setattr(definitions, "read_definition", read_then_rebuilt)
+    def read_then_rebuilt(name):
+        entry = load(name)
+        assert entry.context.definition.projection == plan.name  # the request goes on with this (stale) pointer
+        dropped()
+        return entry
+
+    app.extensions.pop("entity_definition_cache", None)  # not cached: the request reads the definition
+    monkeypatch.setattr(definitions, "load_definition", read_then_rebuilt)
     with statements(app) as seen:
         got = query(client, headers, "items", filters=flt, pageSize=100)
     assert got.status_code == 200, got.get_json()
     assert used(seen, plan)  # it did try the projection first
     assert [r["id"] for r in got.get_json()["records"]] == [r["id"] for r in expected["records"]]
     assert got.get_json()["totalCount"] == expected["totalCount"]
+    monkeypatch.undo()
     from app.entities.indexes import sync_definition
 
     with app.app_context():
@@ -383,6 +414,17 @@ def test_a_projection_dropped_after_the_request_read_its_definition_is_not_an_er
     assert pointed(app, definition_id) == plan.name
     count = client.post(f"{BASE}/items/records/count", json={"filters": flt}, headers=headers)
     assert count.status_code == 200 and count.get_json() == expected_count
+    # the definition is cached with its projection; another process drops the table between requests
+    assert query(client, headers, "items", filters=flt, pageSize=100).get_json()["totalCount"] == expected["totalCount"]
+    with app.app_context():
+        dropped()
+    with statements(app) as seen:
+        got = query(client, headers, "items", filters=flt, pageSize=100)
+        count = client.post(f"{BASE}/items/records/count", json={"filters": flt}, headers=headers)
+    assert got.status_code == 200, got.get_json()
+    assert [r["id"] for r in got.get_json()["records"]] == [r["id"] for r in expected["records"]]
+    assert count.status_code == 200 and count.get_json() == expected_count
+    assert used(seen[:1], plan) and not used(seen[1:], plan)  # tried the cached pointer once, then read anew
 
 
 ODD_LISTS = {  # what `l` holds in records written while the schema declared it plain JSON

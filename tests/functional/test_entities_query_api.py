@@ -313,7 +313,7 @@ def test_query_and_count_without_similar_run_in_autocommit_with_the_same_answers
         assert count.status_code == 200 and count.get_json() == 3
 
     seen = _record_statements(app, both)
-    assert len(seen) == 3 and all(seen)  # count + page, then the count route's count
+    assert len(seen) == 2 and all(seen)  # count and page in one statement, then the count route's count
 
 
 def test_similar_in_the_filters_runs_in_autocommit_too(app, dataset):
@@ -327,3 +327,34 @@ def test_similar_in_the_filters_runs_in_autocommit_too(app, dataset):
 
     seen = _record_statements(app, similar)
     assert seen and all(seen)
+
+
+@pytest.mark.parametrize("params", [
+    {"filters": {"qty": {"$gte": 1}}, "pageSize": 2}, {"filters": {"qty": {"$gte": 1}}, "pageSize": 2, "page": 99},
+    {"filters": {"qty": {"$gte": 10_000}}}, {"sortBy": "due", "sortOrder": -1, "pageSize": 2},
+    {"filters": {"$search": "alpha"}, "pageSize": 3}, {"sortBy": "meta", "pageSize": 3},
+    {"filters": {"status": "open"}, "sortBy": "title", "sortOrder": 1, "include": ["title"]},
+])
+def test_a_page_and_its_exact_count_are_one_statement(app, dataset, params, monkeypatch):
+    """Without a projection too: the exact count and the page in one statement, a cursor page as well,
+    each answering exactly as the count and the page in two statements."""
+    from app.entities import query as engine
+
+    client, headers, _ids = dataset
+    query(client, headers, "items")  # the definition cached
+    got: list = []
+    seen = _record_statements(app, lambda: got.append(query(client, headers, "items", **params)))
+    assert len(seen) == 1, seen
+    assert got[0].status_code == 200, got[0].get_json()
+    body = got[0].get_json()
+    monkeypatch.setattr(engine, "COUNT_WITH_PAGE", False)
+    assert body == query(client, headers, "items", **params).get_json()
+    monkeypatch.undo()
+    if body["nextCursor"]:
+        following = []
+        seen = _record_statements(app, lambda: following.append(
+            query(client, headers, "items", **{**params, "cursor": body["nextCursor"]})))
+        assert len(seen) == 1 and following[0].status_code == 200, following[0].get_json()
+        monkeypatch.setattr(engine, "COUNT_WITH_PAGE", False)
+        assert following[0].get_json() == query(client, headers, "items",
+                                                **{**params, "cursor": body["nextCursor"]}).get_json()

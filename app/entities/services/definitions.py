@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
+from flask import current_app, g
 from marshmallow import ValidationError
-from sqlalchemy import bindparam, delete, func, select, update
+from sqlalchemy import Text, bindparam, delete, func, literal_column, select, update
 from sqlalchemy import inspect as sa_inspect
 
-from app.db import db
+from app.db import db, schema_for
 from app.entities import hooks
 from app.entities.fieldtypes import CompiledSchema, compile_definition_schema
 from app.entities.models import EntityDefinition, EntityRecord, EntityView
@@ -17,6 +22,7 @@ from app.entities.services.common import (
     flatten_messages,
     flush_unique,
 )
+from app.entities.services.context import DefinitionContext, definition_context, filter_limits
 from app.entities.services.records import (
     deactivate_relationships_of,
     delete_relationships_of,
@@ -63,22 +69,120 @@ def find_definition(name: str, *, include_inactive: bool = False, lock: bool = F
 
 
 _D = EntityDefinition.__table__
+# What identifies one committed version of a definition row: its xmin (the transaction that wrote this
+# row version: every UPDATE by any path, the projection pointer's too, writes a new one) and its
+# version. A deleted row has none. Compared as text (DefinitionCache).
+ROW_TOKEN = literal_column("entity_definitions.xmin::text || ':' || entity_definitions.version", Text)
 # find_definition(name) as one constant statement (db.read_first renders it once per product)
-_ACTIVE_DEFINITION = (select(_D).where(_D.c.org_id == bindparam("org"), _D.c.name == bindparam("name"),
-                                       _D.c.is_active.is_(True))
+_ACTIVE_DEFINITION = (select(_D, ROW_TOKEN.label("row_token"))
+                      .where(_D.c.org_id == bindparam("org"), _D.c.name == bindparam("name"), _D.c.is_active.is_(True))
                       .order_by(_D.c.updated_at.desc()).limit(1))
+# the current token of definition `definition_token_id` (NULL once deleted): a scalar subquery a
+# data statement selects beside its answer, so that both come from the same snapshot
+TOKEN_OF = select(ROW_TOKEN).where(_D.c.id == bindparam("definition_token_id")).scalar_subquery()
+_TOKEN_OF = select(TOKEN_OF.label("row_token"))
 _ATTRIBUTES = [(prop.key, prop.columns[0].name) for prop in sa_inspect(EntityDefinition).column_attrs]
 
 
-def read_definition(name: str) -> EntityDefinition:
-    """`find_definition(name)` for requests that only read: the same row, one round trip through
-    `db.read_first` (no ORM query, no BEGIN when the request has no transaction yet), returned as a
-    transient EntityDefinition that is not in the session. Callers must not change it or attach it to
-    anything written (use `find_definition` for that)."""
+def _read_row(name: str) -> dict[str, Any]:
+    """The org's active definition row `name` with its row token (one round trip), else 404."""
     row = db.read_first(_ACTIVE_DEFINITION, {"org": current_org(), "name": name})
     if row is None:
         raise NotFound(f"Entity '{name}' not found.")
-    return EntityDefinition(**{key: row[column] for key, column in _ATTRIBUTES})
+    return row
+
+
+DEFINITION_CACHE_MAX = 512  # definitions kept per app (least recently used dropped first)
+
+
+@dataclass(frozen=True)
+class CachedDefinition:
+    """A definition as read (`context`: the transient EntityDefinition, its compiled schema and filter
+    context) with the row token it was read with. `cached`: it came from the cache, so it must be
+    proven current (`token` equal to the row's in the data statement's snapshot, `is_current`)
+    before its answer is given."""
+
+    context: DefinitionContext
+    token: str
+    cached: bool
+
+
+class DefinitionCache:
+    """Per app and process: (product schema, org, name) → CachedDefinition, at most
+    DEFINITION_CACHE_MAX. Never trusted on its own: a reader proves an entry current against the
+    database in the same snapshot as its answer (app.entities.query), so a change by another process
+    (worker, app instance) is seen by the next request; a stale entry is dropped and read again."""
+
+    def __init__(self) -> None:
+        self.entries: OrderedDict[tuple[str, str, str], CachedDefinition] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key):
+        with self.lock:
+            entry = self.entries.get(key)
+            if entry is not None:
+                self.entries.move_to_end(key)
+            return entry
+
+    def put(self, key, entry: CachedDefinition) -> None:
+        with self.lock:
+            self.entries[key] = entry
+            self.entries.move_to_end(key)
+            while len(self.entries) > DEFINITION_CACHE_MAX:
+                self.entries.popitem(last=False)
+
+    def drop(self, key, entry: CachedDefinition) -> None:
+        with self.lock:
+            if self.entries.get(key) is entry:
+                del self.entries[key]
+
+
+def definition_cache() -> DefinitionCache:
+    cache = current_app.extensions.get("entity_definition_cache")
+    if cache is None:
+        cache = current_app.extensions.setdefault("entity_definition_cache", DefinitionCache())
+    return cache
+
+
+def _cache_key(name: str) -> tuple[str, str, str]:
+    return schema_for(db.context_product()), current_org(), name
+
+
+def cached_definition(name: str) -> CachedDefinition | None:
+    """The cache's entry for the org's definition `name`, unproven (None: not cached). Only read-only
+    requests (db.reads_only: autocommit, every statement sees committed rows only) use the cache."""
+    if not g.get("_db_reads_only"):
+        return None
+    entry = definition_cache().get(_cache_key(name))
+    if entry is not None and entry.context.filters.limits != filter_limits():  # the app's limits changed
+        return None
+    return entry
+
+
+def load_definition(name: str) -> CachedDefinition:
+    """`find_definition(name)` for requests that only read: the org's active definition `name` read now
+    (404 if none), one round trip through `db.read_first` (no ORM query, no BEGIN when the request has no
+    transaction yet), as a transient EntityDefinition that is not in the session (callers must not
+    change it or attach it to anything written), with its compiled context; kept in the cache when the
+    request only reads (it was read outside any transaction: committed)."""
+    row = _read_row(name)
+    definition = EntityDefinition(**{key: row[column] for key, column in _ATTRIBUTES})
+    entry = CachedDefinition(definition_context(definition), row["row_token"], False)
+    if g.get("_db_reads_only"):
+        definition_cache().put(_cache_key(name), dataclasses.replace(entry, cached=True))
+    return entry
+
+
+def forget_definition(name: str, entry: CachedDefinition) -> None:
+    """Drop `entry` (found stale) from the cache."""
+    definition_cache().drop(_cache_key(name), entry)
+
+
+def is_current(entry: CachedDefinition) -> bool:
+    """Whether the definition row is still the version `entry` was read from (one round trip)."""
+    row = db.read_first(_TOKEN_OF, {"definition_token_id": entry.context.definition.id})
+    return row is not None and row["row_token"] == entry.token
+
 
 def _check_embeddings_config(config: dict | None, compiled: CompiledSchema) -> None:
     if not config:

@@ -129,3 +129,30 @@ def test_conditions_are_bare_outside_negations_and_two_valued_inside(condition):
 
 def test_datetimes_compare_through_the_immutable_cast():
     assert "public.entity_iso_timestamptz" in sql({"at": {"$gte": "2026-01-01T00:00:00Z"}})
+
+
+def test_a_partly_projected_filter_compiles_each_term_against_the_projection_once(monkeypatch):
+    """query.compile_request_filters: the terms the projection answers are compiled once, then either make
+    the whole projected filter or narrow the entity_records one (`project_terms`)."""
+    from app.entities import projection
+    from app.entities.query import compile_request_filters
+    from app.entities.services.context import DefinitionContext
+
+    definition = SimpleNamespace(id="d1", projection=None)
+    plan = projection.plan_for(definition, CTX.catalog)
+    definition.projection = plan.name
+    dctx = DefinitionContext(definition, compile_definition_schema(SCHEMA), CTX)
+    resolved: list[str] = []
+    original = projection.ProjectionResolver.resolve
+
+    def counting(self, name, path="field"):
+        resolved.append(name)
+        return original(self, name, path)
+
+    monkeypatch.setattr(projection.ProjectionResolver, "resolve", counting)
+    partly = compile_request_filters({"qty": {"$gte": 2}, "meta": {"$exists": True}}, dctx, projected=True)
+    assert not partly.projected and plan.name in str(partly.where.compile(dialect=postgresql.dialect()))
+    assert resolved.count("qty") == 1
+    resolved.clear()
+    whole = compile_request_filters({"qty": {"$gte": 2}, "title": "x"}, dctx, sort_by="due", projected=True)
+    assert whole.projected and resolved.count("qty") == 1 and resolved.count("title") == 1
