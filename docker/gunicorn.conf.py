@@ -16,7 +16,9 @@ keepalive = 5
 accesslog = "-"
 errorlog = "-"
 access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms rid=%({x-request-id}o)s'
-# gunicorn's logger; the access line computes only the atoms the format names (the same line)
+# gunicorn's logger; the access line computes only the atoms the format names (the same line). A set
+# logger_class also stops gunicorn's automatic switch to its statsd logger when --statsd-host is given:
+# statsd metrics need logger_class = "gunicorn.instrument.statsd.Statsd" (the full-atom line) instead.
 logger_class = "app.serving.AccessLogger"
 # gunicorn answers an over-long header or request line itself, before the app sees it (in the JSON
 # envelope, through app.serving). The app has its own, tighter limits with more precise answers (an

@@ -274,12 +274,19 @@ def _predicate(schema: Any):
             if inner is None:
                 return None
             checks.append(lambda v, inner=inner: not isinstance(v, list) or all(inner(i) for i in v))
-        elif key == "uniqueItems" and arg is True:
+        elif key == "uniqueItems" and arg is True and _string_items(schema):
+            # only where `items` admits strings alone: jsonschema's uniqueness of other values (1 and
+            # True distinct, 1 and 1.0 equal, objects by content) is not this set's
             checks.append(lambda v: not isinstance(v, list) or (all(isinstance(i, str) for i in v)
                                                                 and len(set(v)) == len(v)))
         else:
             return None
     return _every(checks)
+
+
+def _string_items(schema: dict) -> bool:
+    items = schema.get("items")
+    return isinstance(items, dict) and items.get("type") in ("string", ["string"])
 
 
 def _every(checks: list) -> Any:

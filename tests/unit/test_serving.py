@@ -9,6 +9,8 @@ from types import SimpleNamespace
 import pytest
 from gunicorn.config import Config
 from gunicorn.glogging import Logger, SafeAtoms
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.serving import AccessLogger, LazyAtoms
 
@@ -80,3 +82,24 @@ def test_the_date_header_is_gunicorns_for_every_second(monkeypatch):
         monkeypatch.setattr(serving.time, "time", lambda now=now: now)
         assert serving.http_date() == serving._gunicorn_http_date(now)
     assert serving.http_date(1_600_000_000) == serving._gunicorn_http_date(1_600_000_000)
+
+
+_names = st.text(alphabet="aAbB-_}{İıΣσ\"\\\r\n", max_size=4)
+_values = st.text(alphabet='ab"\\\r\n\x00 é', max_size=5)
+_keys = st.tuples(st.sampled_from(["{", ""]), _names,
+                  st.sampled_from(["}i", "}o", "}e", "}I", "}O", "}E", "", "}", "}x"])).map("".join)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(req=st.lists(st.tuples(_names, _values), max_size=4), resp=st.lists(st.tuples(_names, _values), max_size=4),
+       env=st.dictionaries(_names, _values | st.integers() | st.none(), max_size=4), keys=st.lists(_keys, max_size=6),
+       status=st.sampled_from(["200 OK", 404, None]), sent=st.sampled_from([None, 0, 12]))
+def test_random_headers_environ_and_keys_give_gunicorns_atoms(req, resp, env, keys, status, sent):
+    """Names with `}`, case folding beyond ASCII, quotes, CR/LF and NUL in values, repeated names."""
+    logger = _logger(Logger)
+    environ = {"REQUEST_METHOD": "GET", "RAW_URI": '/a"b', "SERVER_PROTOCOL": "HTTP/1.1", **env}
+    exchange = (SimpleNamespace(status=status, sent=sent, headers=resp), SimpleNamespace(headers=req), environ,
+                timedelta(seconds=1, microseconds=5))
+    expected, lazy = SafeAtoms(logger.atoms(*exchange)), LazyAtoms(logger, *exchange)
+    for key in [*keys, *expected]:
+        assert lazy[key] == expected[key], key

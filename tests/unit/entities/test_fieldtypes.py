@@ -93,3 +93,41 @@ def test_quick_check_agrees_with_jsonschema(title, fields, with_title):
     schema = compile_definition_schema(QUICK_SCHEMA)
     assert schema.quick is not None
     assert schema.is_valid(fields) == schema.validator.is_valid(fields) == (schema.errors_for(fields) == {})
+
+
+keyword_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.sampled_from([1.0, -0.0, 2.5, 10**30, 1e300])
+    | st.sampled_from(["a", "b", "", "abcd", "2026-01-01", "2026-13-01", "2026-01-01T00:00:00Z", "a@b.co",
+                       "https://x.io", "x y"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["k", "url", "amount"]), inner,
+                                                                max_size=2), max_leaves=5)
+keywords = st.fixed_dictionaries({}, optional={
+    "minimum": st.sampled_from([0, 1, 0.5, -1]), "maximum": st.sampled_from([0, 2, 2.5]),
+    "minLength": st.integers(0, 3), "maxLength": st.integers(0, 3), "uniqueItems": st.booleans(),
+    "items": st.sampled_from([{"type": "integer"}, {"type": "string"}, {"type": "number", "minimum": 1}, {},
+                              {"type": ["string", "null"]}]),
+    "format": st.sampled_from(["email", "date", "date-time", "uri", "unknown"]),
+    "enum": st.sampled_from([["a", "b"], ["a", None], [1, 2]])})
+
+
+@settings(max_examples=1500, deadline=None)
+@given(kind=st.sampled_from(["string", "int", "float", "bool", "date", "email", "url", "json", "array", "object",
+                             "integer", "number", "multilookup", "lookup"]),
+       extra=keywords, required=st.booleans(), value=keyword_values)
+def test_quick_check_agrees_with_jsonschema_for_the_standard_keywords(kind, extra, required, value):
+    """Keywords a property may carry besides its type (kept as written): where the quick check answers,
+    it answers as jsonschema (`uniqueItems` over numbers, lists, objects: jsonschema's own equality)."""
+    try:
+        schema = compile_definition_schema({"type": "object", "required": ["x"] if required else [],
+                                            "properties": {"x": {"type": kind, **extra}}})
+    except ValidationFailed:
+        return
+    verdict = schema.quick({"x": value}) if schema.quick is not None else None
+    assert verdict is None or verdict == schema.validator.is_valid({"x": value})
+
+
+def test_unique_items_over_numbers_is_jsonschemas():
+    schema = compile_definition_schema({"type": "object", "properties": {
+        "x": {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}}})
+    for value, valid in (([1, 2], True), ([1, 1], False), ([], True)):
+        assert schema.quick({"x": value}) in (None, valid) and schema.is_valid({"x": value}) is valid
