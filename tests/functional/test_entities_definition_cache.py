@@ -141,3 +141,24 @@ def test_the_cache_is_bounded(app, monkeypatch):
     cache = app.extensions["entity_definition_cache"]
     assert len(cache.entries) == 3
     assert [key[2] for key in cache.entries] == names[-3:]  # the most recently used
+
+
+def test_the_cache_is_bounded_in_size_not_only_in_entries(app, monkeypatch):
+    """A definition row may be large (a schema of 500 described properties, `metadata` up to the body
+    limit): the cache keeps at most DEFINITION_CACHE_MAX_CHARS of them, dropping the least recently
+    used first; a row larger than that alone is never kept (and evicts nothing)."""
+    monkeypatch.setattr(definitions, "DEFINITION_CACHE_MAX_CHARS", 50_000, raising=False)
+    client = app.test_client()
+    org, headers = org_headers()
+    for i in range(3):
+        create_definition(client, headers, f"big{i}", SCHEMA, metadata={"notes": "x" * 20_000})
+    create_definition(client, headers, "huge", SCHEMA, metadata={"notes": "x" * 60_000})
+    create_definition(client, headers, "small", SCHEMA)
+    cache = app.extensions.setdefault("entity_definition_cache", definitions.DefinitionCache())
+    for name in ["small", "big0", "big1", "big2", "huge"]:
+        for _ in range(2):
+            assert query(client, headers, name).status_code == 200
+    mine = [key[2] for key in cache.entries if key[1] == org]
+    assert "huge" not in mine
+    assert mine[-2:] == ["big1", "big2"] and "big0" not in mine  # two big rows fit, the oldest went
+    assert sum(entry.size for entry in cache.entries.values()) <= 50_000
