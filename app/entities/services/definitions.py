@@ -121,9 +121,10 @@ class CachedDefinition:
 
 class DefinitionCache:
     """Per app and process: (product schema, org, name) → CachedDefinition, at most
-    DEFINITION_CACHE_MAX of them and DEFINITION_CACHE_MAX_CHARS of their rows (`size`). Never trusted on its own: a reader proves an entry current against the
-    database in the same snapshot as its answer (app.entities.query), so a change by another process
-    (worker, app instance) is seen by the next request; a stale entry is dropped and read again."""
+    DEFINITION_CACHE_MAX of them and DEFINITION_CACHE_MAX_CHARS of their rows (`size`). Never trusted
+    on its own: a reader proves an entry current against the database in the same snapshot as its
+    answer (app.entities.query), so a change by another process (worker, app instance) is seen by the
+    next request; a stale entry is dropped and read again."""
 
     def __init__(self) -> None:
         self.entries: OrderedDict[tuple[str, str, str], CachedDefinition] = OrderedDict()
