@@ -196,10 +196,10 @@ def test_a_cursor_page_and_lookups_follow_a_recreated_definition(two):
     create_definition(b, headers, "items", {"type": "object", "properties": {
         "owner": {"type": "lookup", "entity": "people"}}})
     for i in range(3):
-        create_record(b, headers, "items", {"name": f"n{i}", "fields": {"owner": person["id"]}})
+        create_record(b, headers, "items", {"name": f"owned{i}", "fields": {"owner": person["id"]}})
     assert query(a, headers, "items", cursor=first["nextCursor"], pageSize=2).status_code == 400  # not its cursor
     page = query(a, headers, "items", pageSize=2, includeLookups=[{"field": "owner"}]).get_json()
     assert [r["lookups"]["owner"]["name"] for r in page["records"]] == ["Ann", "Ann"]
     following = query(a, headers, "items", pageSize=2, cursor=page["nextCursor"], includeLookups=[{"field": "owner"}])
     assert following.status_code == 200, following.get_json()
-    assert [r["name"] for r in following.get_json()["records"]] == ["n0"]
+    assert [r["name"] for r in following.get_json()["records"]] == ["owned0"]
