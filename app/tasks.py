@@ -124,7 +124,8 @@ def lease_of(task_id: str | None) -> tuple[str, int] | None:
     """(job id, dispatch token) of a `lease_message_id`; None for any other task id (unleased message:
     an operator's `celery call`, a message of the previous release, an eager or direct call)."""
     parts = (task_id or "").split("~")
-    if len(parts) != 3 or not parts[0] or not parts[1].isdigit():
+    # ASCII digits only, a dispatch token's size: str.isdigit() takes '²' (int() refuses it) and 5 000 digits
+    if len(parts) != 3 or not parts[0] or not (parts[1].isascii() and parts[1].isdigit()) or len(parts[1]) > 18:
         return None
     return parts[0], int(parts[1])
 
@@ -238,6 +239,32 @@ def dispatch_outbox(celery: Celery | None = None, *, min_age_seconds: float | No
     if sent:
         log.info("outbox: sent %d task(s) accepted while the broker was unavailable", sent)
     return sent
+
+
+def reap_each_product(label: str, reap) -> int:
+    """Run a lease reaper's `reap(product) -> int` for every product of the platform and sum what it sent
+    again. A product whose schema is not migrated yet (`create_product` registers the product, then
+    migrates it; seeding does that at runtime, and a failed migration leaves it so) is skipped with a
+    warning, so one such product never stops the reaper for the others; any other error is raised."""
+    import psycopg.errors
+    from sqlalchemy import select
+    from sqlalchemy.exc import ProgrammingError
+
+    from app.db import db
+    from app.platform_models import Product
+
+    with db.engine.connect() as conn:
+        products = list(conn.scalars(select(Product.slug)))
+    total = 0
+    for product in products:
+        try:
+            total += reap(product)
+        except ProgrammingError as exc:
+            if not isinstance(exc.orig, psycopg.errors.UndefinedTable | psycopg.errors.InvalidSchemaName):
+                raise
+            log.warning("%s: product %s skipped, its schema is not migrated (%s)", label, product,
+                        type(exc.orig).__name__)
+    return total
 
 
 def run_maintenance(celery: Celery | None = None) -> dict[str, int]:

@@ -263,31 +263,33 @@ def requeue_stalled_jobs() -> int:
     A job a worker is sending (lock held) is left alone; its slice renews the lease. Only this
     deployment's jobs (CELERY_KEY_PREFIX, as the outbox dispatch): another one sharing the database has
     its own broker and settings."""
-    from app.platform_models import Product
+    from app.tasks import reap_each_product
+
+    return reap_each_product("email lease reaper", _requeue_stalled)
+
+
+def _requeue_stalled(product: str) -> int:
     from app.tasks import _key_prefix
 
-    with db.engine.connect() as conn:
-        products = list(conn.scalars(select(Product.slug)))
     requeued = 0
-    for product in products:
-        with db.product_session(product) as session:
-            stalled = list(session.scalars(
-                select(EmailJob).where(EmailJob.key_prefix == _key_prefix(), EmailJob.status != "done",
-                                       EmailJob.lease_expires_at < func.now())
-                .order_by(EmailJob.lease_expires_at).limit(100).with_for_update(skip_locked=True)))
-            for job in stalled:
-                free = session.scalar(text("SELECT pg_try_advisory_xact_lock(:c, hashtext(:k))"),
-                                      {"c": JOB_LOCK, "k": job.id})
-                if not free:  # a worker is sending it right now
-                    continue
-                log.warning("email job %s (product %s) past its lease with no worker; dispatched again",
-                            job.id, product)
-                # The same token, not a new one: the job's message may only be waiting in a busy queue
-                # (lost is not the only way to be late); whichever of the two runs first sends the
-                # slice and moves the token on, the other then does nothing.
-                job.lease_expires_at = _lease_end()
-                _dispatch(session, product, job.id, job.dispatch_token)
-                requeued += 1
+    with db.product_session(product) as session:
+        stalled = list(session.scalars(
+            select(EmailJob).where(EmailJob.key_prefix == _key_prefix(), EmailJob.status != "done",
+                                   EmailJob.lease_expires_at < func.now())
+            .order_by(EmailJob.lease_expires_at).limit(100).with_for_update(skip_locked=True)))
+        for job in stalled:
+            free = session.scalar(text("SELECT pg_try_advisory_xact_lock(:c, hashtext(:k))"),
+                                  {"c": JOB_LOCK, "k": job.id})
+            if not free:  # a worker is sending it right now
+                continue
+            log.warning("email job %s (product %s) past its lease with no worker; dispatched again",
+                        job.id, product)
+            # The same token, not a new one: the job's message may only be waiting in a busy queue
+            # (lost is not the only way to be late); whichever of the two runs first sends the
+            # slice and moves the token on, the other then does nothing.
+            job.lease_expires_at = _lease_end()
+            _dispatch(session, product, job.id, job.dispatch_token)
+            requeued += 1
     return requeued
 
 

@@ -15,10 +15,11 @@ message in one transaction, or deletes the row after the last step. A message wh
 whose token moved on is a duplicate and does nothing.
 
 The embedding lease reaper (`requeue_stalled_jobs`, in app.lease_reapers) sends a job past its lease
-that no worker holds again under a fresh token (a worker killed mid-job, a message lost with the
-broker's memory, or one still waiting in a long queue: that one is then stale, and the reaper's runs
-instead). The work itself is idempotent in effect (vectors already current are skipped, and stores
-are checked against the record version), so a late duplicate costs a read, never a second vector.
+that no worker holds again under its current token (a worker killed mid-job, a message lost with the
+broker's memory, or one still waiting in a long queue: that one stays valid, and whichever of the two
+runs first does the job; the other then finds the row gone or its token moved on). The work itself is
+idempotent in effect (vectors already current are skipped, and stores are checked against the record
+version), so a late duplicate costs a read, never a second vector.
 Messages without a lease in their task id (the previous release's, an operator's `celery call`, direct
 calls) run as before, unleased; an unleased backfill step hands its successor to a leased walk.
 """
@@ -104,12 +105,16 @@ def queue_backfill(session: Session, product: str, org_id: str, entity_id: str, 
 
 # --- the worker's side --------------------------------------------------------------------------------
 
-def claim(session: Session, job_id: str, token: int, kind: str) -> EmbeddingJob | None:
+def claim(session: Session, job_id: str, token: int, kind: str, **expected) -> EmbeddingJob | None:
     """The job, when the message of `token` may run it (call under the job's lock); renews its lease.
-    None: finished already, or the token moved on (a duplicate or superseded message)."""
+    None: finished already, the token moved on (a duplicate or superseded message), or the job is not the
+    one the message's arguments (`expected`: column values) describe (a task id naming another job)."""
     job = session.get(EmbeddingJob, job_id)
     if job is None or job.kind != kind:
         log.info("embedding job %s is finished; duplicate message ignored", job_id)
+        return None
+    if any(getattr(job, column) != value for column, value in expected.items()):
+        log.warning("embedding job %s is not the job of this message's arguments; message ignored", job_id)
         return None
     if job.dispatch_token != token:
         log.info("embedding job %s: message of token %s superseded by %s", job_id, token, job.dispatch_token)
@@ -148,28 +153,33 @@ def next_step(session: Session, product: str, job_id: str | None, org_id: str, e
 # --- the lease reaper ---------------------------------------------------------------------------------
 
 def requeue_stalled_jobs() -> int:
-    """Lease reaper (app.lease_reapers, run by every worker's maintenance loop): send again, under a fresh
-    token and with a renewed lease, every embedding job of this deployment (CELERY_KEY_PREFIX) past its
-    lease whose advisory lock is free (no live worker runs it). Returns how many were sent."""
-    from app.platform_models import Product
+    """Lease reaper (app.lease_reapers, run by every worker's maintenance loop): send again, under its
+    current token and with a renewed lease, every embedding job of this deployment (CELERY_KEY_PREFIX)
+    past its lease whose advisory lock is free (no live worker runs it). Returns how many were sent."""
+    from app.tasks import reap_each_product
 
-    with db.engine.connect() as conn:
-        products = list(conn.scalars(select(Product.slug)))
+    return reap_each_product("embedding lease reaper", _requeue_stalled)
+
+
+def _requeue_stalled(product: str) -> int:
     requeued = 0
-    for product in products:
-        with db.product_session(product) as session:
-            stalled = list(session.scalars(
-                select(EmbeddingJob).where(EmbeddingJob.key_prefix == _key_prefix(),
-                                           EmbeddingJob.lease_expires_at < func.now())
-                .order_by(EmbeddingJob.lease_expires_at).limit(500).with_for_update(skip_locked=True)))
-            for job in stalled:
-                free = session.scalar(text("SELECT pg_try_advisory_xact_lock(:c, hashtext(:k))"),
-                                      {"c": LOCK_CLASS, "k": job.id})
-                if not free:  # a worker runs it right now
-                    continue
-                log.warning("embedding job %s (%s, product %s) past its lease with no worker; dispatched again",
-                            job.id, job.kind, product)
-                job.dispatch_token, job.lease_expires_at = job.dispatch_token + 1, lease_end()
-                _send(session, job, product)
-                requeued += 1
+    with db.product_session(product) as session:
+        stalled = list(session.scalars(
+            select(EmbeddingJob).where(EmbeddingJob.key_prefix == _key_prefix(),
+                                       EmbeddingJob.lease_expires_at < func.now())
+            .order_by(EmbeddingJob.lease_expires_at).limit(500).with_for_update(skip_locked=True)))
+        for job in stalled:
+            free = session.scalar(text("SELECT pg_try_advisory_xact_lock(:c, hashtext(:k))"),
+                                  {"c": LOCK_CLASS, "k": job.id})
+            if not free:  # a worker runs it right now
+                continue
+            log.warning("embedding job %s (%s, product %s) past its lease with no worker; dispatched again",
+                        job.id, job.kind, product)
+            # The same token, not a new one (as the email reaper): the job's message may only be waiting
+            # in a long queue, and a new token voided it, sending the job to the back of the queue again
+            # every lease period. Whichever of the two runs first does the job (deletes the row or moves
+            # the walk's token on) under the job's lock; the other is then a no-op read.
+            job.lease_expires_at = lease_end()
+            _send(session, job, product)
+            requeued += 1
     return requeued

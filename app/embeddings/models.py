@@ -58,7 +58,8 @@ class EmbeddingJob(TenantBase):
     each step moves the cursor and the token on, the last one deletes the row.
     The message that may run the job is the one whose task id carries `dispatch_token`
     (app.tasks.lease_message_id); the lease reaper sends a job past `lease_expires_at` that no worker
-    holds again, under a fresh token, so a late or stale message does nothing."""
+    holds again, under the same token: the first of the two messages to run does the job, the other
+    then does nothing."""
 
     __tablename__ = "entity_embedding_jobs"
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from celery.exceptions import Retry
+from celery.exceptions import Retry, SoftTimeLimitExceeded, TaskPredicate
 from flask import current_app
 from sqlalchemy.exc import OperationalError
 
@@ -42,9 +42,10 @@ def _retry(task, exc: Exception, product: str, job) -> Exception:
     return outcome
 
 
-def _leased(task, product: str, kind: str, work):
+def _leased(task, product: str, kind: str, work, **expected):
     """Run `work(job)` under the lease of the job the message's task id names (app.embeddings.jobs), or
-    `work(None)` for an unleased message. A duplicate or superseded message does nothing."""
+    `work(None)` for an unleased message. A duplicate or superseded message does nothing, nor does one
+    whose arguments (`expected`) are not its job's."""
     lease = lease_of(task.request.id)
     if lease is None:
         return work(None)
@@ -54,10 +55,24 @@ def _leased(task, product: str, kind: str, work):
             log.info("embedding job %s is being run by another worker", job_id)
             return {"busy": True}
         with db.product_session(product) as session:
-            job = jobs.claim(session, job_id, token, kind)
+            job = jobs.claim(session, job_id, token, kind, **expected)
         if job is None:
             return {"stale": True}
-        return work(job)
+        try:
+            return work(job)
+        except (TaskPredicate, OperationalError, SoftTimeLimitExceeded):  # a retry keeps the lease (a retry
+            # the broker could not take is a Reject); the others are the reaper's turn too (the database
+            raise  # failing; a slow run's stored batches stay, a re-send goes on)
+        except Exception:  # the task fails for good (failed_tasks): a re-send would fail the same way, every
+            _drop(product, job)  # lease period, forever (a records job's EmbedderConfigError, a bug)
+            raise
+
+
+def _drop(product: str, job) -> None:
+    try:
+        jobs.finish(product, job.id)
+    except OperationalError:
+        log.warning("embedding job %s: could not drop its lease row", job.id)
 
 
 @celery_app.task(name="embeddings.records", bind=True, acks_late=True, reject_on_worker_lost=True)
@@ -76,7 +91,7 @@ def embed_records(self, product: str, org_id: str, entity_id: str, record_ids: l
                                   f"{', '.join(outcome.failed[:20])}")
         return outcome.as_dict()
 
-    return _leased(self, product, "records", work)
+    return _leased(self, product, "records", work, org_id=org_id, entity_id=entity_id, record_ids=list(record_ids))
 
 
 @celery_app.task(name="embeddings.backfill", bind=True, acks_late=True, reject_on_worker_lost=True)
@@ -115,4 +130,4 @@ def backfill(self, product: str, org_id: str, entity_id: str, fingerprint: str =
             raise _retry(self, exc, product, job) from None  # idempotent), else the walk is never queued
         return {**outcome.as_dict(), "next": next_after}
 
-    return _leased(self, product, "backfill", work)
+    return _leased(self, product, "backfill", work, org_id=org_id, entity_id=entity_id)

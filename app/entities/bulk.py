@@ -285,14 +285,11 @@ def requeue_orphaned_jobs() -> int:
     from datetime import timedelta
 
     from app.entities.tasks import run_bulk_job
-    from app.platform_models import Product
-    from app.tasks import enqueue_after_commit
+    from app.tasks import enqueue_after_commit, reap_each_product
 
     cutoff = utcnow() - timedelta(seconds=float(current_app.config["JOB_LEASE_SECONDS"]))
-    with db.engine.connect() as conn:
-        products = list(conn.scalars(select(Product.slug)))
-    requeued = 0
-    for product in products:
+
+    def reap(product: str) -> int:
         with db.product_session(product) as session:
             orphans = list(session.scalars(
                 select(BulkJob).where(BulkJob.status == "running", BulkJob.started_at < cutoff)
@@ -301,8 +298,9 @@ def requeue_orphaned_jobs() -> int:
                 log.warning("bulk job %s (product %s) lost its worker; re-queued", job.id, product)
                 job.status, job.started_at = "pending", None
                 enqueue_after_commit(session, run_bulk_job, job.id, product)
-            requeued += len(orphans)
-    return requeued
+            return len(orphans)
+
+    return reap_each_product("bulk job lease reaper", reap)
 
 
 def claim_job(job_id: str, product: str) -> bool:

@@ -126,3 +126,15 @@ def test_retry_or_give_up():
     assert scheduled[0]["exc"] is exc and scheduled[0]["max_retries"] == 3 and 2 <= scheduled[0]["countdown"] <= 3
     task.request.retries = 3
     assert retry_or_give_up(task, exc, 3) is exc and len(scheduled) == 1
+
+
+def test_lease_of_reads_only_the_ids_lease_message_id_makes():
+    """A task id is `<job id>~<token>~<random>` (app.tasks.lease_message_id) or not a lease at all: hostile
+    ids (an operator's `--task-id`, a broker client) are unleased, never an error in every task that
+    reads its id (int() of a non-ASCII digit such as '²' raised ValueError, failing the task)."""
+    from app.tasks import lease_message_id, lease_of
+
+    assert lease_of(lease_message_id("job-1", 7)) == ("job-1", 7)
+    for hostile in (None, "", "plain-uuid", "a~1", "a~b~c", "~1~x", "a~1~x~y", "a~-1~x", "a~²~x", "a~٣~x",
+                    "a~ 1~x", "a~1.0~x", "a~" + "9" * 5000 + "~x"):
+        assert lease_of(hostile) is None, hostile

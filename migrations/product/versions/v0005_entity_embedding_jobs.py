@@ -3,7 +3,7 @@
 `entity_embedding_jobs` holds one row per `embeddings.records` task (its record ids) and one per
 `embeddings.backfill` walk (fingerprint and cursor), with a dispatch token (carried in the task id)
 and a lease. The embedding lease reaper (app.embeddings.jobs) sends a job past its lease that no
-worker holds (advisory lock) again under a fresh token: a worker killed mid-job is covered after the
+worker holds (advisory lock) again under its current token: a worker killed mid-job is covered after the
 lease instead of Redis' visibility timeout, and a message lost with Redis' memory is sent again.
 Additive (a new table): the previous release ignores it, and its messages (no lease in their task id)
 still run, unleased, as before.
