@@ -141,3 +141,65 @@ def test_the_cache_is_bounded(app, monkeypatch):
     cache = app.extensions["entity_definition_cache"]
     assert len(cache.entries) == 3
     assert [key[2] for key in cache.entries] == names[-3:]  # the most recently used
+
+
+def test_the_cache_is_bounded_in_size_not_only_in_entries(app, monkeypatch):
+    """A definition row may be large (a schema of 500 described properties, `metadata` up to the body
+    limit): the cache keeps at most DEFINITION_CACHE_MAX_CHARS of them, dropping the least recently
+    used first; a row larger than that alone is never kept (and evicts nothing)."""
+    monkeypatch.setattr(definitions, "DEFINITION_CACHE_MAX_CHARS", 50_000, raising=False)
+    client = app.test_client()
+    org, headers = org_headers()
+    for i in range(3):
+        create_definition(client, headers, f"big{i}", SCHEMA, metadata={"notes": "x" * 20_000})
+    create_definition(client, headers, "huge", SCHEMA, metadata={"notes": "x" * 60_000})
+    create_definition(client, headers, "small", SCHEMA)
+    cache = app.extensions.setdefault("entity_definition_cache", definitions.DefinitionCache())
+    for name in ["small", "big0", "big1", "big2", "huge"]:
+        for _ in range(2):
+            assert query(client, headers, name).status_code == 200
+    mine = [key[2] for key in cache.entries if key[1] == org]
+    assert "huge" not in mine
+    assert mine[-2:] == ["big1", "big2"] and "big0" not in mine  # two big rows fit, the oldest went
+    assert sum(entry.size for entry in cache.entries.values()) <= 50_000
+
+
+@pytest.mark.parametrize("prefer", ["count=planned", "count=estimated"])
+def test_a_schema_change_is_seen_by_planned_and_estimated_counts(two, prefer):
+    """The paths that cannot select the token beside an exact count (an estimate) ask for it in a
+    round trip of their own: a field another instance added is known, a removed one is a 400."""
+    app, a, b, headers = two
+    extra = {**headers, "Prefer": prefer}
+    assert a.post(f"{BASE}/items/records/query", json={"query": {"filters": {"qty": 1}}},
+                  headers=extra).status_code == 200  # cached
+    wider = {"type": "object", "properties": {"title": {"type": "string"}, "rank": {"type": "int"}}}
+    assert b.put(f"{BASE}/definitions/items", json={"schema": wider}, headers=headers).status_code == 200
+    create_record(b, headers, "items", {"name": "ranked", "fields": {"title": "x", "rank": 1}})
+    got = a.post(f"{BASE}/items/records/query", json={"query": {"filters": {"rank": 1}}}, headers=extra)
+    assert got.status_code == 200, got.get_json()
+    assert [r["name"] for r in got.get_json()["records"]] == ["ranked"]
+    assert a.post(f"{BASE}/items/records/count", json={"filters": {"rank": 1}}, headers=extra).status_code == 200
+    assert a.post(f"{BASE}/items/records/query", json={"query": {"filters": {"qty": 1}}},
+                  headers=extra).status_code == 400
+    assert a.post(f"{BASE}/items/records/count", json={"filters": {"qty": 1}}, headers=extra).status_code == 400
+
+
+def test_a_cursor_page_and_lookups_follow_a_recreated_definition(two):
+    """A cursor issued for the definition now under the name (after the cached one was renamed away)
+    is that definition's, and its lookups resolve by the new definition's schema."""
+    app, a, b, headers = two
+    first = query(a, headers, "items", pageSize=2).get_json()
+    assert first["nextCursor"]  # cached, with a cursor of the old definition
+    assert b.put(f"{BASE}/definitions/items", json={"name": "old_items"}, headers=headers).status_code == 200
+    create_definition(b, headers, "people", {"type": "object", "properties": {"city": {"type": "string"}}})
+    person = create_record(b, headers, "people", {"name": "Ann", "fields": {"city": "Oslo"}})
+    create_definition(b, headers, "items", {"type": "object", "properties": {
+        "owner": {"type": "lookup", "entity": "people"}}})
+    for i in range(3):
+        create_record(b, headers, "items", {"name": f"owned{i}", "fields": {"owner": person["id"]}})
+    assert query(a, headers, "items", cursor=first["nextCursor"], pageSize=2).status_code == 400  # not its cursor
+    page = query(a, headers, "items", pageSize=2, includeLookups=[{"field": "owner"}]).get_json()
+    assert [r["lookups"]["owner"]["name"] for r in page["records"]] == ["Ann", "Ann"]
+    following = query(a, headers, "items", pageSize=2, cursor=page["nextCursor"], includeLookups=[{"field": "owner"}])
+    assert following.status_code == 200, following.get_json()
+    assert [r["name"] for r in following.get_json()["records"]] == ["owned0"]

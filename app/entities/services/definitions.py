@@ -10,7 +10,7 @@ from typing import Any
 
 from flask import current_app, g
 from marshmallow import ValidationError
-from sqlalchemy import Text, bindparam, delete, func, literal_column, select, update
+from sqlalchemy import Integer, Text, bindparam, delete, func, literal_column, select, update
 from sqlalchemy import inspect as sa_inspect
 
 from app.db import db, schema_for
@@ -73,8 +73,16 @@ _D = EntityDefinition.__table__
 # row version: every UPDATE by any path, the projection pointer's too, writes a new one) and its
 # version. A deleted row has none. Compared as text (DefinitionCache).
 ROW_TOKEN = literal_column("entity_definitions.xmin::text || ':' || entity_definitions.version", Text)
+# What a cached copy of the row holds, roughly (DefinitionCache weighs its entries by it): the characters
+# of its unbounded columns (a schema of MAX_PROPERTIES described properties; `metadata`, any JSON up to
+# the body limit), counted by the server beside the read (only a cache miss reads the row)
+ROW_SIZE = literal_column(
+    "octet_length(entity_definitions.schema::text)"
+    " + coalesce(octet_length(entity_definitions.metadata::text), 0)"
+    " + coalesce(octet_length(entity_definitions.embeddings_config::text), 0)"
+    " + coalesce(octet_length(entity_definitions.description), 0)", Integer)
 # find_definition(name) as one constant statement (db.read_first renders it once per product)
-_ACTIVE_DEFINITION = (select(_D, ROW_TOKEN.label("row_token"))
+_ACTIVE_DEFINITION = (select(_D, ROW_TOKEN.label("row_token"), ROW_SIZE.label("row_size"))
                       .where(_D.c.org_id == bindparam("org"), _D.c.name == bindparam("name"), _D.c.is_active.is_(True))
                       .order_by(_D.c.updated_at.desc()).limit(1))
 # the current token of definition `definition_token_id` (NULL once deleted): a scalar subquery a
@@ -93,6 +101,9 @@ def _read_row(name: str) -> dict[str, Any]:
 
 
 DEFINITION_CACHE_MAX = 512  # definitions kept per app (least recently used dropped first)
+# ... and at most this many characters of their rows (ROW_SIZE; their compiled forms come on top, a few
+# times that): a tenant picks the size of its rows, the count alone bounds nothing
+DEFINITION_CACHE_MAX_CHARS = 16_000_000
 
 
 @dataclass(frozen=True)
@@ -105,16 +116,19 @@ class CachedDefinition:
     context: DefinitionContext
     token: str
     cached: bool
+    size: int = 0  # ROW_SIZE of the row read
 
 
 class DefinitionCache:
     """Per app and process: (product schema, org, name) → CachedDefinition, at most
-    DEFINITION_CACHE_MAX. Never trusted on its own: a reader proves an entry current against the
-    database in the same snapshot as its answer (app.entities.query), so a change by another process
-    (worker, app instance) is seen by the next request; a stale entry is dropped and read again."""
+    DEFINITION_CACHE_MAX of them and DEFINITION_CACHE_MAX_CHARS of their rows (`size`). Never trusted
+    on its own: a reader proves an entry current against the database in the same snapshot as its
+    answer (app.entities.query), so a change by another process (worker, app instance) is seen by the
+    next request; a stale entry is dropped and read again."""
 
     def __init__(self) -> None:
         self.entries: OrderedDict[tuple[str, str, str], CachedDefinition] = OrderedDict()
+        self.size = 0  # the entries' sizes
         self.lock = threading.Lock()
 
     def get(self, key):
@@ -126,15 +140,21 @@ class DefinitionCache:
 
     def put(self, key, entry: CachedDefinition) -> None:
         with self.lock:
+            old = self.entries.pop(key, None)
+            if old is not None:
+                self.size -= old.size
+            if entry.size > DEFINITION_CACHE_MAX_CHARS:
+                return  # alone over the budget: not kept (rather than emptying the cache for it)
             self.entries[key] = entry
-            self.entries.move_to_end(key)
-            while len(self.entries) > DEFINITION_CACHE_MAX:
-                self.entries.popitem(last=False)
+            self.size += entry.size
+            while len(self.entries) > DEFINITION_CACHE_MAX or self.size > DEFINITION_CACHE_MAX_CHARS:
+                self.size -= self.entries.popitem(last=False)[1].size
 
     def drop(self, key, entry: CachedDefinition) -> None:
         with self.lock:
             if self.entries.get(key) is entry:
                 del self.entries[key]
+                self.size -= entry.size
 
 
 def definition_cache() -> DefinitionCache:
@@ -167,7 +187,7 @@ def load_definition(name: str) -> CachedDefinition:
     request only reads (it was read outside any transaction: committed)."""
     row = _read_row(name)
     definition = EntityDefinition(**{key: row[column] for key, column in _ATTRIBUTES})
-    entry = CachedDefinition(definition_context(definition), row["row_token"], False)
+    entry = CachedDefinition(definition_context(definition), row["row_token"], False, row["row_size"] or 0)
     if g.get("_db_reads_only"):
         definition_cache().put(_cache_key(name), dataclasses.replace(entry, cached=True))
     return entry
