@@ -579,7 +579,10 @@ def test_matches_python_reference(app, records, grouping, field, fraction):
 FIELD_NAMES = [*SCHEMA["properties"], "created_at", "updated_at", "id", "name", "tags", "version", "is_active",
                "nope", "", "a:b:c"]
 SUFFIXES = ["", ":day", ":hour", ":week", ":month", ":quarter", ":year", ":minute", ":"]
-json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(allow_nan=False),
+# finite floats only: JSON has no Infinity (the test client would send the literal, which every route
+# refuses as malformed JSON: 400 INVALID_INPUT, tested in test_robustness), and this test is about valid JSON
+json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6),
+                         st.floats(allow_nan=False, allow_infinity=False),
                          st.text(max_size=12), st.sampled_from(["2026-01-01", "2026-01-01T00:00:00Z", "open"]))
 having_values = st.one_of(json_scalars, st.dictionaries(
     st.sampled_from(["$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$between", "$exists", "$contains",
