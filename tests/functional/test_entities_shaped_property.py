@@ -68,13 +68,8 @@ def _answers(data, body: dict) -> list:
     return out
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(flt=filters, sort_by=st.sampled_from(SORTS), sort_order=st.sampled_from([None, 1, -1]),
-       page_size=st.sampled_from([1, 2, 3, 7]), page=st.sampled_from([1, 2, 4]),
-       search=st.sampled_from([None, None, "a", "b z", "ü"]), order=st.permutations(range(4)))
-def test_shaped_statements_answer_as_sqlalchemy_across_tenants(tenants, flt, sort_by, sort_order, page_size, page,
-                                                                 search, order):
-    assume(nesting(flt) <= 7)
+def _body(flt, sort_by, sort_order, page_size, page, search) -> dict:
+    """A query body of the drawn values (`search` wraps the filter with a `$search`)."""
     if search is not None:
         flt = {"$and": [flt], "$search": search}
     body = {"filters": flt, "pageSize": page_size, "page": page}
@@ -82,6 +77,17 @@ def test_shaped_statements_answer_as_sqlalchemy_across_tenants(tenants, flt, sor
         body["sortBy"] = sort_by
     if sort_order is not None:
         body["sortOrder"] = sort_order
+    return body
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(flt=filters, sort_by=st.sampled_from(SORTS), sort_order=st.sampled_from([None, 1, -1]),
+       page_size=st.sampled_from([1, 2, 3, 7]), page=st.sampled_from([1, 2, 4]),
+       search=st.sampled_from([None, None, "a", "b z", "ü"]), order=st.permutations(range(4)))
+def test_shaped_statements_answer_as_sqlalchemy_across_tenants(tenants, flt, sort_by, sort_order, page_size, page,
+                                                                 search, order):
+    assume(nesting(flt) <= 7)
+    body = _body(flt, sort_by, sort_order, page_size, page, search)
     shaped = {i: _answers(tenants[i], body) for i in order}
     with mock.patch.object(Database, "execute_shaped", _plain):
         plain = {i: _answers(tenants[i], body) for i in order}
@@ -101,13 +107,7 @@ def test_a_page_and_its_count_in_one_statement_answer_as_two(tenants, flt, sort_
     from app.entities import query as engine
 
     assume(nesting(flt) <= 7)
-    if search is not None:
-        flt = {"$and": [flt], "$search": search}
-    body = {"filters": flt, "pageSize": page_size, "page": page}
-    if sort_by is not None:
-        body["sortBy"] = sort_by
-    if sort_order is not None:
-        body["sortOrder"] = sort_order
+    body = _body(flt, sort_by, sort_order, page_size, page, search)
     one = {i: _answers(tenants[i], body) for i in order}
     with mock.patch.object(engine, "COUNT_WITH_PAGE", False):
         two = {i: _answers(tenants[i], body) for i in order}
