@@ -276,6 +276,16 @@ def remote_definition(make_app, fake, headers, config=ENABLED, **extra):
     return app, client, create_definition(client, headers, "remote", SCHEMA, embeddingsConfig=config)
 
 
+def embedded_remote(make_app, fake, headers, org_id, config, **extra):
+    """`remote_definition` with a record per topic of TOPICS, embedded in this process: (app, client, entity id)."""
+    from app.embeddings.tasks import embed_records
+
+    app, client, entity_id = remote_definition(make_app, fake, headers, config, **extra)
+    records = [create_record(client, headers, "remote", t) for t in TOPICS]
+    assert run_task(app, embed_records, "default", org_id, entity_id, [r["id"] for r in records]).successful()
+    return app, client, entity_id
+
+
 def run_task(app, task, *args):
     """Run a task in this process under `app` (its config: the fake endpoint), retries included."""
     from flask import g
@@ -579,13 +589,10 @@ def test_an_index_walk_in_autocommit_has_its_settings(make_app, fake, auth, org_
     from sqlalchemy import event
 
     from app.db import db
-    from app.embeddings.tasks import embed_records
 
     headers = auth()
-    fake_app, client, entity_id = remote_definition(make_app, fake, headers, {**ENABLED, "dimensions": 384},
-                                                    EMBEDDINGS_EXACT_SEARCH_MAX_ROWS=0)
-    records = [create_record(client, headers, "remote", t) for t in TOPICS]
-    assert run_task(fake_app, embed_records, "default", org_id, entity_id, [r["id"] for r in records]).successful()
+    fake_app, client, entity_id = embedded_remote(make_app, fake, headers, org_id, {**ENABLED, "dimensions": 384},
+                                                  EMBEDDINGS_EXACT_SEARCH_MAX_ROWS=0)
     with fake_app.app_context():
         engine = db.engine
     pages, set_calls = [], []
@@ -621,13 +628,10 @@ def test_a_filtered_index_walk_reads_the_index_whatever_the_planner_estimates(ma
     from sqlalchemy import event
 
     from app.db import db
-    from app.embeddings.tasks import embed_records
 
     headers = auth()
-    fake_app, client, entity_id = remote_definition(make_app, fake, headers, {**ENABLED, "dimensions": 384},
-                                                    EMBEDDINGS_EXACT_SEARCH_MAX_ROWS=0)
-    records = [create_record(client, headers, "remote", t) for t in TOPICS]
-    assert run_task(fake_app, embed_records, "default", org_id, entity_id, [r["id"] for r in records]).successful()
+    fake_app, client, entity_id = embedded_remote(make_app, fake, headers, org_id, {**ENABLED, "dimensions": 384},
+                                                  EMBEDDINGS_EXACT_SEARCH_MAX_ROWS=0)
     with fake_app.app_context():
         engine = db.engine
     plans, sorting = [], set()
@@ -668,16 +672,13 @@ def test_a_planned_count_of_similar_with_a_projected_filter_is_estimated_on_the_
     entity_records joined with the vectors (blind to org_id and entity_id being correlated: 231
     estimated for 10 000 matching in the 100k bench, which sent the page to an exact scan)."""
     from app.db import db
-    from app.embeddings.tasks import embed_records
     from app.entities import indexes
     from app.entities.models import EntityDefinition
     from tests.functional.test_entities_projection import statements
 
     headers = auth()
-    fake_app, client, entity_id = remote_definition(make_app, fake, headers, {**ENABLED, "dimensions": 16},
-                                                    ENTITY_INDEX_MIN_RECORDS=3)
-    records = [create_record(client, headers, "remote", t) for t in TOPICS]
-    assert run_task(fake_app, embed_records, "default", org_id, entity_id, [r["id"] for r in records]).successful()
+    fake_app, client, entity_id = embedded_remote(make_app, fake, headers, org_id, {**ENABLED, "dimensions": 16},
+                                                  ENTITY_INDEX_MIN_RECORDS=3)
     with fake_app.app_context():
         indexes.sync_definition("default", entity_id)
         with db.product_session("default") as session:
