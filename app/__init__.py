@@ -188,7 +188,7 @@ def _assign_request_id() -> None:
 
 
 def _refuse_nul_in_path() -> None:
-    """The one rule for a NUL character in the URL path (DESIGN §5), for every route: 400
+    """The one rule for a NUL character in the URL path, for every route: 400
     INVALID_INPUT. PostgreSQL text cannot hold NUL, so such a path can name nothing; answering before
     any route runs means no domain needs a check of its own. Runs after authentication and
     authorization, so an anonymous caller still gets 401 on /api/v1."""

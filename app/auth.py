@@ -34,7 +34,7 @@ BYPASS_ROLES = frozenset({"admin", "super_admin"})
 # credential; app.email.newsletter).
 PUBLIC_PREFIXES = ("/api/v1/docs", "/api/v1/openapi.json", "/api/v1/newsletter/unsubscribe")
 API_PREFIX = "/api/v1"
-# Cluster-internal operations (DESIGN §6): a bearer token as on /api/v1, or X-Internal-Token where the
+# Cluster-internal operations: a bearer token as on /api/v1, or X-Internal-Token where the
 # route accepts it. The token's product is not required to be provisioned there: those routes name
 # the product they act on (seeding creates it), the token's selects no data.
 INTERNAL_PREFIX = "/internal"

@@ -1,4 +1,4 @@
-"""The one place request JSON is parsed (DESIGN.md §5: bad input is a 400, never a 500).
+"""The one place request JSON is parsed (bad input is a 400, never a 500).
 
 Both readers of a request body go through `loads()`: flask-smorest/webargs arguments (the parser in
 `app.extensions`) and `request.get_json()` (the app's JSON provider). It refuses, in the envelope:

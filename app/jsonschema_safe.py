@@ -5,7 +5,7 @@ gunicorn worker down. Every schema a caller supplies (entity definitions, agent 
 tool-definition `configSchema`) is evaluated through `validator_for()` here, and every regular
 expression jsonschema evaluates (`pattern`, `patternProperties`, the `additionalProperties` /
 `unevaluatedProperties` checks that consult `patternProperties`, and `format: regex`) goes to RE2, a
-linear-time engine (DESIGN.md §5). `schema_pattern_problems()` lists the patterns RE2 cannot compile
+linear-time engine. `schema_pattern_problems()` lists the patterns RE2 cannot compile
 (backreferences, lookaround), so they are refused with a 400 when the schema is saved.
 """
 

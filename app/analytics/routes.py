@@ -57,7 +57,7 @@ class Events(MethodView):
     def post(self, data):
         """Record an event (any valid token). Answers 202 at once; a worker of the `analytics` queue
         stores it in a batch. Idempotent per org by `eventId` (assigned when absent); `orgId` in the
-        body is ignored. Chat facts: `eventCategory` `chat` (DESIGN §12)."""
+        body is ignored. Chat facts: `eventCategory` `chat`."""
         event = services.normalise_event(data, current_tenant())
         tasks.submit_many([event])
         return {"success": True, "eventId": event["event_id"]}

@@ -38,7 +38,7 @@ def _is_number(value: Any) -> bool:
 
 
 def chat_property_errors(event_type: str, props: dict[str, Any]) -> dict[str, list[str]]:
-    """DESIGN §12: what a chat-category event's `properties` must hold."""
+    """What a chat-category event's `properties` must hold."""
     errors: dict[str, list[str]] = {}
 
     def bad(name: str, message: str) -> None:
@@ -103,8 +103,9 @@ class AnalyticsEventSchema(NulFree):
     pagePath = text(2048, allow_none=True)
     timestamp = fields.String(allow_none=True, metadata={
         "description": "ISO 8601 instant (no offset = UTC); default: the time of receipt."})
-    properties = fields.Dict(keys=fields.String(), allow_none=True,
-                             metadata={"description": "At most 32 KB as JSON. Chat events: DESIGN §12."})
+    properties = fields.Dict(keys=fields.String(), allow_none=True, metadata={"description": (
+        "At most 32 KB as JSON. Chat events (eventCategory `chat`) need `chatId`; `message` events take "
+        "`direction`, `model`, `inputTokens`, `outputTokens`, `cost`; `csat` events a `score` of 1-5.")})
 
     @validates_schema
     def _check(self, data: dict[str, Any], **_: Any) -> None:

@@ -119,7 +119,7 @@ class Window:
 
 
 def resolve_window(raw_from: str | None, raw_to: str | None, now: datetime | None = None) -> Window:
-    """DESIGN §12: dates or instants; a date-only `to` covers its whole day; default the last 30 days
+    """Dates or instants; a date-only `to` covers its whole day; default the last 30 days
     (today included, whole days); `from` after `to` or a bad value is 400."""
     now = now or datetime.now(UTC)
 

@@ -2,7 +2,7 @@
 
 A definition's `schema` is a JSON Schema object whose properties name a platform field type either in
 a `fieldType` keyword beside standard keywords (`{"type": "integer", "fieldType": "int"}`) or directly
-as `type` (`{"type": "int"}`); a property with only a JSON Schema type is fine too (DESIGN.md §7).
+as `type` (`{"type": "int"}`); a property with only a JSON Schema type is fine too.
 `compile_definition_schema` checks all of it and returns a `CompiledSchema`: the plain JSON Schema the
 records are validated against and the `FieldCatalog` the filter compiler types its comparisons with.
 """
@@ -53,7 +53,7 @@ KIND_BY_TYPE = {
 }
 
 
-# --- format checks (enforced: DESIGN.md §7) ------------------------------------------------------
+# --- format checks (enforced) ------------------------------------------------------
 
 FORMATS = FormatChecker(formats=())
 

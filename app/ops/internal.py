@@ -2,7 +2,7 @@
 
 Authenticated like every route (app.auth): header `X-Internal-Token` equal to INTERNAL_API_TOKEN
 (constant-time; with no token configured that path is closed), or a Bearer token with role admin or
-super_admin (the role itself: scope `*` does not stand in for it here, DESIGN §6).
+super_admin (the role itself: scope `*` does not stand in for it here).
 """
 
 from __future__ import annotations

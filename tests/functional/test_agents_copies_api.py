@@ -1,4 +1,4 @@
-"""Agent tools and skills are self-contained copies (DESIGN §11), through HTTP: any toolId is
+"""Agent tools and skills are self-contained copies, through HTTP: any toolId is
 accepted, embedded skills may be customised, export/import works across orgs with nothing else
 present, sub-agents need only a name, and skill categories are a bare string[]."""
 

@@ -54,7 +54,7 @@ def test_admin_routes(client, method, path, body, status):
     ("get", "/api/v1/no-such-route/%00"),
 ])
 def test_nul_in_any_path_is_one_rule(client, method, path):
-    """DESIGN §5: a NUL character in the URL path is 400 INVALID_INPUT in the envelope, whatever
+    """A NUL character in the URL path is 400 INVALID_INPUT in the envelope, whatever
     the domain (and before routing: an unknown path with a NUL is the same 400)."""
     headers = bearer(token(org="platform-ops", role="super_admin"))
     assert_error(getattr(client, method)(path, json={}, headers=headers), 400, "INVALID_INPUT")

@@ -1,4 +1,4 @@
-"""Hostile input never stalls a worker or answers 500 (issue 12; DESIGN.md §5)."""
+"""Hostile input never stalls a worker or answers 500 (issue 12)."""
 
 from __future__ import annotations
 

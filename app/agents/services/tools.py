@@ -1,7 +1,7 @@
 """Tool definitions (CRUD, by-ids).
 
-The AgentTools embedded in agents, catalog skills and sub-agents are self-contained copies
-(DESIGN §11): their `toolId` need not name a tool definition of the org, so nothing here checks it.
+The AgentTools embedded in agents, catalog skills and sub-agents are self-contained copies:
+their `toolId` need not name a tool definition of the org, so nothing here checks it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The date window of the dashboards (DESIGN §12): forms, defaults, whole days vs raw edges."""
+"""The date window of the dashboards: forms, defaults, whole days vs raw edges."""
 
 from __future__ import annotations
 
