@@ -1,4 +1,4 @@
-"""provider-a: Azure OpenAI Images on deployment routes (docs/providers.md).
+"""provider-a: Azure OpenAI Images on deployment routes.
 
 Generate is JSON on `/openai/deployments/{deployment}/images/generations`; edit (general family
 only) is multipart on `/images/edits` with its own api-version. Auth is the `api-key` header. The

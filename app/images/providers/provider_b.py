@@ -1,4 +1,4 @@
-"""provider-b: Google Imagen `predict` on Vertex AI (docs/providers.md).
+"""provider-b: Google Imagen `predict` on Vertex AI.
 
 `POST {base}/v1/projects/{project}/locations/{region}/publishers/google/models/{model}:predict`
 with an OAuth bearer token: minted from service-account credentials (google-auth, refreshed before
