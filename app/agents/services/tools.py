@@ -20,9 +20,9 @@ store = DocumentStore(ToolDefinition, key="toolDefinition", many_key="toolDefini
                       columns=lambda doc: {"name": doc["name"]})
 
 
-def list_tool_definitions() -> str:
-    """`{toolDefinitions}` of the caller's org, by name."""
-    return store.list()
+def list_tool_definitions(*, limit: int | None = None, cursor: str | None = None) -> str:
+    """`{toolDefinitions, nextCursor}`: a page of the caller's org's tool definitions, by name."""
+    return store.list(limit=limit, cursor=cursor)
 
 
 def get_tool_definition(tool_id: str) -> str:
