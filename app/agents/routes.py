@@ -206,10 +206,11 @@ class ToolDefinitions(MethodView):
 @tools_blp.route("/by-ids")
 class ToolDefinitionsByIds(MethodView):
     @tools_blp.arguments(s.ByIdsSchema)
-    @tools_blp.response(200, s.ToolDefinitionListSchema)
+    @tools_blp.response(200, s.ToolDefinitionsByIdsSchema)
     @require_scopes(READ)
     def post(self, body):
-        """The tool definitions with these ids, in request order; unknown ids are absent."""
+        """The tool definitions with these ids, in request order; unknown ids are absent. 413 when they would
+        not fit in one response (ask for fewer ids)."""
         return _json(tools.tool_definitions_by_ids(body["ids"]))
 
 

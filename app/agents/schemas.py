@@ -508,6 +508,11 @@ ToolDefinitionEnvelopeSchema, ToolDefinitionListSchema = _envelopes("toolDefinit
                                                                     ToolDefinitionSchema)
 
 
+ToolDefinitionsByIdsSchema = Schema.from_dict(
+    {"toolDefinitions": fields.List(fields.Nested(ToolDefinitionSchema), required=True)},
+    name="ToolDefinitionsByIdsSchema")
+
+
 class ByIdsSchema(NulFree):
     ids = fields.List(fields.String(validate=validate.Length(min=1, max=64)), required=True,
                       validate=validate.Length(max=500))

@@ -26,6 +26,7 @@ from sqlalchemy import Text, and_, case, cast, func, or_, select
 
 from app.db import db
 from app.entities import cursor as keyset
+from app.errors import PayloadTooLarge
 from app.tenancy import current_org, tenant_select
 
 PATH = "cursor"
@@ -97,3 +98,14 @@ def page(model, column, key: str, list_id: str, *where, limit: int | None = None
     if omitted:
         body += ',"omitted":' + json.dumps(omitted, ensure_ascii=False, separators=(",", ":"))
     return body + "}"
+
+
+def check_fits(model, column, *where, what: str) -> None:
+    """413 before loading anything when the caller's rows matching `where` would not fit in one response
+    (a list that is not paged, e.g. tool definitions by ids): their sizes are summed by PostgreSQL."""
+    _, _, servable = _bounds(1)
+    stmt = tenant_select(model).with_only_columns(func.coalesce(func.sum(func.octet_length(cast(column, Text))), 0))
+    total = int(db.session.scalar(stmt.where(*where)))
+    if total > servable:
+        raise PayloadTooLarge(f"The answer would be {total} bytes, more than one response may carry; ask for fewer "
+                              f"{what}.", {"responseBytes": total, "maxResponseBytes": servable})

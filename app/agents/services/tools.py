@@ -10,6 +10,7 @@ from typing import Any
 
 from app.agents.fields import schema_errors
 from app.agents.models import ToolDefinition
+from app.agents.services import paging
 from app.agents.services.common import dumps, invalid, merge, titled
 from app.agents.services.documents import DocumentStore
 from app.db import db
@@ -34,6 +35,7 @@ def tool_definitions_by_ids(ids: list[str]) -> str:
     wanted = list(dict.fromkeys(ids))
     if not wanted:
         return dumps({"toolDefinitions": []})
+    paging.check_fits(ToolDefinition, ToolDefinition.doc, ToolDefinition.id.in_(wanted), what="ids")
     rows = db.session.execute(tenant_select(ToolDefinition).with_only_columns(ToolDefinition.id, ToolDefinition.doc)
                               .where(ToolDefinition.id.in_(wanted))).all()
     by_id = {row.id: row.doc for row in rows}
