@@ -51,8 +51,9 @@ class EmbeddingsConfigSchema(Schema):
         unknown = RAISE
 
     enabled = ma.Boolean(required=True)
-    fields = ma.List(ma.String(), load_default=list,
-                         metadata={"description": "fields feeding the embedding text; empty = name only"})
+    fields = ma.List(ma.String(validate=validate.Length(max=200)), load_default=list,
+                     validate=validate.Length(max=500),
+                     metadata={"description": "fields feeding the embedding text; empty = name only"})
     model = ma.String(allow_none=True)
     dimensions = ma.Integer(allow_none=True, validate=validate.Range(min=1, max=16000))
 
@@ -72,7 +73,7 @@ class DefinitionInputSchema(Schema):
     description = ma.String(allow_none=True, validate=validate.Length(max=10000))
     schema = BoundedJson("JSON_SCHEMA_MAX_BYTES", metadata={
         "description": "JSON Schema of a record's fields (platform field types via `fieldType` or `type`)"})
-    defaultViewId = ma.String(allow_none=True)
+    defaultViewId = ma.String(allow_none=True, validate=validate.Length(max=200))
     metadata = BoundedJson(allow_none=True)
     isActive = ma.Boolean()
     embeddingsConfig = ma.Nested(EmbeddingsConfigSchema, allow_none=True)
@@ -174,7 +175,7 @@ class ViewInputSchema(Schema):
     description = ma.String(allow_none=True, validate=validate.Length(max=10000))
     columns = ma.List(ma.String(validate=validate.Length(max=200)), validate=validate.Length(max=500))
     filters = BoundedJson()
-    sortBy = ma.String(allow_none=True)
+    sortBy = ma.String(allow_none=True, validate=validate.Length(max=200))
     sortOrder = SortOrderField()
     pageSize = ma.Integer(allow_none=True, validate=validate.Range(min=1),
                           metadata={"maximum_setting": "ENTITY_MAX_PAGE_SIZE",  # the record query's bound

@@ -263,3 +263,21 @@ def test_a_legacy_row_larger_than_a_response_is_named_not_served(make_app, org_i
     agent_id = omitted[0]["id"]
     assert reg.put(f"/agents/{agent_id}", {"metadata": None}).status_code == 200
     assert [a["name"] for a in reg.get("/agents").get_json()["agents"]] == ["a-1", "a-2", "a-3"]
+
+
+def test_entity_definition_and_view_lists_of_names_are_bounded(client, auth):
+    headers = auth("read:entities", "write:entities")
+    base = "/api/v1/entities/definitions"
+    schema = {"type": "object", "properties": {"f": {"type": "string"}}}
+    resp = client.post(base, json={"name": "bounded", "displayName": "B", "schema": schema,
+                                   "embeddingsConfig": {"enabled": False, "fields": ["f"] * 501}}, headers=headers)
+    assert "embeddingsConfig" in assert_error(resp, 400)["error"]["details"]["fields"]
+    resp = client.post(base, json={"name": "bounded", "displayName": "B", "schema": {"type": "object"}},
+                       headers=headers)
+    assert resp.status_code == 201, resp.get_json()
+    body = assert_error(client.post(f"{base}/bounded/views", json={"name": "v", "columns": ["c" * 201]},
+                                    headers=headers), 400)
+    assert "columns" in body["error"]["details"]["fields"]
+    body = assert_error(client.post(f"{base}/bounded/views", json={"name": "v", "sortBy": "s" * 201},
+                                    headers=headers), 400)
+    assert "sortBy" in body["error"]["details"]["fields"]
