@@ -281,3 +281,21 @@ def test_entity_definition_and_view_lists_of_names_are_bounded(client, auth):
     body = assert_error(client.post(f"{base}/bounded/views", json={"name": "v", "sortBy": "s" * 201},
                                     headers=headers), 400)
     assert "sortBy" in body["error"]["details"]["fields"]
+
+
+def test_tool_definitions_by_ids_that_cannot_fit_are_refused_before_loading(make_app, org_id, auth):
+    from app.db import db
+
+    app = make_app(MAX_RESPONSE_BYTES=200_000)
+    reg = Registry(app.test_client(), auth("read:agents", "write:agents"))
+    small, big = reg.create_tool(), reg.create_tool()
+    with app.app_context(), db.engine.connect() as conn:
+        conn.execute(text("UPDATE product_default.tool_definitions SET doc = jsonb_set(doc, '{metadata}', "
+                          "jsonb_build_object('blob', repeat('x', 300000))) WHERE org_id = :org AND id = :id"),
+                     {"org": org_id, "id": big["id"]})
+        conn.commit()
+    body = assert_error(reg.post("/tool-definitions/by-ids", {"ids": [small["id"], big["id"]]}), 413,
+                        "PAYLOAD_TOO_LARGE")
+    assert "fewer ids" in body["error"]["message"]
+    assert reg.post("/tool-definitions/by-ids", {"ids": [small["id"]]}).get_json()["toolDefinitions"][0]["id"] == \
+        small["id"]
