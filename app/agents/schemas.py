@@ -274,7 +274,8 @@ class ReactAgentConfigSchema(Schema):
 
     @pre_load
     def _bounded(self, data, **_):
-        check_open_object(data)  # the fields kept as sent are free-form: the whole object is bounded
+        if isinstance(data, dict):  # the fields kept as sent are free-form: the whole object is bounded
+            check_open_object(data)
         return data
 
 

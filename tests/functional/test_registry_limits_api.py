@@ -299,3 +299,11 @@ def test_tool_definitions_by_ids_that_cannot_fit_are_refused_before_loading(make
     assert "fewer ids" in body["error"]["message"]
     assert reg.post("/tool-definitions/by-ids", {"ids": [small["id"]]}).get_json()["toolDefinitions"][0]["id"] == \
         small["id"]
+
+
+def test_react_config_keeps_unknown_fields_but_is_bounded_as_a_whole(reg):
+    resp = reg.post("/agents", agent_body(type="react", reactConfig={"maxIterations": 5, "notes": "x" * (5 * MB)}))
+    body = assert_error(resp, 400)
+    assert "JSON_FIELD_MAX_BYTES" in str(body["error"]["details"]["fields"]["reactConfig"])
+    agent = reg.create_agent(type="react", reactConfig={"maxIterations": 5, "notes": "short"})
+    assert agent["reactConfig"]["notes"] == "short"
