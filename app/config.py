@@ -23,6 +23,12 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
                                                "(413 above; inline base64 images need megabytes)"),
     "MAX_RESPONSE_BYTES": (64 * 1024 * 1024, int, "Largest JSON response in bytes; a larger page is refused "
                                                  "(413: ask for a smaller pageSize)"),
+    "JSON_FIELD_MAX_BYTES": (64 * 1024, int, "Largest free-form JSON object field (`metadata`, `config`, "
+                                             "`defaultConfig`, a view's `config`…) as compact UTF-8 JSON, bytes "
+                                             "(400 above)"),
+    "JSON_SCHEMA_MAX_BYTES": (256 * 1024, int, "Largest JSON Schema field (`configSchema`, `inputSchema`, "
+                                               "`outputSchema`, an entity definition's `schema`) as compact UTF-8 "
+                                               "JSON, bytes (400 above)"),
     "CORS_ORIGINS": ("", str, "Comma-separated origins allowed by CORS; empty = CORS off"),
     # Database
     "DATABASE_URL": ("", str, "PostgreSQL+pgvector URL; empty = embedded PostgreSQL under VAR_DIR/pg"),
@@ -133,6 +139,14 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "ENTITY_INDEX_MIN_RECORDS": (5000, int, "A definition with at least this many active records gets its own "
                                             "per-field indexes and typed projection table (built in the "
                                             "background)"),
+    # Agent registry
+    "REGISTRY_MAX_DOCUMENT_BYTES": (1024 * 1024, int, "Largest stored agent, catalog skill, tool definition, "
+                                                      "sub-agent or widget as JSON, bytes (400 above)"),
+    "REGISTRY_LIST_DEFAULT_LIMIT": (100, int, "Items per page of an agent-registry list when `limit` is not given"),
+    "REGISTRY_LIST_MAX_LIMIT": (1000, int, "Largest `limit` of an agent-registry list (400 above)"),
+    "REGISTRY_LIST_MAX_BYTES": (8 * 1024 * 1024, int, "A page of an agent-registry list ends before the item that "
+                                                      "would take it past this many bytes (`nextCursor` goes on); "
+                                                      "a larger item comes alone on its page"),
     # Email
     "EMAIL_BACKEND": ("console", str, "`console` (VAR_DIR/outbox + log) or `smtp`"),
     "SMTP_HOST": ("localhost", str, "SMTP server"),

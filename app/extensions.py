@@ -133,6 +133,22 @@ def _configured_maximum(config):
     return attribute
 
 
+def _configured_max_bytes(config):
+    """`metadata={"maxBytes_setting": NAME}` (app.jsonbody.BoundedJson): the field's byte limit is stated
+    as `x-maxBytes` and as a sentence of its description, from this app's setting NAME."""
+
+    def attribute(converter, field, ret) -> dict:
+        setting = field.metadata.get("maxBytes_setting")
+        if not setting:
+            return {}
+        limit = int(config[setting])
+        note = f"At most {limit} bytes as compact JSON ({setting}; 400 above)."
+        description = (ret.get("description") or "").rstrip(". ")
+        return {"x-maxBytes": limit, "description": f"{description}. {note}" if description else note}
+
+    return attribute
+
+
 _ANY_OBJECT = {"type": "object", "nullable": True}
 
 
@@ -153,6 +169,7 @@ class Api(_Api):
         super()._init_spec(extra_plugins=[*(extra_plugins or ()), _CrossFieldRules()], **kwargs)
         self.ma_plugin.converter.add_attribute_function(_nullable_nested)
         self.ma_plugin.converter.add_attribute_function(_configured_maximum(self._app.config))
+        self.ma_plugin.converter.add_attribute_function(_configured_max_bytes(self._app.config))
 
 
 class SafeParser(FlaskParser):

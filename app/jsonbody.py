@@ -17,6 +17,13 @@ Both readers of a request body go through `loads()`: flask-smorest/webargs argum
   any string or key → 400 VALIDATION_ERROR naming the path. NUL characters are refused by each domain's
   own check, which names the field or the bulk record index (`check_storable`, `NulFree`, email subject);
 - a string longer than `MAX_STRING_CHARS` → 413.
+
+Past parsing, a free-form JSON field is bounded by `BoundedJson`, the one field type for every object
+the caller may fill at will (`metadata`, `config`, `defaultConfig`, JSON Schemas…): at most
+`JSON_FIELD_MAX_BYTES` (64 KiB), or `JSON_SCHEMA_MAX_BYTES` (256 KiB) for a JSON Schema, measured by
+`json_bytes` (compact UTF-8 JSON, the measure of every byte limit on a JSON value). Over the limit:
+400 VALIDATION_ERROR naming the field and the setting. Stored rows are small enough that a page of a
+list has a computable bound (the agent registry also caps a whole document and pages by bytes).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from typing import Any
 
 from flask import current_app, has_app_context
 from flask.json.provider import DefaultJSONProvider
+from marshmallow import ValidationError, fields
 
 from app.errors import ApiError, InvalidInput, PayloadTooLarge, ValidationFailed
 
@@ -154,6 +162,50 @@ def _check_string(value: str, path: str, scan: bool, max_string: int, problems: 
 
 def _printable(path: str) -> str:
     return _BAD_CHARS.sub("?", path)[:200]
+
+
+def json_bytes(value: Any) -> int:
+    """The size of `value` as compact UTF-8 JSON (no spaces, characters as they are): the one measure
+    of every byte limit on a JSON value."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def byte_limit(setting: str) -> int:
+    """The app's value of a byte-limit setting (its default outside an app)."""
+    from app.config import SETTINGS
+
+    if has_app_context() and current_app.config.get(setting):
+        return int(current_app.config[setting])
+    return int(SETTINGS[setting][0])
+
+
+def size_error(value: Any, setting: str) -> str | None:
+    """The message for a JSON value larger than the setting allows, or None."""
+    limit = byte_limit(setting)
+    size = json_bytes(value)
+    if size <= limit:
+        return None
+    return f"At most {limit} bytes as JSON ({setting}); this value has {size}."
+
+
+class BoundedJson(fields.Dict):
+    """A free-form JSON object of at most `setting` bytes as compact JSON (400 naming the field and
+    the limit). The limit is checked before any other validator of the field (a JSON Schema check
+    never runs on a 30 MB document), and the OpenAPI document states it (`x-maxBytes`, and a sentence
+    in the description: app.extensions)."""
+
+    def __init__(self, setting: str = "JSON_FIELD_MAX_BYTES", **kwargs: Any) -> None:
+        kwargs["metadata"] = {**kwargs.get("metadata", {}), "maxBytes_setting": setting}
+        super().__init__(**kwargs)
+        self.setting = setting
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        value = super()._deserialize(value, attr, data, **kwargs)
+        problem = size_error(value, self.setting)
+        if problem:
+            raise ValidationError(problem)
+        return value
 
 
 class SafeJSONProvider(DefaultJSONProvider):

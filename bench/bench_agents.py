@@ -159,9 +159,9 @@ def main() -> str:
         ("GET /agents/{id}", api(lambda: f"/api/v1/agents/{one_id()}"),
          lambda: sql(by_id.format("doc"), ORG, one_id())(),
          lambda: sql(by_id.format("doc::text"), ORG, one_id())(), 400),
-        ("GET /agents/summary", api(lambda: "/api/v1/agents/summary"),
+        ("GET /agents/summary", api(lambda: "/api/v1/agents/summary?limit=1000"),
          sql(listing.format("summary"), ORG), sql(listing.format("summary::text"), ORG), 40),
-        ("GET /agents", api(lambda: "/api/v1/agents"),
+        ("GET /agents", api(lambda: "/api/v1/agents?limit=1000"),
          sql(listing.format("doc"), ORG), sql(listing.format("doc::text"), ORG), 20),
     ]
     rows = []
@@ -177,8 +177,8 @@ def main() -> str:
     raw.close()
     engine.dispose()
 
-    summary_bytes = len(client.get("/api/v1/agents/summary", headers=headers).data)
-    list_bytes = len(client.get("/api/v1/agents", headers=headers).data)
+    summary_bytes = len(client.get("/api/v1/agents/summary?limit=1000", headers=headers).data)
+    list_bytes = len(client.get("/api/v1/agents?limit=1000", headers=headers).data)
     one_bytes = len(client.get(f"/api/v1/agents/{ids[0]}", headers=headers).data)
     body = table(["read", "API p50 ms", "API p99 ms", "SQL p50 ms", "SQL p99 ms", "SQL text p50 ms",
                   "SQL text p99 ms", "API/SQL p50", "API/SQL p99", "API/SQL text p50", "n"], rows)

@@ -17,6 +17,7 @@ from typing import Any
 from jsonschema.exceptions import SchemaError
 from marshmallow import Schema, ValidationError, fields, pre_load, validate
 
+from app.jsonbody import BoundedJson, size_error
 from app.jsonschema_safe import check_schema, validator_for
 
 MACHINE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
@@ -159,8 +160,26 @@ def check_object_schema(value: Any) -> None:
 
 
 def json_schema(**kwargs) -> fields.Dict:
-    return fields.Dict(validate=check_json_schema,
+    return BoundedJson("JSON_SCHEMA_MAX_BYTES", validate=check_json_schema,
                        metadata={"description": "A JSON Schema object"}, **kwargs)
+
+
+def schema_object(**kwargs) -> fields.Dict:
+    """A JSON Schema field with its own validation (e.g. `check_object_schema`), bounded like `json_schema`."""
+    return BoundedJson("JSON_SCHEMA_MAX_BYTES", **kwargs)
+
+
+def free_json(**kwargs) -> fields.Dict:
+    """A free-form JSON object (metadata, config…), at most JSON_FIELD_MAX_BYTES (app.jsonbody.BoundedJson)."""
+    return BoundedJson("JSON_FIELD_MAX_BYTES", **kwargs)
+
+
+def check_open_object(data: Any, setting: str = "JSON_FIELD_MAX_BYTES") -> None:
+    """`@validates_schema` helper for a nested object that keeps unknown fields as sent (its named
+    fields are checked one by one, the rest only here): the whole object within the setting's limit."""
+    problem = size_error(data, setting)
+    if problem:
+        raise ValidationError(problem)
 
 
 def schema_errors(schema: dict, instance: Any, limit: int = 20) -> list[str]:

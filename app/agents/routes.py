@@ -42,7 +42,8 @@ class Agents(MethodView):
     @agents_blp.response(200, s.AgentListSchema)
     @require_scopes(READ)
     def get(self, filters):
-        """List the agents of the caller's org (`{agents}`), by name; optional filters status, type, isDefault."""
+        """A page of the agents of the caller's org (`{agents, nextCursor}`), by name; optional filters status,
+        type, isDefault; `limit` and `cursor` page."""
         return _json(agents.list_agents(**filters))
 
     @agents_blp.arguments(s.AgentInputSchema)
@@ -59,7 +60,7 @@ class AgentSummaries(MethodView):
     @agents_blp.response(200, s.AgentSummaryListSchema)
     @require_scopes(READ)
     def get(self, filters):
-        """AgentSummary of every agent (`{agents}`), by name; same optional filters as the list."""
+        """A page of AgentSummary (`{agents, nextCursor}`), by name; same filters and paging as the list."""
         return _json(agents.list_summaries(**filters))
 
 
@@ -131,11 +132,12 @@ class AgentExport(MethodView):
 
 @skills_blp.route("")
 class Skills(MethodView):
+    @skills_blp.arguments(s.PageQuerySchema, location="query")
     @skills_blp.response(200, s.SkillListSchema)
     @require_scopes(READ)
-    def get(self):
-        """Catalog skills of the org (`{skills}`), by name."""
-        return _json(skills.list_skills())
+    def get(self, page):
+        """A page of the org's catalog skills (`{skills, nextCursor}`), by name."""
+        return _json(skills.list_skills(**page))
 
     @skills_blp.arguments(s.SkillInputSchema)
     @skills_blp.response(201, s.SkillEnvelopeSchema)
@@ -186,11 +188,12 @@ class SkillById(MethodView):
 
 @tools_blp.route("")
 class ToolDefinitions(MethodView):
+    @tools_blp.arguments(s.PageQuerySchema, location="query")
     @tools_blp.response(200, s.ToolDefinitionListSchema)
     @require_scopes(READ)
-    def get(self):
-        """Tool definitions of the org (`{toolDefinitions}`), by name."""
-        return _json(tools.list_tool_definitions())
+    def get(self, page):
+        """A page of the org's tool definitions (`{toolDefinitions, nextCursor}`), by name."""
+        return _json(tools.list_tool_definitions(**page))
 
     @tools_blp.arguments(s.ToolDefinitionBodySchema)
     @tools_blp.response(201, s.ToolDefinitionEnvelopeSchema)
@@ -203,10 +206,11 @@ class ToolDefinitions(MethodView):
 @tools_blp.route("/by-ids")
 class ToolDefinitionsByIds(MethodView):
     @tools_blp.arguments(s.ByIdsSchema)
-    @tools_blp.response(200, s.ToolDefinitionListSchema)
+    @tools_blp.response(200, s.ToolDefinitionsByIdsSchema)
     @require_scopes(READ)
     def post(self, body):
-        """The tool definitions with these ids, in request order; unknown ids are absent."""
+        """The tool definitions with these ids, in request order; unknown ids are absent. 413 when they would
+        not fit in one response (ask for fewer ids)."""
         return _json(tools.tool_definitions_by_ids(body["ids"]))
 
 
@@ -237,11 +241,12 @@ class ToolDefinitionById(MethodView):
 
 @subagents_blp.route("")
 class SubAgents(MethodView):
+    @subagents_blp.arguments(s.PageQuerySchema, location="query")
     @subagents_blp.response(200, s.SubAgentListSchema)
     @require_scopes(READ)
-    def get(self):
-        """Sub-agents of the org (`{subAgents}`), by name."""
-        return _json(subagents.list_sub_agents())
+    def get(self, page):
+        """A page of the org's sub-agents (`{subAgents, nextCursor}`), by name."""
+        return _json(subagents.list_sub_agents(**page))
 
     @subagents_blp.arguments(s.SubAgentBodySchema)
     @subagents_blp.response(201, s.SubAgentEnvelopeSchema)
@@ -279,11 +284,12 @@ class SubAgentById(MethodView):
 
 @widgets_blp.route("/agents/<string:agentId>/widgets")
 class AgentWidgets(MethodView):
+    @widgets_blp.arguments(s.PageQuerySchema, location="query")
     @widgets_blp.response(200, s.WidgetListSchema)
     @require_scopes(READ)
-    def get(self, agentId):
-        """The agent's widgets (`{widgets}`), by name."""
-        return _json(widgets.list_widgets(agentId))
+    def get(self, page, agentId):
+        """A page of the agent's widgets (`{widgets, nextCursor}`), by name."""
+        return _json(widgets.list_widgets(agentId, **page))
 
     @widgets_blp.arguments(s.WidgetBodySchema)
     @widgets_blp.response(201, s.WidgetEnvelopeSchema)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import functools
 
-from marshmallow import INCLUDE, Schema, ValidationError, fields, pre_load, validate, validates_schema
+from flask import current_app
+from marshmallow import INCLUDE, Schema, ValidationError, fields, pre_load, validate, validates, validates_schema
 
 from app.agents.fields import (
     SERVER_FIELDS,
@@ -24,8 +25,11 @@ from app.agents.fields import (
     check_config,
     check_json_schema,
     check_object_schema,
+    check_open_object,
+    free_json,
     json_schema,
     machine_name,
+    schema_object,
     string_list,
     text,
 )
@@ -101,11 +105,31 @@ class _Audited(Schema):
     updatedBy = fields.String(dump_only=True)
 
 
+class OmittedSchema(Schema):
+    """A stored document too large to serve in a list (stored before the size limits existed)."""
+
+    id = fields.String(required=True)
+    name = fields.String(required=True)
+    bytes = fields.Integer(required=True, metadata={"description": "its size as JSON"})
+
+
+def _page_fields() -> dict:
+    """What every registry list carries beside its items (app.agents.services.paging)."""
+    return {
+        "nextCursor": fields.String(required=True, allow_none=True, metadata={
+            "description": "send as `cursor` for the next page; null on the last page"}),
+        "omitted": fields.List(fields.Nested(OmittedSchema), metadata={
+            "description": "only when this page skipped documents too large to be served in a list (stored "
+                           "before the size limits); delete them or shrink them with a PUT"}),
+    }
+
+
 def _envelopes(key: str, many_key: str, output: type[Schema]) -> tuple[type[Schema], type[Schema]]:
-    """`{key: output}` and `{many_key: [output]}` response schemas."""
+    """`{key: output}` and `{many_key: [output], nextCursor, omitted?}` response schemas."""
     name = output.__name__.removesuffix("Schema")
     return (Schema.from_dict({key: fields.Nested(output, required=True)}, name=f"{name}EnvelopeSchema"),
-            Schema.from_dict({many_key: fields.List(fields.Nested(output), required=True)}, name=f"{name}ListSchema"))
+            Schema.from_dict({many_key: fields.List(fields.Nested(output), required=True), **_page_fields()},
+                             name=f"{name}ListSchema"))
 
 
 def _bodies(key: str, input_fields: type[Schema]) -> tuple[type[Schema], type[Schema]]:
@@ -134,11 +158,11 @@ class AgentToolSchema(Schema):
     title = text(200, allow_none=True)
     description = text(4000, allow_none=True)
     type = text(40, allow_none=True, metadata={"description": "e.g. document, search, api, extraction"})
-    inputSchema = fields.Dict(validate=check_object_schema, allow_none=True, metadata=OBJECT_SCHEMA_RULE)
+    inputSchema = schema_object(validate=check_object_schema, allow_none=True, metadata=OBJECT_SCHEMA_RULE)
     outputSchema = json_schema(allow_none=True)
     configSchema = json_schema(allow_none=True)
-    config = fields.Dict(allow_none=True)
-    mergeConfig = fields.Dict(allow_none=True, metadata={"description": "MergeConfig (free-form object)"})
+    config = free_json(allow_none=True)
+    mergeConfig = free_json(allow_none=True, metadata={"description": "MergeConfig (free-form object)"})
     enabled = StrictBool(required=True)
     isSystem = StrictBool(allow_none=True)
     order = StrictInt(validate=validate.Range(min=0), allow_none=True)
@@ -156,7 +180,7 @@ class AgentSkillToolSchema(Schema):
     type = text(40, allow_none=True)
     inputSchema = json_schema(allow_none=True)
     configSchema = json_schema(allow_none=True)
-    config = fields.Dict(allow_none=True)
+    config = free_json(allow_none=True)
     enabled = StrictBool(required=True)
 
 
@@ -235,6 +259,9 @@ class HandoffConfigSchema(Schema):
 class ReactAgentConfigSchema(Schema):
     """ReactAgentConfig; further (not shown) fields are kept as sent."""
 
+    OPENAPI_EXTRA = {"description": "ReactAgentConfig; further fields are kept as sent. The whole object is at "
+                                    "most JSON_FIELD_MAX_BYTES (64 KiB by default) as compact JSON."}
+
     class Meta:
         unknown = INCLUDE
 
@@ -244,6 +271,12 @@ class ReactAgentConfigSchema(Schema):
     maxTokens = StrictInt(validate=MAX_TOKENS, allow_none=True)
     maxIterations = StrictInt(validate=validate.Range(min=1, max=100), allow_none=True)
     reasoningPrompt = text(20000, allow_none=True)
+
+    @pre_load
+    def _bounded(self, data, **_):
+        if isinstance(data, dict):  # the fields kept as sent are free-form: the whole object is bounded
+            check_open_object(data)
+        return data
 
 
 # --------------------------------------------------------------------------- agent
@@ -285,12 +318,12 @@ class AgentInputSchema(_Input):
     csatConfig = fields.Nested(CSATConfigSchema, load_default=lambda: {"enabled": False})
     handoffConfig = fields.Nested(HandoffConfigSchema, load_default=lambda: {
         "enabled": False, "triggerKeywords": [], "handoffMessage": ""})
-    widgetConfig = fields.Dict(allow_none=True, metadata={"description": "WidgetConfig (free-form object)"})
+    widgetConfig = free_json(allow_none=True, metadata={"description": "WidgetConfig (free-form object)"})
     reactConfig = fields.Nested(ReactAgentConfigSchema, allow_none=True)
-    userSuggestedActionsConfig = fields.Dict(allow_none=True)
-    contextConfig = fields.Dict(allow_none=True)
-    configSchema = fields.Dict(load_default=dict, validate=check_json_schema)
-    config = fields.Dict(allow_none=True, metadata={"description": "validated against configSchema"})
+    userSuggestedActionsConfig = free_json(allow_none=True)
+    contextConfig = free_json(allow_none=True)
+    configSchema = schema_object(load_default=dict, validate=check_json_schema)
+    config = free_json(allow_none=True, metadata={"description": "validated against configSchema"})
     iconName = text(100, allow_none=True)
     capabilities = string_list(50, 200, allow_none=True)
     samplePrompts = string_list(20, 1000, allow_none=True)
@@ -310,7 +343,7 @@ class AgentInputSchema(_Input):
     lastUsedAt = UtcTimestamp(allow_none=True)
     usageCount = StrictInt(load_default=0, validate=validate.Range(min=0))
     artifactVersion = StrictInt(validate=validate.Range(min=0), allow_none=True)
-    metadata = fields.Dict(allow_none=True)
+    metadata = free_json(allow_none=True)
 
     @validates_schema
     def _config_matches_schema(self, data, **_):
@@ -354,15 +387,33 @@ class AgentSummarySchema(Schema):
     capabilities = fields.List(fields.String())
     samplePrompts = fields.List(fields.String())
     skills = fields.List(fields.Nested(AgentSkillSummarySchema))
-    metadata = fields.Dict()
+    metadata = free_json()
 
 
-class AgentSummaryListSchema(Schema):
-    agents = fields.List(fields.Nested(AgentSummarySchema), required=True)
+AgentSummaryListSchema = Schema.from_dict(
+    {"agents": fields.List(fields.Nested(AgentSummarySchema), required=True), **_page_fields()},
+    name="AgentSummaryListSchema")
 
 
-class AgentFilterQuerySchema(NulFree):
-    """Optional filters of the agent lists (all given filters must match)."""
+class PageQuerySchema(NulFree):
+    """Paging of a registry list: `limit` items (by name) after `cursor` (a previous page's nextCursor)."""
+
+    limit = fields.Integer(validate=validate.Range(min=1), metadata={
+        "maximum_setting": "REGISTRY_LIST_MAX_LIMIT",
+        "description": "items per page: default REGISTRY_LIST_DEFAULT_LIMIT (100), at most REGISTRY_LIST_MAX_LIMIT "
+                       "(1000); a page also ends before REGISTRY_LIST_MAX_BYTES (8 MiB)"})
+    cursor = fields.String(validate=validate.Length(min=1, max=4000),
+                           metadata={"description": "the `nextCursor` of the previous page"})
+
+    @validates("limit")
+    def _within_the_bound(self, value, **_):
+        bound = int(current_app.config["REGISTRY_LIST_MAX_LIMIT"])
+        if value > bound:
+            raise ValidationError(f"Must be between 1 and {bound} (REGISTRY_LIST_MAX_LIMIT).")
+
+
+class AgentFilterQuerySchema(PageQuerySchema):
+    """Optional filters of the agent lists (all given filters must match), and paging."""
 
     status = fields.String(validate=validate.OneOf(AGENT_STATUSES))
     type_ = fields.String(data_key="type", validate=validate.OneOf(AGENT_TYPES))
@@ -401,7 +452,7 @@ class SkillInputSchema(_Input):
     configSchema = json_schema(allow_none=True)
     enabled = StrictBool(load_default=True)
     artifactVersion = StrictInt(validate=validate.Range(min=0), allow_none=True)
-    metadata = fields.Dict(allow_none=True)
+    metadata = free_json(allow_none=True)
     persisted = fields.Raw(load_only=True, allow_none=True, metadata={"description": "ignored; always true on output"})
 
 
@@ -432,17 +483,17 @@ class ToolDefinitionFields(_Input):
         r"^[a-z][a-z0-9_-]{0,39}$", error="Lower-case word such as api, search, document, extraction."))
     category = text(100, allow_none=True)
     version = text(64, min_length=1, load_default="1.0.0")
-    inputSchema = fields.Dict(validate=check_object_schema,
+    inputSchema = schema_object(validate=check_object_schema,
                               load_default=lambda: {"type": "object", "properties": {}},
                               metadata={**OBJECT_SCHEMA_RULE,
                                         "description": "JSON Schema of the arguments (type object)"})
     outputSchema = json_schema(allow_none=True)
     configSchema = json_schema(load_default=dict)
-    defaultConfig = fields.Dict(load_default=dict, metadata={"description": "validated against configSchema"})
+    defaultConfig = free_json(load_default=dict, metadata={"description": "validated against configSchema"})
     isSystem = StrictBool(load_default=False)
     enabled = StrictBool(load_default=True)
     tags = string_list(50, 64, allow_none=True)
-    metadata = fields.Dict(allow_none=True)
+    metadata = free_json(allow_none=True)
 
     @validates_schema
     def _config_matches_schema(self, data, **_):
@@ -456,6 +507,11 @@ class ToolDefinitionSchema(ToolDefinitionFields, _Audited):
 ToolDefinitionBodySchema, ToolDefinitionPatchBodySchema = _bodies("toolDefinition", ToolDefinitionFields)
 ToolDefinitionEnvelopeSchema, ToolDefinitionListSchema = _envelopes("toolDefinition", "toolDefinitions",
                                                                     ToolDefinitionSchema)
+
+
+ToolDefinitionsByIdsSchema = Schema.from_dict(
+    {"toolDefinitions": fields.List(fields.Nested(ToolDefinitionSchema), required=True)},
+    name="ToolDefinitionsByIdsSchema")
 
 
 class ByIdsSchema(NulFree):
@@ -483,7 +539,7 @@ class SubAgentFields(_Input):
     tools = fields.List(fields.Nested(AgentToolSchema), load_default=list, validate=validate.Length(max=100))
     status = fields.String(load_default="active", validate=validate.OneOf(SUB_AGENT_STATUSES))
     tags = string_list(50, 64, allow_none=True)
-    metadata = fields.Dict(allow_none=True)
+    metadata = free_json(allow_none=True)
 
 
 class SubAgentSchema(SubAgentFields, _Audited):
@@ -525,7 +581,7 @@ class WidgetFields(_Input):
                                  metadata={"description": "origins allowed to embed the widget; empty = none"})
     autoOpen = StrictBool(load_default=False)
     showBranding = StrictBool(load_default=True)
-    metadata = fields.Dict(allow_none=True)
+    metadata = free_json(allow_none=True)
 
     @pre_load
     def _drop_agent_id(self, data, **_):

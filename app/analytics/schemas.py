@@ -11,6 +11,7 @@ from typing import Any
 from marshmallow import EXCLUDE, RAISE, Schema, ValidationError, fields, pre_load, validate, validates_schema
 
 from app.agents.fields import NulFree, text
+from app.jsonbody import json_bytes
 
 MAX_PROPERTIES_BYTES = 32 * 1024
 CHAT_DIRECTIONS = ("inbound", "outbound")
@@ -121,7 +122,7 @@ class AnalyticsEventSchema(NulFree):
         if props is not None:
             _finite_json(props, "properties", errors)
             if not errors:
-                size = len(json.dumps(props, separators=(",", ":"), ensure_ascii=False).encode())
+                size = json_bytes(props)  # the one measure of a JSON value's size (app.jsonbody)
                 if size > MAX_PROPERTIES_BYTES:
                     errors["properties"] = [f"At most {MAX_PROPERTIES_BYTES} bytes as JSON (got {size})."]
         if data.get("eventCategory") == "chat" and data.get("eventType") in CHAT_EVENT_TYPES:

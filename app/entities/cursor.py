@@ -9,6 +9,10 @@ JWT_SECRET. The payload binds the org, the definition, a digest of the query's f
 sortOrder and pageSize, the number of the page it leads to, and the last row's key and id. A cursor
 that does not verify, or was made for another org, entity or query, is a 400 naming `query.cursor`.
 
+The agent registry's lists use the same cursors (`decode(..., path="cursor", what="list")`): there the
+"definition" is the list (e.g. `agents`, `widgets:<agentId>`), the digest covers the list's filters,
+and the key is the row's `name`.
+
 Orders a cursor can follow: the default (created_at, id) and any sortBy (typed key with NULLs last,
 id in the same direction). Relevance orders — `$similar` (vector index walk) and a ranked `$search`
 without sortBy — are not keyset-able here: a cursor there is a 400.
@@ -70,25 +74,27 @@ def encode(org_id: str, definition_id: str, digest: str, position: Position) -> 
     return f"{_b64(payload)}.{_b64(mac)}"
 
 
-def decode(cursor: str, org_id: str, definition_id: str, digest: str) -> Position:
-    """The position a cursor names; 400 when it is malformed, forged, or made for another query."""
+def decode(cursor: str, org_id: str, definition_id: str, digest: str, *, path: str = PATH,
+           what: str = "entity") -> Position:
+    """The position a cursor names; 400 (naming `path`) when it is malformed, forged, or made for another
+    query (`what`: the kind of thing `definition_id` names, for the message)."""
     try:
         body, mac = cursor.split(".")
         payload, sent = _unb64(body), _unb64(mac)
     except (ValueError, binascii.Error):
-        raise _invalid("not a cursor this API issued") from None
+        raise _invalid("not a cursor this API issued", path) from None
     if not hmac.compare_digest(hmac.new(_key(), payload, hashlib.sha256).digest()[:16], sent):
-        raise _invalid("the cursor was altered or was not issued by this API")
+        raise _invalid("the cursor was altered or was not issued by this API", path)
     data = json.loads(payload)
     if data.get("v") != VERSION or data.get("o") != org_id or data.get("d") != definition_id:
-        raise _invalid("the cursor belongs to another entity")
+        raise _invalid(f"the cursor belongs to another {what}", path)
     if data.get("q") != digest:
-        raise _invalid("the cursor was issued for different filters, sort or pageSize")
+        raise _invalid("the cursor was issued for different filters, sort or pageSize", path)
     return Position(int(data["p"]), _load(data["k"]), data["i"])
 
 
-def _invalid(reason: str) -> ValidationFailed:
-    return ValidationFailed(f"Invalid cursor: {reason}.", {"fields": {PATH: [reason]}})
+def _invalid(reason: str, path: str = PATH) -> ValidationFailed:
+    return ValidationFailed(f"Invalid cursor: {reason}.", {"fields": {path: [reason]}})
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from marshmallow import EXCLUDE, RAISE, Schema, ValidationError, pre_load, valid
 from marshmallow import fields as ma
 
 from app.extensions import ExactDumpSchema
+from app.jsonbody import BoundedJson
 
 ENTITY_NAME = r"^[a-z][a-z0-9_-]{0,63}$"
 VIEW_TYPES = ("table", "kanban", "calendar", "gallery", "list", "timeline")
@@ -50,8 +51,9 @@ class EmbeddingsConfigSchema(Schema):
         unknown = RAISE
 
     enabled = ma.Boolean(required=True)
-    fields = ma.List(ma.String(), load_default=list,
-                         metadata={"description": "fields feeding the embedding text; empty = name only"})
+    fields = ma.List(ma.String(validate=validate.Length(max=200)), load_default=list,
+                     validate=validate.Length(max=500),
+                     metadata={"description": "fields feeding the embedding text; empty = name only"})
     model = ma.String(allow_none=True)
     dimensions = ma.Integer(allow_none=True, validate=validate.Range(min=1, max=16000))
 
@@ -69,10 +71,10 @@ class DefinitionInputSchema(Schema):
     displayName = ma.String(validate=validate.Length(min=1, max=200))
     module = ma.String(allow_none=True, validate=validate.Length(max=100))
     description = ma.String(allow_none=True, validate=validate.Length(max=10000))
-    schema = ma.Dict(metadata={"description": "JSON Schema of a record's fields (platform field types "
-                                                  "via `fieldType` or `type`)"})
-    defaultViewId = ma.String(allow_none=True)
-    metadata = ma.Dict(allow_none=True)
+    schema = BoundedJson("JSON_SCHEMA_MAX_BYTES", metadata={
+        "description": "JSON Schema of a record's fields (platform field types via `fieldType` or `type`)"})
+    defaultViewId = ma.String(allow_none=True, validate=validate.Length(max=200))
+    metadata = BoundedJson(allow_none=True)
     isActive = ma.Boolean()
     embeddingsConfig = ma.Nested(EmbeddingsConfigSchema, allow_none=True)
     version = ma.Integer(metadata={"description": "on update: the version you read; stale → 409"})
@@ -171,15 +173,15 @@ class ViewInputSchema(Schema):
     name = ma.String(validate=validate.Length(min=1, max=200))
     type = ma.String(validate=validate.OneOf(VIEW_TYPES))
     description = ma.String(allow_none=True, validate=validate.Length(max=10000))
-    columns = ma.List(ma.String(), validate=validate.Length(max=500))
-    filters = ma.Dict()
-    sortBy = ma.String(allow_none=True)
+    columns = ma.List(ma.String(validate=validate.Length(max=200)), validate=validate.Length(max=500))
+    filters = BoundedJson()
+    sortBy = ma.String(allow_none=True, validate=validate.Length(max=200))
     sortOrder = SortOrderField()
     pageSize = ma.Integer(allow_none=True, validate=validate.Range(min=1),
                           metadata={"maximum_setting": "ENTITY_MAX_PAGE_SIZE",  # the record query's bound
                                     "description": "at most ENTITY_MAX_PAGE_SIZE (default 500)"})
     isDefault = ma.Boolean()
-    config = ma.Dict()
+    config = BoundedJson()
 
     @validates("pageSize")
     def _page_size_within_the_query_bound(self, value, **_kwargs):
@@ -460,7 +462,7 @@ class RelationshipInputSchema(Schema):
     toEntityName = ma.String(required=True, validate=validate.Length(min=1, max=64))
     toRecordId = ma.String(required=True, validate=validate.Length(min=1, max=64))
     relationshipType = ma.String(required=True, validate=validate.Length(min=1, max=100))
-    fields = ma.Dict(allow_none=True)
+    fields = BoundedJson(allow_none=True)
 
 
 class RelationshipListArgsSchema(Schema):

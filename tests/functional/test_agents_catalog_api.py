@@ -162,7 +162,7 @@ def test_tool_definition_crud(reg):
     tool = resp.get_json()["toolDefinition"]
     assert tool["version"] == "1.0.0" and tool["isSystem"] is False and tool["enabled"] is True
     assert reg.get(f"/tool-definitions/{tool['id']}").get_json() == {"toolDefinition": tool}
-    assert reg.get("/tool-definitions").get_json() == {"toolDefinitions": [tool]}
+    assert reg.get("/tool-definitions").get_json() == {"toolDefinitions": [tool], "nextCursor": None}
     updated = reg.put(f"/tool-definitions/{tool['id']}",
                       {"toolDefinition": {"description": "Weather now", "version": "1.1.0"}}).get_json()
     assert updated["toolDefinition"]["description"] == "Weather now"
@@ -225,7 +225,7 @@ def test_sub_agent_crud(reg):
     sub = resp.get_json()["subAgent"]
     assert sub["title"] == "researcher" and sub["status"] == "active" and sub["temperature"] == 0.7
     assert reg.get(f"/subagents/{sub['id']}").get_json() == {"subAgent": sub}
-    assert reg.get("/subagents").get_json() == {"subAgents": [sub]}
+    assert reg.get("/subagents").get_json() == {"subAgents": [sub], "nextCursor": None}
     updated = reg.put(f"/subagents/{sub['id']}", {"subAgent": {"status": "inactive", "maxTokens": 512}})
     assert updated.get_json()["subAgent"]["status"] == "inactive"
     assert updated.get_json()["subAgent"]["tools"] == sub["tools"]
@@ -273,7 +273,7 @@ def test_widget_crud_and_defaults(reg):
     assert widget["position"] == "bottom-right" and widget["theme"]["primaryColor"] == "#2563EB"
     assert widget["allowedOrigins"] == [] and widget["launcherIcon"] == "chat"
     assert reg.get(f"/widgets/{widget['id']}").get_json() == {"widget": widget}
-    assert reg.get(f"/agents/{agent['id']}/widgets").get_json() == {"widgets": [widget]}
+    assert reg.get(f"/agents/{agent['id']}/widgets").get_json() == {"widgets": [widget], "nextCursor": None}
     updated = reg.put(f"/widgets/{widget['id']}", {"widget": {
         "greeting": "Hello!", "position": "top-left", "allowedOrigins": ["https://shop.example.com"],
         "theme": {"mode": "dark", "primaryColor": "#000"}, "customCssUrl": "https://cdn.example.com/w.css",

@@ -142,8 +142,8 @@ def test_export_imports_into_an_org_with_no_tools_or_skills(client, auth, reg):
     exported = reg.get(f"/agents/{agent['id']}/export").get_json()
 
     other = _fresh_org(client, auth, "import")
-    assert other.get("/tool-definitions").get_json() == {"toolDefinitions": []}
-    assert other.get("/skills").get_json() == {"skills": []}
+    assert other.get("/tool-definitions").get_json() == {"toolDefinitions": [], "nextCursor": None}
+    assert other.get("/skills").get_json() == {"skills": [], "nextCursor": None}
     resp = other.post("/agents/import", exported)
     assert resp.status_code == 201, resp.get_json()
     imported = resp.get_json()["agent"]

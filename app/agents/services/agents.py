@@ -11,10 +11,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Text, cast, update
+from sqlalchemy import update
 
 from app.agents.fields import schema_errors
 from app.agents.models import Agent, SubAgent
+from app.agents.services import paging
 from app.agents.services.common import (
     existing_ids,
     invalid,
@@ -23,7 +24,6 @@ from app.agents.services.common import (
     merge,
     prune,
     utcnow,
-    wrap_many,
 )
 from app.agents.services.documents import DocumentStore
 from app.agents.services.prompts import apply_system_prompt
@@ -72,16 +72,16 @@ def _filters(status: str | None = None, type_: str | None = None, is_default: bo
     return where
 
 
-def list_agents(**filters) -> str:
-    """`{agents}`: the agents of the caller's org and product matching `filters`, by name."""
-    return store.list(*_filters(**filters))
+def list_agents(*, limit: int | None = None, cursor: str | None = None, **filters) -> str:
+    """`{agents, nextCursor}`: a page of the agents of the caller's org and product matching `filters`,
+    by name (app.agents.services.paging)."""
+    return store.list(*_filters(**filters), limit=limit, cursor=cursor, filters=filters)
 
 
-def list_summaries(**filters) -> str:
-    """`{agents}` of AgentSummary (precomputed at write time) matching `filters`, by name."""
-    stmt = (tenant_select(Agent).with_only_columns(cast(Agent.summary, Text)).where(*_filters(**filters))
-            .order_by(Agent.name))
-    return wrap_many("agents", db.session.scalars(stmt))
+def list_summaries(*, limit: int | None = None, cursor: str | None = None, **filters) -> str:
+    """`{agents, nextCursor}` of AgentSummary (precomputed at write time) matching `filters`, by name."""
+    return paging.page(Agent, Agent.summary, "agents", "agents/summary", *_filters(**filters),
+                       limit=limit, cursor=cursor, filters=filters)
 
 
 def get_agent(agent_id: str) -> str:

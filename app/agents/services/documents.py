@@ -1,17 +1,20 @@
 """One store per registry table: every row holds a wire document (`doc`) plus the scalar columns
-derived from it. Reads return the stored JSON text; writes stamp the audit fields, keep the
-columns in step with the document and turn unique-constraint violations into 409s."""
+derived from it. Reads return the stored JSON text (lists a page at a time: app.agents.services.paging);
+writes stamp the audit fields, keep the columns in step with the document, refuse a document larger
+than REGISTRY_MAX_DOCUMENT_BYTES (every field has its own limit, but a hundred tools within theirs
+could still add up) and turn unique-constraint violations into 409s."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
+from flask import current_app
 from sqlalchemy import delete
 
+from app.agents.services import paging
 from app.agents.services.common import (
     SUCCESS,
-    doc_texts,
     dumps,
     flush_or_conflict,
     load_for_update,
@@ -20,10 +23,10 @@ from app.agents.services.common import (
     stamp_created,
     stamp_updated,
     utcnow,
-    wrap_many,
     wrap_one,
 )
 from app.db import db
+from app.errors import ValidationFailed
 from app.tenancy import current_org
 
 Hook = Callable[[dict[str, Any]], None]
@@ -39,9 +42,12 @@ class DocumentStore:
 
     # reads ------------------------------------------------------------------------------
 
-    def list(self, *where) -> str:
-        """`{many_key: [...]}` of the org's documents, by name."""
-        return wrap_many(self.many_key, doc_texts(self.model, *where, order_by=self.model.name))
+    def list(self, *where, limit: int | None = None, cursor: str | None = None, list_id: str | None = None,
+             filters: dict[str, Any] | None = None) -> str:
+        """`{many_key: [...], nextCursor}`: a page of the org's documents matching `where`, by name.
+        `list_id` and `filters` name what a cursor is valid for (default: the table)."""
+        return paging.page(self.model, self.model.doc, self.many_key, list_id or self.many_key, *where,
+                           limit=limit, cursor=cursor, filters=filters)
 
     def get(self, object_id: str) -> str:
         return self.find(self.model.id == object_id)
@@ -86,6 +92,15 @@ class DocumentStore:
         return SUCCESS
 
     def _commit(self, doc: dict[str, Any]) -> str:
+        text = dumps(doc)
+        limit = int(current_app.config["REGISTRY_MAX_DOCUMENT_BYTES"])
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if limit and size > limit:
+            db.session.rollback()
+            raise ValidationFailed(
+                f"The {self.what.lower()} would be {size} bytes as JSON; at most {limit} "
+                "(REGISTRY_MAX_DOCUMENT_BYTES). Make its largest fields (tools, skills, configs, metadata) smaller.",
+                {"bytes": size, "maxBytes": limit})
         flush_or_conflict(self.conflicts)
         db.session.commit()
-        return dumps({self.key: doc})
+        return wrap_one(self.key, text)

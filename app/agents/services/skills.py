@@ -30,8 +30,8 @@ SKILL_TOOL_FIELDS = ("toolId", "toolName", "title", "description", "type", "inpu
 # --------------------------------------------------------------------------- catalog
 
 
-def list_skills() -> str:
-    return store.list()
+def list_skills(*, limit: int | None = None, cursor: str | None = None) -> str:
+    return store.list(limit=limit, cursor=cursor)
 
 
 def get_skill(skill_id: str) -> str:

@@ -15,8 +15,8 @@ store = DocumentStore(SubAgent, key="subAgent", many_key="subAgents", what="Sub-
                       columns=lambda doc: {"name": doc["name"]})
 
 
-def list_sub_agents() -> str:
-    return store.list()
+def list_sub_agents(*, limit: int | None = None, cursor: str | None = None) -> str:
+    return store.list(limit=limit, cursor=cursor)
 
 
 def get_sub_agent(sub_agent_id: str) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 
 from app.agents.fields import schema_errors
 from app.agents.models import ToolDefinition
+from app.agents.services import paging
 from app.agents.services.common import dumps, invalid, merge, titled
 from app.agents.services.documents import DocumentStore
 from app.db import db
@@ -20,9 +21,9 @@ store = DocumentStore(ToolDefinition, key="toolDefinition", many_key="toolDefini
                       columns=lambda doc: {"name": doc["name"]})
 
 
-def list_tool_definitions() -> str:
-    """`{toolDefinitions}` of the caller's org, by name."""
-    return store.list()
+def list_tool_definitions(*, limit: int | None = None, cursor: str | None = None) -> str:
+    """`{toolDefinitions, nextCursor}`: a page of the caller's org's tool definitions, by name."""
+    return store.list(limit=limit, cursor=cursor)
 
 
 def get_tool_definition(tool_id: str) -> str:
@@ -34,6 +35,7 @@ def tool_definitions_by_ids(ids: list[str]) -> str:
     wanted = list(dict.fromkeys(ids))
     if not wanted:
         return dumps({"toolDefinitions": []})
+    paging.check_fits(ToolDefinition, ToolDefinition.doc, ToolDefinition.id.in_(wanted), what="ids")
     rows = db.session.execute(tenant_select(ToolDefinition).with_only_columns(ToolDefinition.id, ToolDefinition.doc)
                               .where(ToolDefinition.id.in_(wanted))).all()
     by_id = {row.id: row.doc for row in rows}

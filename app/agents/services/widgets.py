@@ -22,9 +22,9 @@ store = DocumentStore(AgentWidget, key="widget", many_key="widgets", what="Widge
                                            "agent_id": doc["agentId"]})
 
 
-def list_widgets(agent_id: str) -> str:
+def list_widgets(agent_id: str, *, limit: int | None = None, cursor: str | None = None) -> str:
     get_owned(Agent, agent_id, "Agent")
-    return store.list(AgentWidget.agent_id == agent_id)
+    return store.list(AgentWidget.agent_id == agent_id, limit=limit, cursor=cursor, list_id=f"widgets:{agent_id}")
 
 
 def get_default_widget(agent_id: str) -> str:
