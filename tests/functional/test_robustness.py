@@ -283,24 +283,30 @@ def test_oversized_authorization_header_gets_the_envelope_through_gunicorn(datab
 
 
 
+def _raw_http(port: int, request: bytes, *, half_close: bool = False) -> tuple[bytes, int, str, dict]:
+    """Send `request` on a fresh connection and read until the server closes it: (all bytes received,
+    status, Content-Type, JSON body of the first answer). `half_close` ends the sending side first
+    (the server sees the body end early)."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request)
+        if half_close:
+            sock.shutdown(socket.SHUT_WR)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    length = int(headers.get("Content-Length", len(body)))
+    return data, int(lines[0].split()[1]), headers.get("Content-Type", ""), json.loads(body[:length])
+
+
 def test_gunicorn_level_errors_get_the_envelope(database_url):
     """Requests gunicorn refuses before the app sees them (a header field over 64 KB, a request line
     over 8 KB, a malformed header) are answered in the JSON envelope, not gunicorn's HTML page."""
-    import json
-    import socket
-
     from tests.functional.test_reliability import start_gunicorn
-
-    def raw(port: int, request: bytes) -> tuple[int, str, dict]:
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-            sock.sendall(request)
-            data = b""
-            while chunk := sock.recv(65536):
-                data += chunk
-        head, _, body = data.partition(b"\r\n\r\n")
-        lines = head.decode("latin-1").split("\r\n")
-        headers = dict(line.split(": ", 1) for line in lines[1:])
-        return int(lines[0].split()[1]), headers.get("Content-Type", ""), json.loads(body)
 
     proc, port = start_gunicorn(database_url, GUNICORN_THREADS="4")
     try:
@@ -310,11 +316,56 @@ def test_gunicorn_level_errors_get_the_envelope(database_url):
             (b"GET /api/v1/health HTTP/1.1\r\nHost: x\r\nBad Header: y\r\n\r\n", 400),
         ]
         for request, status in cases:
-            got, content_type, body = raw(port, request)
+            _, got, content_type, body = _raw_http(port, request)
             assert got == status, body
             assert content_type == "application/json"
             assert body["error"]["code"] == "INVALID_INPUT" and body["metadata"]["success"] is False
             assert body["error"]["message"]
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+# Bodies gunicorn cannot read, each raised by its body reader while the app reads the request:
+# gunicorn.http.errors class → the chunked body after the headers
+MALFORMED_CHUNKED = {
+    "InvalidChunkSize": b"ZZ\r\n{}\r\n0\r\n\r\n",
+    "InvalidChunkExtension": b"2;\x01\r\n{}\r\n0\r\n\r\n",
+    "ChunkMissingTerminator": b"2\r\n{}xx\r\n0\r\n\r\n",  # a chunk longer than its size line says
+    "InvalidHeader": b"2\r\n{}\r\n0\r\nX-Trailer: y\n\r\n",  # a trailer ended by a bare LF
+}
+BODY_ROUTES = [  # every kind of body reader: webargs JSON, request.get_json, a non-JSON (multipart) body
+    ("POST", "/api/v1/agents", "application/json"),
+    ("POST", "/api/v1/entities/definitions", "application/json"),
+    ("PUT", "/api/v1/skills/by-name?name=x", "application/json"),
+    ("POST", "/api/v1/email/send", "application/json"),
+    ("POST", "/api/v1/agents/images", "multipart/form-data; boundary=b"),
+]
+
+
+def test_unreadable_request_body_is_a_400_not_a_500(database_url, auth):
+    """A malformed chunked body (bad size line, bad chunk extension, a chunk longer than its size, a bad
+    trailer) or a body that ends before it is complete is the client's error: 400 INVALID_INPUT in the
+    envelope on every route that reads a body, and the connection is closed (where the next request
+    would start is unknown)."""
+    from tests.functional.test_reliability import start_gunicorn
+
+    token = auth("read", "write", "write:notifications", "write:image-gen", role="admin")["Authorization"]
+    proc, port = start_gunicorn(database_url, GUNICORN_THREADS="4")
+    try:
+        for method, path, content_type in BODY_ROUTES:
+            head = (f"{method} {path} HTTP/1.1\r\nHost: x\r\nAuthorization: {token}\r\n"
+                    f"Content-Type: {content_type}\r\nTransfer-Encoding: chunked\r\n\r\n").encode()
+            cases = [(name, head + body, False) for name, body in MALFORMED_CHUNKED.items()]
+            cases.append(("NoMoreData", head + b"10\r\n{\"a\"", True))  # the client stops mid-chunk
+            for name, request, half_close in cases:
+                data, status, got_type, body = _raw_http(port, request, half_close=half_close)
+                where = f"{method} {path} {name}"
+                assert status == 400, (where, body)
+                assert got_type == "application/json", where
+                assert body["error"]["code"] == "INVALID_INPUT" and body["metadata"]["success"] is False, where
+                assert "body" in body["error"]["message"], (where, body)
+                assert data.count(b"HTTP/1.1 ") == 1, (where, data)  # one answer, then the connection closed
     finally:
         proc.terminate()
         proc.wait(30)
