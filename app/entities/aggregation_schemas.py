@@ -5,6 +5,7 @@ from __future__ import annotations
 from marshmallow import RAISE, Schema, validate
 from marshmallow import fields as ma
 
+from app.agents.fields import StrictInt
 from app.entities.aggregation import FUNCTIONS
 from app.entities.schemas import AnyJson, SortOrderField
 
@@ -43,9 +44,10 @@ class AggregateRequestSchema(Schema):
     having = ma.Dict(allow_none=True, metadata={"description": "filter-language comparisons keyed by alias"})
     sortBy = ma.String(allow_none=True, metadata={"description": "a group or aggregate alias, or `count`"})
     sortOrder = SortOrderField(allow_none=True)
-    limit = ma.Integer(allow_none=True, metadata={"description": "most groups returned (default and maximum: "
-                                                                "ENTITY_AGGREGATE_MAX_GROUPS, default 1000)",
-                                                 "minimum": 1, "maximum_setting": "ENTITY_AGGREGATE_MAX_GROUPS"})
+    limit = StrictInt(allow_none=True, validate=validate.Range(min=1),
+                      metadata={"description": "most groups returned (default and maximum: "
+                                               "ENTITY_AGGREGATE_MAX_GROUPS, default 1000)",
+                                "maximum_setting": "ENTITY_AGGREGATE_MAX_GROUPS"})
     timezone = ma.String(allow_none=True, metadata={"description": "IANA zone the date buckets are cut in "
                                                                    "(default UTC)"})
 
