@@ -44,10 +44,10 @@ class AggregateRequestSchema(Schema):
     having = ma.Dict(allow_none=True, metadata={"description": "filter-language comparisons keyed by alias"})
     sortBy = ma.String(allow_none=True, metadata={"description": "a group or aggregate alias, or `count`"})
     sortOrder = SortOrderField(allow_none=True)
-    limit = StrictInt(allow_none=True, validate=validate.Range(min=1),
-                      metadata={"description": "most groups returned (default and maximum: "
-                                               "ENTITY_AGGREGATE_MAX_GROUPS, default 1000)",
-                                "maximum_setting": "ENTITY_AGGREGATE_MAX_GROUPS"})
+    # 1..ENTITY_AGGREGATE_MAX_GROUPS is checked by plan_aggregate (one message naming both bounds)
+    limit = StrictInt(allow_none=True, metadata={"description": "most groups returned (default and maximum: "
+                                                                "ENTITY_AGGREGATE_MAX_GROUPS, default 1000)",
+                                                 "minimum": 1, "maximum_setting": "ENTITY_AGGREGATE_MAX_GROUPS"})
     timezone = ma.String(allow_none=True, metadata={"description": "IANA zone the date buckets are cut in "
                                                                    "(default UTC)"})
 
