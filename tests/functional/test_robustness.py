@@ -464,6 +464,7 @@ def test_unreadable_request_body_is_a_400_not_a_500(database_url, auth):
                 assert body["error"]["code"] == "INVALID_INPUT" and body["metadata"]["success"] is False, where
                 assert "body" in body["error"]["message"], (where, body)
                 assert data.count(b"HTTP/1.1 ") == 1, (where, data)  # one answer, then the connection closed
+                assert b"\r\nConnection: close\r\n" in data.partition(b"\r\n\r\n")[0], (where, data)  # and said so
     finally:
         proc.terminate()
         proc.wait(30)
