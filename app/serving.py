@@ -12,6 +12,9 @@ worker points that name at `write_envelope_error` when it starts (`init_process`
 only, not in the arbiter), so every gunicorn-level error of this worker uses the envelope. It points
 `gunicorn.util.http_date` (the Date header) at `http_date`, which formats the date once a second.
 
+The worker also closes the connection after an answer to a request whose body could not be read
+(`closing_wsgi`), saying `Connection: close`.
+
 It also sets `logger_class = "app.serving.AccessLogger"`: gunicorn's logger, whose access line reads
 only the atoms its format names (the same line; see the class).
 """
