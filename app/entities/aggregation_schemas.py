@@ -5,7 +5,7 @@ from __future__ import annotations
 from marshmallow import RAISE, Schema, validate
 from marshmallow import fields as ma
 
-from app.agents.fields import StrictInt
+from app.agents.fields import StrictFloat, StrictInt
 from app.entities.aggregation import FUNCTIONS
 from app.entities.schemas import AnyJson, SortOrderField
 
@@ -27,9 +27,9 @@ class AggregateFieldSchema(Schema):
     function = ma.String(required=True, validate=validate.OneOf(FUNCTIONS))
     alias = ma.String(allow_none=True, metadata={"description": "default `<function>_<field>`; `count` alone → "
                                                                 "`count`"})
-    percentile = ma.Float(allow_none=True, allow_nan=False,
-                          metadata={"description": "required for percentile: a fraction (0.9) or a percent (90)",
-                                    "minimum": 0, "maximum": 100})
+    percentile = StrictFloat(allow_none=True,  # a JSON number: "0.9" (a string) is refused
+                             metadata={"description": "required for percentile: a fraction (0.9) or a percent (90)",
+                                       "minimum": 0, "maximum": 100})
 
 
 class AggregateRequestSchema(Schema):

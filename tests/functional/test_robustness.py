@@ -238,6 +238,15 @@ def test_integer_fields_refuse_what_is_not_a_32_bit_integer(client, auth, value)
         assert _names_field(assert_error(resp, 400, "VALIDATION_ERROR"), field), (url, field, value)
 
 
+@pytest.mark.parametrize("value", ["0.9", True, [90]], ids=repr)
+def test_the_aggregate_percentile_takes_a_json_number_only(client, auth, value):
+    headers = auth()
+    create_definition(client, headers, "pct", {"type": "object", "properties": {"n": {"type": "int"}}})
+    body = {"aggregates": [{"field": "n", "function": "percentile", "percentile": value, "alias": "p"}]}
+    resp = client.post(f"{BASE}/pct/records/aggregate", json=body, headers=headers)
+    assert _names_field(assert_error(resp, 400, "VALIDATION_ERROR"), "percentile")
+
+
 def test_an_integral_float_is_the_integer(client, auth):
     headers = auth("read", "write", role="admin")
     resp = client.post(f"{BASE}/definitions", json={"name": "floaty", "schema": {}, "forkedFromVersion": 3.0,
