@@ -99,9 +99,9 @@ def _register_blueprints(api, app: Flask) -> None:
     from app.ops.admin import blp as admin_artifacts_blp
     from app.ops.internal import blp as internal_blp
     from app.ops.routes import blp as ops_blp
-    from app.ops.routes import health_bp
+    from app.ops.routes import health_blp
 
-    app.register_blueprint(health_bp)
+    api.register_blueprint(health_blp)
     api.register_blueprint(ops_blp)
     api.register_blueprint(internal_blp)
     api.register_blueprint(admin_artifacts_blp)

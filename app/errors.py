@@ -9,7 +9,9 @@ import logging
 from typing import Any
 
 from flask import Flask, g, jsonify
-from werkzeug.exceptions import HTTPException
+from gunicorn.http.errors import NoMoreData
+from gunicorn.http.errors import ParseException as GunicornParseError
+from werkzeug.exceptions import ClientDisconnected, HTTPException
 
 from app.wire import metadata
 
@@ -124,6 +126,8 @@ def handle_api_error(exc: ApiError):
 
 
 def handle_http_exception(exc: HTTPException):
+    if isinstance(exc, ClientDisconnected):  # werkzeug's word for a body that ended early (or NoMoreData)
+        return unreadable_body(exc)
     status = exc.code or 500
     if status == 422 or (status == 400 and getattr(exc, "data", {}).get("messages")):
         messages = exc.data.get("messages", {})
@@ -155,6 +159,8 @@ def handle_unexpected(exc: Exception):
         return handle_http_exception(exc)
     if isinstance(exc, ApiError):
         return handle_api_error(exc)
+    if isinstance(exc, UNREADABLE_BODY):
+        return unreadable_body(exc)
     if isinstance(exc, PoolTimeout):
         log.warning("request %s: database pool exhausted", getattr(g, "request_id", "-"))
         return error_response(503, "SERVICE_UNAVAILABLE", "Database is busy; retry shortly.",
@@ -176,6 +182,28 @@ def handle_unexpected(exc: Exception):
     log.exception("request %s: unhandled error", getattr(g, "request_id", "-"))
     return error_response(500, "SYSTEM_ERROR", "Internal error. Quote the request id when reporting it.",
                           {"requestId": getattr(g, "request_id", None)})
+
+
+# What gunicorn's body readers raise while the app reads `wsgi.input` (request.get_data, webargs, form
+# parsing) when the bytes are not a well-formed body: every `ParseException` (InvalidChunkSize,
+# InvalidChunkExtension, ChunkMissingTerminator, InvalidHeader in a trailer, LimitRequestHeaders for
+# the trailer section...) and `NoMoreData` (the connection ended inside the body; an IOError, which
+# werkzeug's input stream usually turns into `ClientDisconnected`, answered the same way). The
+# client's fault, wherever in the app the body is read.
+UNREADABLE_BODY = (GunicornParseError, NoMoreData)
+
+
+def unreadable_body(exc: Exception):
+    """400 INVALID_INPUT for a request body the server could not read, with `Connection: close`:
+    after a broken body, where the next request on the connection would start is unknown."""
+    if isinstance(exc, ClientDisconnected | NoMoreData):
+        reason = "the connection ended before the body was complete"
+    else:
+        reason = str(exc)[:200]
+    log.info("request %s: unreadable request body: %s: %s", getattr(g, "request_id", "-"),
+             type(exc).__name__, reason)
+    return error_response(400, "INVALID_INPUT", f"The request body could not be read: {reason}.",
+                          {"reason": reason}, {"Connection": "close"})
 
 
 def _is_cancelled(exc: Exception) -> bool:

@@ -222,7 +222,8 @@ class Blueprint(_Blueprint):
 def _document_access(doc: dict, scopes, roles, internal_token: bool = False) -> None:
     responses = doc.setdefault("response", {}).setdefault("responses", {})
     security = [{"internalToken": []}, {"bearerAuth": []}] if internal_token else [{"bearerAuth": []}]
-    doc.setdefault("manual_doc", {}).setdefault("security", security)
+    if doc.setdefault("manual_doc", {}).setdefault("security", security) == []:
+        return  # `@blp.doc(security=[])`: a public operation (no token is read, so never a 401)
     _add_response(responses, 401, "UNAUTHORIZED: missing, invalid or expired token")
     needs = []
     if roles:

@@ -12,6 +12,9 @@ worker points that name at `write_envelope_error` when it starts (`init_process`
 only, not in the arbiter), so every gunicorn-level error of this worker uses the envelope. It points
 `gunicorn.util.http_date` (the Date header) at `http_date`, which formats the date once a second.
 
+The worker also closes the connection after an answer to a request whose body could not be read
+(`closing_wsgi`), saying `Connection: close`.
+
 It also sets `logger_class = "app.serving.AccessLogger"`: gunicorn's logger, whose access line reads
 only the atoms its format names (the same line; see the class).
 """
@@ -71,12 +74,42 @@ def write_envelope_error(sock, status_int: int, reason: str, mesg: str) -> None:
 
 
 class EnvelopeThreadWorker(ThreadWorker):
-    """gthread worker; its gunicorn-level errors are answered in the JSON envelope."""
+    """gthread worker; its gunicorn-level errors are answered in the JSON envelope, and an answer after
+    which the connection cannot be reused says `Connection: close` and closes it (see `closing_wsgi`)."""
 
     def init_process(self) -> None:
         util.write_error = write_envelope_error
         util.http_date = http_date
         super().init_process()
+
+    def load_wsgi(self) -> None:
+        super().load_wsgi()
+        self.wsgi = closing_wsgi(self.wsgi)
+
+
+def closing_wsgi(app):
+    """The WSGI app, with gunicorn told to close the connection after an answer when the request's body
+    could not be read (gunicorn marks the body `failed`: where the next request would start is unknown)
+    or when the app's answer says `Connection: close` (the app's envelope for an unreadable body does).
+    gunicorn drops an application's hop-by-hop headers and, without this, announced `keep-alive` and then
+    closed the connection anyway; `force_close` makes it send `Connection: close` and mean it."""
+
+    def wsgi(environ, start_response):
+        def start(status, headers, exc_info=None):
+            resp = getattr(start_response, "__self__", None)  # gunicorn's Response (start_response is its method)
+            if resp is not None and (_body_failed(resp) or any(
+                    name.lower() == "connection" and value.lower() == "close" for name, value in headers)):
+                resp.force_close()
+            return start_response(status, headers, exc_info)
+
+        return app(environ, start)
+
+    return wsgi
+
+
+def _body_failed(resp) -> bool:
+    body = getattr(getattr(resp, "req", None), "body", None)
+    return bool(getattr(body, "failed", False))
 
 
 def _status(logger, resp, req, environ, rt):

@@ -2,6 +2,8 @@
 
 marshmallow's stock Boolean/Float accept strings ("yes", "0.5"); a registry document must keep
 the JSON types the caller meant, so these fields accept only real JSON booleans and numbers.
+`StrictInt` / `QueryInt` are the integer field of every request schema of every domain (a test walks
+the routes' schemas to keep it so), as `NulFree` is the base of their request schemas.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from jsonschema.exceptions import SchemaError
 from marshmallow import Schema, ValidationError, fields, pre_load, validate
+from marshmallow import validate as _validate
 
 from app.jsonbody import BoundedJson, size_error
 from app.jsonschema_safe import check_schema, validator_for
@@ -44,11 +47,28 @@ class StrictFloat(fields.Float):
         return super()._deserialize(value, attr, data, **kwargs)
 
 
-class StrictInt(fields.Integer):
-    """A JSON integer; 2.0 is accepted as 2, 2.5, strings and booleans are refused."""
+# PostgreSQL `integer`: the columns integer fields end up in (versions, positions, counts) hold 32 bits
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+_QUERY_INT = re.compile(r"^-?[0-9]{1,10}$")
 
-    def __init__(self, **kwargs):
-        super().__init__(strict=True, **kwargs)
+
+class StrictInt(fields.Integer):
+    """The integer field of every request schema (body and query string, every domain).
+
+    A JSON integer: 2.0 is taken as 2 (JSON has one number type, and JSON Schema's `integer` — what the
+    OpenAPI document says — includes it), while 2.5, 2.589e-42, strings and booleans are refused. The
+    value must also fit PostgreSQL `integer` (-2147483648..2147483647): the field's own `Range` applies,
+    and the 32-bit bound closes whichever side it leaves open (documented as `minimum`/`maximum`), so
+    `1e300` or 2**40 is a 400 naming the field, never a database error."""
+
+    def __init__(self, *, validate=None, **kwargs):
+        validators = [] if validate is None else list(validate) if isinstance(validate, list | tuple) else [validate]
+        ranges = [v for v in validators if isinstance(v, _validate.Range)]
+        low = None if any(r.min is not None and r.min >= INT32_MIN for r in ranges) else INT32_MIN
+        high = None if any(r.max is not None and r.max <= INT32_MAX for r in ranges) else INT32_MAX
+        if low is not None or high is not None:
+            validators.append(_validate.Range(min=low, max=high))
+        super().__init__(strict=True, validate=validators, **kwargs)
 
     def _deserialize(self, value, attr, data, **kwargs):
         if isinstance(value, float) and value.is_integer():
@@ -56,6 +76,16 @@ class StrictInt(fields.Integer):
         if isinstance(value, bool):
             raise self.make_error("invalid", input=value)
         return super()._deserialize(value, attr, data, **kwargs)
+
+
+class QueryInt(StrictInt):
+    """`StrictInt` for the query string, whose values are text: ASCII decimal digits with an optional
+    minus sign ("1_000", "1.0", " 5", "١٠" and "+5", which Python's int() reads, are refused)."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if not isinstance(value, str) or not _QUERY_INT.match(value):
+            raise self.make_error("invalid", input=value)
+        return super()._deserialize(int(value), attr, data, **kwargs)
 
 
 class UtcTimestamp(fields.DateTime):

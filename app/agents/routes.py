@@ -159,6 +159,13 @@ class SkillCategories(MethodView):
 @skills_blp.route("/by-name")
 class SkillByName(MethodView):
     @skills_blp.arguments(s.ByNameQuerySchema, location="query")
+    @skills_blp.response(200, s.SkillEnvelopeSchema)
+    @require_scopes(READ)
+    def get(self, query):
+        """The catalog skill with this name (`{skill}`); 404 when the org has none of that name."""
+        return _json(skills.get_skill_by_name(query["name"]))
+
+    @skills_blp.arguments(s.ByNameQuerySchema, location="query")
     @skills_blp.arguments(s.partial_of(s.SkillInputSchema))
     @skills_blp.response(200, s.SkillEnvelopeSchema)
     @require_scopes(WRITE)

@@ -10,7 +10,7 @@ from typing import Any
 
 from marshmallow import EXCLUDE, RAISE, Schema, ValidationError, fields, pre_load, validate, validates_schema
 
-from app.agents.fields import NulFree, text
+from app.agents.fields import NulFree, QueryInt, text
 from app.jsonbody import json_bytes
 
 MAX_PROPERTIES_BYTES = 32 * 1024
@@ -253,8 +253,8 @@ class DateFilterSchema(Schema):
 
 class ChatsArgsSchema(DateFilterSchema):
     agent_id = fields.String(validate=validate.Length(min=1, max=256))
-    limit = fields.Integer(load_default=100, validate=validate.Range(min=1, max=1000))
-    offset = fields.Integer(load_default=0, validate=validate.Range(min=0, max=10_000_000))
+    limit = QueryInt(load_default=100, validate=validate.Range(min=1, max=1000))
+    offset = QueryInt(load_default=0, validate=validate.Range(min=0, max=10_000_000))
 
 
 class EventsArgsSchema(DateFilterSchema):
@@ -262,8 +262,8 @@ class EventsArgsSchema(DateFilterSchema):
     eventCategory = fields.String(validate=validate.Length(min=1, max=128))
     userId = fields.String(validate=validate.Length(min=1, max=256))
     sessionId = fields.String(validate=validate.Length(min=1, max=256))
-    limit = fields.Integer(load_default=100, validate=validate.Range(min=1, max=1000))
-    offset = fields.Integer(load_default=0, validate=validate.Range(min=0, max=10_000_000))
+    limit = QueryInt(load_default=100, validate=validate.Range(min=1, max=1000))
+    offset = QueryInt(load_default=0, validate=validate.Range(min=0, max=10_000_000))
 
 
 class ChannelPathSchema(Schema):

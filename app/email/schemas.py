@@ -2,7 +2,8 @@
 
 from marshmallow import RAISE, Schema, ValidationError, fields, validate, validates_schema
 
-from app.agents.fields import NulFree  # no NUL characters anywhere in the input (PostgreSQL cannot store them)
+# NulFree: no NUL characters anywhere in the input (PostgreSQL cannot store them)
+from app.agents.fields import NulFree, QueryInt
 
 MAX_RECIPIENTS = 50
 MAX_BODY_CHARS = 1_000_000
@@ -121,8 +122,8 @@ class DeliveryListSchema(Schema):
 class DeliveryQuerySchema(NulFree):
     status = fields.String(validate=validate.OneOf(("pending", "sending", "sent", "failed")))
     # seq is a PostgreSQL integer: a bigger cursor was the database's conversion error, naming nothing
-    after = fields.Integer(validate=validate.Range(min=-1, max=2**31 - 1))
-    limit = fields.Integer(load_default=100, validate=validate.Range(min=1, max=1000))
+    after = QueryInt(validate=validate.Range(min=-1, max=2**31 - 1))
+    limit = QueryInt(load_default=100, validate=validate.Range(min=1, max=1000))
 
 
 # --------------------------------------------------------------------------- newsletter
@@ -161,7 +162,7 @@ class SubscriberListSchema(Schema):
 class SubscriberQuerySchema(NulFree):
     status = fields.String(validate=validate.OneOf(("active", "unsubscribed")))
     after = fields.String(validate=validate.Length(max=320))
-    limit = fields.Integer(load_default=100, validate=validate.Range(min=1, max=1000))
+    limit = QueryInt(load_default=100, validate=validate.Range(min=1, max=1000))
 
 
 class IssueRequestSchema(NulFree):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from marshmallow import RAISE, Schema, validate
 from marshmallow import fields as ma
 
+from app.agents.fields import StrictFloat, StrictInt
 from app.entities.aggregation import FUNCTIONS
 from app.entities.schemas import AnyJson, SortOrderField
 
@@ -26,9 +27,9 @@ class AggregateFieldSchema(Schema):
     function = ma.String(required=True, validate=validate.OneOf(FUNCTIONS))
     alias = ma.String(allow_none=True, metadata={"description": "default `<function>_<field>`; `count` alone → "
                                                                 "`count`"})
-    percentile = ma.Float(allow_none=True, allow_nan=False,
-                          metadata={"description": "required for percentile: a fraction (0.9) or a percent (90)",
-                                    "minimum": 0, "maximum": 100})
+    percentile = StrictFloat(allow_none=True,  # a JSON number: "0.9" (a string) is refused
+                             metadata={"description": "required for percentile: a fraction (0.9) or a percent (90)",
+                                       "minimum": 0, "maximum": 100})
 
 
 class AggregateRequestSchema(Schema):
@@ -43,7 +44,8 @@ class AggregateRequestSchema(Schema):
     having = ma.Dict(allow_none=True, metadata={"description": "filter-language comparisons keyed by alias"})
     sortBy = ma.String(allow_none=True, metadata={"description": "a group or aggregate alias, or `count`"})
     sortOrder = SortOrderField(allow_none=True)
-    limit = ma.Integer(allow_none=True, metadata={"description": "most groups returned (default and maximum: "
+    # 1..ENTITY_AGGREGATE_MAX_GROUPS is checked by plan_aggregate (one message naming both bounds)
+    limit = StrictInt(allow_none=True, metadata={"description": "most groups returned (default and maximum: "
                                                                 "ENTITY_AGGREGATE_MAX_GROUPS, default 1000)",
                                                  "minimum": 1, "maximum_setting": "ENTITY_AGGREGATE_MAX_GROUPS"})
     timezone = ma.String(allow_none=True, metadata={"description": "IANA zone the date buckets are cut in "

@@ -6,6 +6,7 @@ from flask import current_app
 from marshmallow import EXCLUDE, RAISE, Schema, ValidationError, pre_load, validate, validates
 from marshmallow import fields as ma
 
+from app.agents.fields import StrictInt
 from app.extensions import ExactDumpSchema
 from app.jsonbody import BoundedJson
 
@@ -55,7 +56,7 @@ class EmbeddingsConfigSchema(Schema):
                      validate=validate.Length(max=500),
                      metadata={"description": "fields feeding the embedding text; empty = name only"})
     model = ma.String(allow_none=True)
-    dimensions = ma.Integer(allow_none=True, validate=validate.Range(min=1, max=16000))
+    dimensions = StrictInt(allow_none=True, validate=validate.Range(min=1, max=16000))
 
 
 class DefinitionInputSchema(Schema):
@@ -77,10 +78,10 @@ class DefinitionInputSchema(Schema):
     metadata = BoundedJson(allow_none=True)
     isActive = ma.Boolean()
     embeddingsConfig = ma.Nested(EmbeddingsConfigSchema, allow_none=True)
-    version = ma.Integer(metadata={"description": "on update: the version you read; stale → 409"})
+    version = StrictInt(metadata={"description": "on update: the version you read; stale → 409"})
     # registry provenance: honoured on the admin upsert only
-    artifactVersion = ma.Integer(allow_none=True)
-    forkedFromVersion = ma.Integer(allow_none=True)
+    artifactVersion = StrictInt(allow_none=True)
+    forkedFromVersion = StrictInt(allow_none=True)
     source = ma.String(allow_none=True, validate=validate.Length(max=100))
 
     @pre_load
@@ -177,9 +178,9 @@ class ViewInputSchema(Schema):
     filters = BoundedJson()
     sortBy = ma.String(allow_none=True, validate=validate.Length(max=200))
     sortOrder = SortOrderField()
-    pageSize = ma.Integer(allow_none=True, validate=validate.Range(min=1),
-                          metadata={"maximum_setting": "ENTITY_MAX_PAGE_SIZE",  # the record query's bound
-                                    "description": "at most ENTITY_MAX_PAGE_SIZE (default 500)"})
+    pageSize = StrictInt(allow_none=True, validate=validate.Range(min=1),
+                         metadata={"maximum_setting": "ENTITY_MAX_PAGE_SIZE",  # the record query's bound
+                                   "description": "at most ENTITY_MAX_PAGE_SIZE (default 500)"})
     isDefault = ma.Boolean()
     config = BoundedJson()
 
@@ -236,7 +237,7 @@ class RecordInputSchema(Schema):
     tags = ma.List(ma.String(validate=validate.Length(min=1, max=200)), validate=validate.Length(max=100))
     metadata = ma.Dict(allow_none=True)
     isActive = ma.Boolean()
-    version = ma.Integer(metadata={"description": "on update: the version you read; stale → 409"})
+    version = StrictInt(metadata={"description": "on update: the version you read; stale → 409"})
 
 
 class RecordSchema(AuditedSchema, ExactDumpSchema):
@@ -272,13 +273,13 @@ class QueryParamsSchema(Schema):
     class Meta:
         unknown = RAISE
 
-    page = ma.Integer(allow_none=True, validate=validate.Range(min=1, max=1_000_000),
-                      metadata={"description": "1 when neither page nor cursor is given"})
+    page = StrictInt(allow_none=True, validate=validate.Range(min=1, max=1_000_000),
+                     metadata={"description": "1 when neither page nor cursor is given"})
     cursor = ma.String(allow_none=True, validate=validate.Length(max=4000),
                        metadata={"description": "a `nextCursor` of the previous page, in place of `page`"})
-    pageSize = ma.Integer(load_default=20, validate=validate.Range(min=1),
-                          metadata={"maximum_setting": "ENTITY_MAX_PAGE_SIZE",  # the app's value (app.extensions)
-                                    "description": "at most ENTITY_MAX_PAGE_SIZE (default 500)"})
+    pageSize = StrictInt(load_default=20, validate=validate.Range(min=1),
+                         metadata={"maximum_setting": "ENTITY_MAX_PAGE_SIZE",  # the app's value (app.extensions)
+                                   "description": "at most ENTITY_MAX_PAGE_SIZE (default 500)"})
     filters = ma.Dict(load_default=dict, allow_none=True)
     sortBy = ma.String(allow_none=True)
     sortOrder = SortOrderField(allow_none=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from flask.views import MethodView
 from marshmallow import Schema, fields, validate
 
-from app.agents.fields import NulFree
+from app.agents.fields import NulFree, QueryInt
 from app.extensions import Blueprint
 from app.ops import rollout as registry
 from app.tenancy import current_tenant
@@ -83,7 +83,7 @@ class RolloutDetailSchema(Schema):
 class OutcomeQuerySchema(NulFree):
     outcome = fields.String(validate=validate.OneOf(registry.OUTCOMES))
     after = fields.String(validate=validate.Length(max=200), metadata={"description": "orgId/product"})
-    limit = fields.Integer(load_default=100, validate=validate.Range(min=1, max=1000))
+    limit = QueryInt(load_default=100, validate=validate.Range(min=1, max=1000))
 
 
 @blp.route("")

@@ -27,7 +27,7 @@ from marshmallow import ValidationError, fields, validate
 from sqlalchemy import Integer, func, select, text, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 
-from app.agents.fields import NulFree
+from app.agents.fields import NulFree, StrictInt
 from app.db import db
 from app.errors import ApiError, NotFound, ValidationFailed
 from app.ops.artifacts import KINDS, artifact_id
@@ -130,8 +130,8 @@ class PublishSchema(NulFree):
 
     kind = fields.String(required=True, validate=validate.OneOf(KINDS))
     name = fields.String(required=True, validate=validate.Length(min=1, max=64))
-    artifactVersion = fields.Integer(required=True, strict=True, validate=validate.Range(min=1, max=1_000_000),
-                                     metadata={"description": "above the artifact's current version (else 409)"})
+    artifactVersion = StrictInt(required=True, validate=validate.Range(min=1, max=1_000_000),
+                              metadata={"description": "above the artifact's current version (else 409)"})
     definition = fields.Dict(required=True, metadata={"description": "the body the kind's own API accepts"})
 
 

@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, jsonify
 from flask.views import MethodView
 
 from app.extensions import Blueprint as ApiBlueprint
-from app.ops.schemas import IdentitySchema
+from app.ops.schemas import HealthSchema, IdentitySchema
 from app.ops.services import health_report
 from app.tenancy import current_tenant
 
-health_bp = Blueprint("health", __name__)
+health_blp = ApiBlueprint("health", __name__, description="Health of this backend service (no token)")
 blp = ApiBlueprint("ops", __name__, url_prefix="/api/v1", description="Identity and operations")
 
 
-@health_bp.get("/health")
-def health():
-    """Health of this backend: database, Redis (when configured), blob storage. 503 names the failure."""
-    report, healthy = health_report()
-    return jsonify(report), 200 if healthy else 503
+@health_blp.route("/health")
+class Health(MethodView):
+    @health_blp.response(200, HealthSchema, description="every configured check passed")
+    @health_blp.alt_response(503, schema=HealthSchema, description="`degraded`: the failing check says why")
+    @health_blp.doc(security=[])
+    def get(self):
+        """Health of this backend: database, Redis (when configured), blob storage. Reached inside the
+        cluster (not through the gateway), without a token; 503 names the failing check."""
+        report, healthy = health_report()
+        return report, 200 if healthy else 503
 
 
 @blp.route("/me")

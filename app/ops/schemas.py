@@ -15,6 +15,18 @@ class IdentitySchema(ExactDumpSchema):
     product = fields.String(required=True)
 
 
+class HealthCheckSchema(Schema):
+    status = fields.String(required=True, validate=validate.OneOf(("ok", "fail")))
+    latencyMs = fields.Float(metadata={"description": "when ok"})
+    error = fields.String(metadata={"description": "when fail: the exception, at most 300 characters"})
+
+
+class HealthSchema(Schema):
+    status = fields.String(required=True, validate=validate.OneOf(("ok", "degraded")))
+    checks = fields.Dict(keys=fields.String(), values=fields.Nested(HealthCheckSchema), required=True,
+                         metadata={"description": "database, redis (when configured), blobStorage"})
+
+
 class SeedAdminReportSchema(Schema):
     id = fields.String(required=True)
     email = fields.String(required=True)

@@ -43,6 +43,29 @@ def test_create_fills_documented_defaults_and_audit_fields(reg, org_id):
     assert reg.get(f"/agents/{agent['id']}").get_json() == {"agent": agent}
 
 
+EMPTY_LISTS = {"skills": [], "tools": [], "subAgentIds": [], "tags": [], "capabilities": [], "samplePrompts": [],
+               "personalityTraits": []}
+
+
+def test_empty_lists_are_echoed_on_create_update_export_and_import(reg):
+    """A list field sent empty is stored and returned empty (not dropped): what was submitted is what
+    the agent, its export and an import of that export say; null (or absent) still means unset."""
+    agent = reg.post("/agents", agent_body(**EMPTY_LISTS, metadata={}, widgetConfig={})).get_json()["agent"]
+    assert {k: agent.get(k) for k in EMPTY_LISTS} == EMPTY_LISTS
+    assert agent["metadata"] == {} and agent["widgetConfig"] == {}  # an empty object likewise
+    exported = reg.get(f"/agents/{agent['id']}/export").get_json()["agent"]
+    assert {k: exported.get(k) for k in EMPTY_LISTS} == EMPTY_LISTS
+    reg.delete(f"/agents/{agent['id']}")
+    imported = reg.post("/agents/import", exported).get_json()["agent"]
+    assert {k: imported.get(k) for k in EMPTY_LISTS} == EMPTY_LISTS
+    bare = reg.create_agent()
+    assert "skills" not in bare and "tools" not in bare
+    updated = reg.put(f"/agents/{bare['id']}", EMPTY_LISTS).get_json()["agent"]
+    assert {k: updated.get(k) for k in EMPTY_LISTS} == EMPTY_LISTS
+    cleared = reg.put(f"/agents/{bare['id']}", {"skills": None, "tools": None}).get_json()["agent"]
+    assert "skills" not in cleared and "tools" not in cleared and cleared["tags"] == []
+
+
 def test_server_fields_sent_by_the_caller_are_ignored(reg, org_id):
     body = agent_body(id="mine", orgId="other-org", product="other", createdAt="2001-01-01T00:00:00Z",
                       updatedAt="2001-01-01T00:00:00Z", createdBy="mallory", updatedBy="mallory")

@@ -40,6 +40,18 @@ def test_skill_crud_by_name(reg):
     assert_error(reg.put("/skills/by-name", {"title": "x"}, query_string={"name": "writer"}), 404, "NOT_FOUND")
 
 
+def test_skill_lookup_by_name_is_tenant_scoped(reg, client, auth):
+    created = reg.create_skill(name="lookup-me")
+    assert reg.get("/skills/by-name", query_string={"name": "lookup-me"}).get_json() == {"skill": created}
+    body = assert_error(reg.get("/skills/by-name", query_string={"name": "absent"}), 404, "NOT_FOUND")
+    assert "absent" in body["error"]["message"]
+    other_org = Registry(client, auth("read:agents", org="org-someone-else"))
+    assert_error(other_org.get("/skills/by-name", query_string={"name": "lookup-me"}), 404, "NOT_FOUND")
+    assert_error(reg.get("/skills/by-name"), 400, "VALIDATION_ERROR")  # the name is required
+    assert Registry(client, auth("write:agents")).get("/skills/by-name", query_string={
+        "name": "lookup-me"}).status_code == 403  # reading needs a read scope, as GET /skills/{id}
+
+
 def test_skill_wrapped_body_and_rename(reg):
     resp = reg.post("/skills", {"skill": skill_body(name="wrapped-skill")})
     assert resp.status_code == 201

@@ -197,6 +197,52 @@ def test_openapi_document_and_docs_page(client):
     assert client.get("/api/v1/docs").status_code == 200
 
 
+# Routes of the app that are deliberately not in the OpenAPI document, each with its reason.
+UNDOCUMENTED_ROUTES = {
+    "/static/<path:filename>": "Flask's default static folder: no API files are served from it",
+    "/api/v1/openapi.json": "the OpenAPI document itself",
+    "/api/v1/docs": "the Swagger UI page (for people) that renders the document",
+    "/api/v1/docs/assets/<path:filename>": "the Swagger UI's scripts and styles",
+    "/blobs/<container>/<path:key>": "the public file URLs of the local blob store (where generated images "
+                                     "are served in development); a bucket serves them in production",
+    "/console": "the operator console (HTML for a browser), not the API",
+    "/console/": "the operator console (HTML for a browser), not the API",
+    "/console/analytics": "the operator console (HTML for a browser), not the API",
+    "/console/static/<path:filename>": "the operator console's scripts and styles",
+    "/console/session": "the console's own cookie session (sign in/out), used only by its page",
+    "/console/token": "the console's own token refresh, used only by its page",
+}
+TEST_ONLY_PREFIX = "/api/v1/_test/"  # tests.support.register_test_routes: exist only in the test app
+
+
+def test_every_route_is_in_the_openapi_document_unless_deliberately_left_out(app, client):
+    """app.url_map and the document's paths agree: every method of every route is documented, except the
+    routes listed above with their reason, and the document names no route the app does not have."""
+    doc = client.get("/api/v1/openapi.json").get_json()
+    documented = {(path, method) for path, operations in doc["paths"].items()
+                  for method in operations if method != "parameters"}
+    served, missing = set(), []
+    for rule in app.url_map.iter_rules():
+        if rule.rule in UNDOCUMENTED_ROUTES or rule.rule.startswith(TEST_ONLY_PREFIX):
+            continue
+        path = re.sub(r"<(?:[^:<>]+:)?([^<>]+)>", r"{\1}", rule.rule)
+        for method in sorted(rule.methods - {"HEAD", "OPTIONS"}):
+            served.add((path, method.lower()))
+            if (path, method.lower()) not in documented:
+                missing.append(f"{method} {rule.rule}")
+    assert missing == []
+    assert sorted(documented - served) == []
+    assert {rule.rule for rule in app.url_map.iter_rules()} >= set(UNDOCUMENTED_ROUTES)  # no stale exclusion
+
+
+def test_health_is_documented_without_a_token(client):
+    operation = client.get("/api/v1/openapi.json").get_json()["paths"]["/health"]["get"]
+    assert operation["security"] == []
+    assert {"200", "503"} <= set(operation["responses"]) and "401" not in operation["responses"]
+    schema = operation["responses"]["200"]["content"]["application/json"]["schema"]
+    assert schema
+
+
 def test_every_operation_documents_its_access_rules(app, client):
     """Who may call an operation is documented where it is enforced (app.extensions.Blueprint)."""
     doc = client.get("/api/v1/openapi.json").get_json()
@@ -206,12 +252,13 @@ def test_every_operation_documents_its_access_rules(app, client):
             if method == "parameters":
                 continue
             seen += 1
-            assert "401" in operation["responses"], (method, path)
+            public = path.startswith(PUBLIC_PREFIXES) or path == "/health"  # no token is read: never a 401
+            assert ("401" in operation["responses"]) is not public, (method, path)
             if path.startswith("/internal/"):  # the internal token or an admin bearer token (app.auth.require)
                 assert operation["security"] == [{"internalToken": []}, {"bearerAuth": []}], (method, path)
                 assert "403" in operation["responses"], (method, path)
                 continue
-            public = path.startswith(PUBLIC_PREFIXES)  # a signed link is the credential (unsubscribe)
+            # unsubscribe: a signed link is the credential; /health: cluster-internal, no token
             assert operation["security"] == ([] if public else [{"bearerAuth": []}]), (method, path)
             rule = next(r for r in app.url_map.iter_rules()
                         if re.sub(r"<(?:[^:<>]+:)?([^<>]+)>", r"{\1}", r.rule) == path and method.upper() in r.methods)

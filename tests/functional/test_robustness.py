@@ -206,6 +206,113 @@ def test_number_too_big_for_a_float_is_named_by_the_agent_registry(client, auth)
     resp = client.get(f"/api/v1/agents/{agent['id']}", headers=headers)
     assert resp.status_code == 200 and resp.get_json()["agent"].get("metadata") in (None, {}), resp.get_json()
 
+# Integer fields take only integers (2.0 is the integer 2, as JSON Schema says) that PostgreSQL `integer` holds
+NOT_INTEGERS = [2.589e-42, 2.5, True, "3", None, 2**31, -(2**31) - 1, 1e300, [1], {"n": 1}]
+
+
+def _names_field(body: dict, field: str) -> bool:
+    return field in json.dumps(body["error"].get("details"))
+
+
+@pytest.mark.parametrize("value", NOT_INTEGERS, ids=repr)
+def test_integer_fields_refuse_what_is_not_a_32_bit_integer(client, auth, value):
+    headers = auth("read", "write", "read:agents", "write:agents", role="admin")
+    create_definition(client, headers, "ints", {"type": "object", "properties": {"k": {"type": "string"}}})
+    for field in ("forkedFromVersion", "artifactVersion", "version"):
+        if value is None and field != "version":
+            continue  # nullable: null clears it
+        resp = client.post(f"{BASE}/definitions", json={"name": "numbered", "schema": {}, field: value},
+                           headers=headers)
+        assert _names_field(assert_error(resp, 400, "VALIDATION_ERROR"), field), (field, value)
+    aggregate = {"aggregates": [{"field": "k", "function": "count", "alias": "n"}]}
+    calls = [(f"{BASE}/ints/records/query", {"query": {"pageSize": value}}, "pageSize"),
+             (f"{BASE}/ints/records/query", {"query": {"page": value}}, "page"),
+             (f"{BASE}/ints/records/aggregate", {**aggregate, "limit": value}, "limit"),
+             ("/api/v1/agents", agent_body(usageCount=value), "usageCount"),
+             ("/api/v1/admin/artifacts", {"kind": "skill", "name": "x", "artifactVersion": value, "definition": {}},
+              "artifactVersion")]
+    for url, body, field in calls:
+        if value is None and field in ("pageSize", "page", "limit"):
+            continue  # nullable: the default applies
+        resp = client.post(url, json=body, headers=headers)
+        assert _names_field(assert_error(resp, 400, "VALIDATION_ERROR"), field), (url, field, value)
+
+
+@pytest.mark.parametrize("value", ["0.9", True, [90]], ids=repr)
+def test_the_aggregate_percentile_takes_a_json_number_only(client, auth, value):
+    headers = auth()
+    create_definition(client, headers, "pct", {"type": "object", "properties": {"n": {"type": "int"}}})
+    body = {"aggregates": [{"field": "n", "function": "percentile", "percentile": value, "alias": "p"}]}
+    resp = client.post(f"{BASE}/pct/records/aggregate", json=body, headers=headers)
+    assert _names_field(assert_error(resp, 400, "VALIDATION_ERROR"), "percentile")
+
+
+def test_an_integral_float_is_the_integer(client, auth):
+    headers = auth("read", "write", role="admin")
+    resp = client.post(f"{BASE}/definitions", json={"name": "floaty", "schema": {}, "forkedFromVersion": 3.0,
+                                                    "version": 1.0}, headers=headers)
+    assert resp.status_code == 201, resp.get_json()
+    resp = client.post(f"{BASE}/floaty/records/query", json={"query": {"pageSize": 5.0}}, headers=headers)
+    assert resp.status_code == 200 and resp.get_json()["pageSize"] == 5
+
+
+@pytest.mark.parametrize("text", ["1_000", "1.0", "+5", " 5", "\u0661\u0660", "0x10", "1e2", "99999999999", ""])
+def test_integer_query_parameters_take_ascii_decimal_digits_only(client, auth, text):
+    headers = auth("read", "write", "read:analytics", "read:notifications", role="admin")
+    for url, field in (("/api/v1/analytics/events", "limit"), ("/api/v1/analytics/events", "offset"),
+                       ("/api/v1/email/bulk-send/no-such-job/recipients", "after"),
+                       ("/api/v1/email/bulk-send/no-such-job/recipients", "limit"),
+                       ("/api/v1/newsletter/subscribers", "limit"),
+                       ("/api/v1/admin/artifacts/rollouts/no-such", "limit")):
+        resp = client.get(url, query_string={field: text}, headers=headers)
+        assert _names_field(assert_error(resp, 400, "VALIDATION_ERROR"), field), (url, field, text)
+    resp = client.get("/api/v1/analytics/events", query_string={"limit": "7", "offset": "0"}, headers=headers)
+    assert resp.status_code == 200, resp.get_json()
+
+
+def test_every_request_integer_field_is_the_strict_32_bit_one(app):
+    """The one integer field of request schemas: every Integer a route loads (body, nested, list items,
+    query string) is `StrictInt` (`QueryInt` in the query string) bounded within PostgreSQL `integer`."""
+    from marshmallow import fields
+
+    from app.agents.fields import INT32_MAX, INT32_MIN, QueryInt, StrictInt
+
+    found, wrong = [], []
+
+    def walk_field(field, where, location, seen):
+        if isinstance(field, fields.Integer):
+            found.append(where)
+            ranges = [v for v in field.validators if hasattr(v, "min") and hasattr(v, "max")]
+            low = max([r.min for r in ranges if r.min is not None], default=None)
+            high = min([r.max for r in ranges if r.max is not None], default=None)
+            kind = QueryInt if location == "query" else StrictInt
+            if not isinstance(field, kind) or low is None or high is None or low < INT32_MIN or high > INT32_MAX:
+                wrong.append(f"{where}: {type(field).__name__} {low}..{high}")
+        elif isinstance(field, fields.Nested) and type(field.schema) not in seen:
+            walk(field.schema, where, location, seen | {type(field.schema)})
+        elif isinstance(field, fields.List):
+            walk_field(field.inner, f"{where}[]", location, seen)
+        elif isinstance(field, fields.Dict) and field.value_field is not None:
+            walk_field(field.value_field, f"{where}{{}}", location, seen)
+
+    def walk(schema, where, location, seen):
+        schema = schema() if isinstance(schema, type) else schema
+        for name, field in schema.fields.items():
+            if not field.dump_only:
+                walk_field(field, f"{where}.{name}", location, seen)
+
+    for endpoint, view in app.view_functions.items():
+        view_class = getattr(view, "view_class", None)
+        methods = [getattr(view_class, m) for m in ("get", "post", "put", "delete", "patch")
+                   if hasattr(view_class, m)] if view_class else [view]
+        for method in methods:
+            for parameter in getattr(method, "_apidoc", {}).get("arguments", {}).get("parameters", []):
+                location = parameter.get("in", "json")
+                walk(parameter["schema"], f"{endpoint} {location}", location, frozenset())
+    assert len(found) > 40
+    assert wrong == []
+
+
 # --- 3. a body that is not JSON where JSON is expected is 415 ----------------------------------------
 
 def test_body_of_another_type_is_415(client, auth):
@@ -283,24 +390,30 @@ def test_oversized_authorization_header_gets_the_envelope_through_gunicorn(datab
 
 
 
+def _raw_http(port: int, request: bytes, *, half_close: bool = False) -> tuple[bytes, int, str, dict]:
+    """Send `request` on a fresh connection and read until the server closes it: (all bytes received,
+    status, Content-Type, JSON body of the first answer). `half_close` ends the sending side first
+    (the server sees the body end early)."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request)
+        if half_close:
+            sock.shutdown(socket.SHUT_WR)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    length = int(headers.get("Content-Length", len(body)))
+    return data, int(lines[0].split()[1]), headers.get("Content-Type", ""), json.loads(body[:length])
+
+
 def test_gunicorn_level_errors_get_the_envelope(database_url):
     """Requests gunicorn refuses before the app sees them (a header field over 64 KB, a request line
     over 8 KB, a malformed header) are answered in the JSON envelope, not gunicorn's HTML page."""
-    import json
-    import socket
-
     from tests.functional.test_reliability import start_gunicorn
-
-    def raw(port: int, request: bytes) -> tuple[int, str, dict]:
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-            sock.sendall(request)
-            data = b""
-            while chunk := sock.recv(65536):
-                data += chunk
-        head, _, body = data.partition(b"\r\n\r\n")
-        lines = head.decode("latin-1").split("\r\n")
-        headers = dict(line.split(": ", 1) for line in lines[1:])
-        return int(lines[0].split()[1]), headers.get("Content-Type", ""), json.loads(body)
 
     proc, port = start_gunicorn(database_url, GUNICORN_THREADS="4")
     try:
@@ -310,11 +423,57 @@ def test_gunicorn_level_errors_get_the_envelope(database_url):
             (b"GET /api/v1/health HTTP/1.1\r\nHost: x\r\nBad Header: y\r\n\r\n", 400),
         ]
         for request, status in cases:
-            got, content_type, body = raw(port, request)
+            _, got, content_type, body = _raw_http(port, request)
             assert got == status, body
             assert content_type == "application/json"
             assert body["error"]["code"] == "INVALID_INPUT" and body["metadata"]["success"] is False
             assert body["error"]["message"]
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+# Bodies gunicorn cannot read, each raised by its body reader while the app reads the request:
+# gunicorn.http.errors class → the chunked body after the headers
+MALFORMED_CHUNKED = {
+    "InvalidChunkSize": b"ZZ\r\n{}\r\n0\r\n\r\n",
+    "InvalidChunkExtension": b"2;\x01\r\n{}\r\n0\r\n\r\n",
+    "ChunkMissingTerminator": b"2\r\n{}xx\r\n0\r\n\r\n",  # a chunk longer than its size line says
+    "InvalidHeader": b"2\r\n{}\r\n0\r\nX-Trailer: y\n\r\n",  # a trailer ended by a bare LF
+}
+BODY_ROUTES = [  # every kind of body reader: webargs JSON, request.get_json, a non-JSON (multipart) body
+    ("POST", "/api/v1/agents", "application/json"),
+    ("POST", "/api/v1/entities/definitions", "application/json"),
+    ("PUT", "/api/v1/skills/by-name?name=x", "application/json"),
+    ("POST", "/api/v1/email/send", "application/json"),
+    ("POST", "/api/v1/agents/images", "multipart/form-data; boundary=b"),
+]
+
+
+def test_unreadable_request_body_is_a_400_not_a_500(database_url, auth):
+    """A malformed chunked body (bad size line, bad chunk extension, a chunk longer than its size, a bad
+    trailer) or a body that ends before it is complete is the client's error: 400 INVALID_INPUT in the
+    envelope on every route that reads a body, and the connection is closed (where the next request
+    would start is unknown)."""
+    from tests.functional.test_reliability import start_gunicorn
+
+    token = auth("read", "write", "write:notifications", "write:image-gen", role="admin")["Authorization"]
+    proc, port = start_gunicorn(database_url, GUNICORN_THREADS="4")
+    try:
+        for method, path, content_type in BODY_ROUTES:
+            head = (f"{method} {path} HTTP/1.1\r\nHost: x\r\nAuthorization: {token}\r\n"
+                    f"Content-Type: {content_type}\r\nTransfer-Encoding: chunked\r\n\r\n").encode()
+            cases = [(name, head + body, False) for name, body in MALFORMED_CHUNKED.items()]
+            cases.append(("NoMoreData", head + b"10\r\n{\"a\"", True))  # the client stops mid-chunk
+            for name, request, half_close in cases:
+                data, status, got_type, body = _raw_http(port, request, half_close=half_close)
+                where = f"{method} {path} {name}"
+                assert status == 400, (where, body)
+                assert got_type == "application/json", where
+                assert body["error"]["code"] == "INVALID_INPUT" and body["metadata"]["success"] is False, where
+                assert "body" in body["error"]["message"], (where, body)
+                assert data.count(b"HTTP/1.1 ") == 1, (where, data)  # one answer, then the connection closed
+                assert b"\r\nConnection: close\r\n" in data.partition(b"\r\n\r\n")[0], (where, data)  # and said so
     finally:
         proc.terminate()
         proc.wait(30)

@@ -103,3 +103,34 @@ def test_random_headers_environ_and_keys_give_gunicorns_atoms(req, resp, env, ke
     expected, lazy = SafeAtoms(logger.atoms(*exchange)), LazyAtoms(logger, *exchange)
     for key in [*keys, *expected]:
         assert lazy[key] == expected[key], key
+
+
+class _Response:
+    """Stands in for gunicorn's Response: `start_response` is its bound method."""
+
+    def __init__(self, body_failed: bool):
+        self.req = SimpleNamespace(body=SimpleNamespace(failed=body_failed))
+        self.closed, self.started = False, None
+
+    def force_close(self):
+        self.closed = True
+
+    def start_response(self, status, headers, exc_info=None):
+        self.started = (status, headers)
+
+
+@pytest.mark.parametrize("body_failed, headers, closes", [
+    (False, [("Content-Type", "application/json")], False),
+    (True, [("Content-Type", "application/json")], True),  # gunicorn marked the body unreadable
+    (False, [("Connection", "close")], True),  # the app says so (its envelope for an unreadable body)
+])
+def test_closing_wsgi_closes_after_an_unreadable_body(body_failed, headers, closes):
+    from app.serving import closing_wsgi
+
+    def app(environ, start_response):
+        start_response("400 BAD REQUEST", headers)
+        return [b"{}"]
+
+    resp = _Response(body_failed)
+    assert closing_wsgi(app)({}, resp.start_response) == [b"{}"]
+    assert resp.closed is closes and resp.started == ("400 BAD REQUEST", headers)

@@ -103,7 +103,7 @@ def create_agent(data: dict[str, Any]) -> str:
     """Create an agent from a validated Partial Agent (schema defaults already applied)."""
     lock_org(_LOCK)
     doc = _prepare(dict(data), previous=None, prompt_sent=bool(data.get("systemPrompt")))
-    _set_skills(doc, attach_skills(data.get("skills"), []))
+    _set_skills(doc, data.get("skills"), attach_skills(data.get("skills"), []))
     return store.create(doc, before=_single_default(None))
 
 
@@ -118,7 +118,7 @@ def update_agent(agent_id: str, changes: dict[str, Any]) -> str:
         doc["subType"] = doc["type"]  # subType followed type: keep following it
     doc = _prepare(doc, previous=previous, prompt_sent="systemPrompt" in changes)
     if "skills" in changes:
-        _set_skills(doc, attach_skills(changes.get("skills"), previous.get("skills")))
+        _set_skills(doc, changes.get("skills"), attach_skills(changes.get("skills"), previous.get("skills")))
     return store.save(row, doc, before=_single_default(row))
 
 
@@ -148,7 +148,7 @@ def import_agent(data: dict[str, Any], *, overwrite: bool) -> tuple[str, bool]:
         raise Conflict(f"An agent named '{data['name']}' already exists; use ?overwrite=true to replace it.",
                        {"agentId": existing.id})
     doc = _prepare(dict(data), previous=data, prompt_sent=False)
-    _set_skills(doc, attach_skills(data.get("skills"), [], restore=True))
+    _set_skills(doc, data.get("skills"), attach_skills(data.get("skills"), [], restore=True))
     if existing is None:
         return store.create(doc, before=_single_default(None)), True
     return store.save(existing, doc, before=_single_default(existing)), False
@@ -184,11 +184,13 @@ def _prepare(doc: dict[str, Any], *, previous: dict[str, Any] | None, prompt_sen
     return doc
 
 
-def _set_skills(doc: dict[str, Any], skills: list[dict]) -> None:
-    if skills:
-        doc["skills"] = skills
-    else:
+def _set_skills(doc: dict[str, Any], sent: list[dict] | None, skills: list[dict]) -> None:
+    """The agent's `skills` as attached; a list sent empty stays an empty list (echoed like every other
+    list field), null or absent leaves the field unset."""
+    if sent is None:
         doc.pop("skills", None)
+    else:
+        doc["skills"] = skills
 
 
 def _check_config(doc: dict[str, Any]) -> None:

@@ -54,7 +54,7 @@ def apply_system_prompt(doc: dict[str, Any], *, previous: dict[str, Any] | None,
         doc["systemPrompt"] = prompt
         metadata[GENERATED_KEY] = (previous["metadata"][GENERATED_KEY] if same else
                                    {"source": "goal", "template": TEMPLATE_VERSION, "generatedAt": moment_iso})
-    if metadata:
+    if metadata or doc.get("metadata") == {}:  # an empty object the caller sent is echoed as sent
         doc["metadata"] = metadata
     else:
         doc.pop("metadata", None)

@@ -38,6 +38,10 @@ def get_skill(skill_id: str) -> str:
     return store.get(skill_id)
 
 
+def get_skill_by_name(name: str) -> str:
+    return store.find(CatalogSkill.name == name, what=f"Skill '{name}'")
+
+
 def categories() -> list[str]:
     """Distinct categories of the caller's catalog skills, sorted (the spec's bare `string[]`)."""
     stmt = (tenant_select(CatalogSkill).with_only_columns(CatalogSkill.category).distinct()

@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import pytest
-from marshmallow import Schema, ValidationError
+from marshmallow import Schema, ValidationError, validate
 
-from app.agents.fields import StrictBool, StrictFloat, StrictInt, check_json_schema, check_object_schema, schema_errors
+from app.agents.fields import (
+    QueryInt,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    check_json_schema,
+    check_object_schema,
+    schema_errors,
+)
 
 
 class Sample(Schema):
@@ -25,6 +33,27 @@ def test_strict_fields_refuse_other_json_types(field, value):
 
 def test_strict_fields_accept_their_types():
     assert Sample().load({"flag": False, "number": 1, "count": 3.0}) == {"flag": False, "number": 1.0, "count": 3}
+
+
+class Bounded(Schema):
+    free = StrictInt()
+    order = StrictInt(validate=validate.Range(min=0))
+    small = StrictInt(validate=validate.Range(min=1, max=48))
+    limit = QueryInt(validate=validate.Range(min=1, max=1000))
+
+
+@pytest.mark.parametrize("field,value", [("free", 2**31), ("free", -(2**31) - 1), ("free", 1e300), ("order", -1),
+                                         ("order", 2**31), ("small", 49), ("free", 2.589e-42), ("limit", 5),
+                                         ("limit", "1_000"), ("limit", "+5"), ("limit", "5.0"), ("limit", "\u0665")])
+def test_integers_outside_32_bits_or_their_range_are_refused(field, value):
+    with pytest.raises(ValidationError) as info:
+        Bounded().load({field: value})
+    assert field in info.value.messages
+
+
+def test_integers_within_bounds_are_accepted():
+    assert Bounded().load({"free": -(2**31), "order": 2**31 - 1, "small": 48.0, "limit": "1000"}) == {
+        "free": -(2**31), "order": 2**31 - 1, "small": 48, "limit": 1000}
 
 
 DRAFT7 = {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
