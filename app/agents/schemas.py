@@ -18,6 +18,7 @@ from marshmallow import INCLUDE, Schema, ValidationError, fields, pre_load, vali
 from app.agents.fields import (
     SERVER_FIELDS,
     NulFree,
+    QueryInt,
     StrictBool,
     StrictFloat,
     StrictInt,
@@ -398,7 +399,7 @@ AgentSummaryListSchema = Schema.from_dict(
 class PageQuerySchema(NulFree):
     """Paging of a registry list: `limit` items (by name) after `cursor` (a previous page's nextCursor)."""
 
-    limit = fields.Integer(validate=validate.Range(min=1), metadata={
+    limit = QueryInt(validate=validate.Range(min=1), metadata={
         "maximum_setting": "REGISTRY_LIST_MAX_LIMIT",
         "description": "items per page: default REGISTRY_LIST_DEFAULT_LIMIT (100), at most REGISTRY_LIST_MAX_LIMIT "
                        "(1000); a page also ends before REGISTRY_LIST_MAX_BYTES (8 MiB)"})

@@ -6,7 +6,7 @@ from flask import current_app
 from marshmallow import EXCLUDE, RAISE, Schema, ValidationError, pre_load, validate, validates
 from marshmallow import fields as ma
 
-from app.agents.fields import StrictInt
+from app.agents.fields import INT32_MAX, StrictInt
 from app.extensions import ExactDumpSchema
 from app.jsonbody import BoundedJson
 
@@ -332,7 +332,7 @@ def _fast_query_params(params) -> dict | None:
                 return None
             out[key] = value
         elif key == "pageSize":
-            if value.__class__ is not int or value < 1:
+            if value.__class__ is not int or not 1 <= value <= INT32_MAX:
                 return None
             out[key] = value
         elif key == "cursor":
