@@ -101,6 +101,11 @@ class Rollout(PlatformBase):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # the lease (o0002; app.ops.rollout): renewed by every batch; the token travels in the task id
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    dispatch_token: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    key_prefix: Mapped[str] = mapped_column(String(100), default="", server_default="")
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class RolloutOutcome(PlatformBase):

@@ -44,6 +44,9 @@ def init_celery(celery: Celery, app: Flask) -> None:
                                                     "global_keyprefix": prefix}
             celery.conf.result_backend_transport_options = {
                 **celeryconfig.result_backend_transport_options, "global_keyprefix": prefix}
+        # the time limits are settings (a test sets a tiny one); the visibility timeout stays above them
+        celery.conf.update(task_time_limit=int(app.config["CELERY_TASK_TIME_LIMIT"]) or None,
+                           task_soft_time_limit=int(app.config["CELERY_TASK_SOFT_TIME_LIMIT"]) or None)
     else:  # embedded default: no broker, tasks run in-process
         celery.conf.update(task_always_eager=True, task_eager_propagates=True,
                            broker_url="memory://", result_backend="cache+memory://")
@@ -152,6 +155,28 @@ def job_lock(lock_class: int, job_id: str, wait_seconds: float = 0.0) -> Iterato
             if got:
                 conn.execute(text("SELECT pg_advisory_unlock(:c, hashtext(:k))"), {"c": lock_class, "k": job_id})
             conn.commit()
+
+
+# --- bounded attempts: a leased job that never finishes is failed, not sent again forever -------------
+#
+# Every leased job counts the runs a worker started on it (`attempts`; a run that makes progress, a
+# slice or a step, sets it back to 0). A lease reaper that finds a job past its lease with no live
+# worker sends it again while it has attempts left, and otherwise fails it with `interrupted_reason`,
+# shown where the job's status is read: a job whose task is killed by the time limit (or whose worker
+# dies on it) every time it runs stops after JOB_MAX_ATTEMPTS runs instead of cycling forever.
+
+
+def max_attempts() -> int:
+    return max(1, int(current_app.config["JOB_MAX_ATTEMPTS"]))
+
+
+def out_of_attempts(attempts: int | None) -> bool:
+    return (attempts or 0) >= max_attempts()
+
+
+def interrupted_reason(attempts: int | None) -> str:
+    return (f"Stopped after {attempts or 0} interrupted run(s): the worker running it was lost or it exceeded the "
+            f"task time limit each time (JOB_MAX_ATTEMPTS); not run again.")
 
 
 def _flush_pending(session: Session) -> None:
