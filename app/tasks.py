@@ -69,6 +69,14 @@ def init_celery(celery: Celery, app: Flask) -> None:
     celery.Task = AppContextTask
     celery.set_default()
     celery.loader.import_default_modules()  # the task modules celeryconfig.include declares
+    # A message carries its publisher's time limits (Celery copies them from the task, which took them
+    # from the configuration the first time it was bound), and a worker obeys the message's: so every
+    # app (API, worker, CLI) sets its tasks' limits from its own settings, and the API's limits are the
+    # ones a worker enforces on what the API sends.
+    for task in celery.tasks.values():
+        if not task.name.startswith("celery."):
+            task.time_limit, task.soft_time_limit = celery.conf.task_time_limit, celery.conf.task_soft_time_limit
+            task._exec_options = None  # Celery's cache of the options a message is sent with
     app.extensions["celery"] = celery
 
 
