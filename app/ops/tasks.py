@@ -39,20 +39,25 @@ def _jsonable(value):
         return json.loads(json.dumps(value, default=str))
 
 
-@celery_app.task(name="seed.org", ignore_result=False)
-def seed_org_task(org: dict | None = None, admin: dict | None = None) -> dict:
+@celery_app.task(name="seed.org", bind=True, ignore_result=False)
+def seed_org_task(self, org: dict | None = None, admin: dict | None = None) -> dict:
     """Seed one organization (the same service as POST /internal/seed); idempotent, so a redelivered
-    task reports everything as existing. Operators: `celery -A workers call seed.org --kwargs '{...}'`."""
+    task reports everything as existing. A message of an accepted async seed is leased (its job in the
+    task id: app.ops.seed_jobs); an operator's `celery -A workers call seed.org --kwargs '{...}'` is not."""
     from app.errors import ApiError
+    from app.ops.seed_jobs import run_leased
     from app.ops.seeding import seed_org
 
-    try:
-        report = seed_org({"org": org, "admin": admin})
-    except ApiError as exc:  # a bad body is not retryable: report it as the result
-        log.warning("seed.org rejected: %s %s", exc.message, exc.details)
-        return {"error": {"code": exc.code, "message": exc.message, "details": exc.details}}
-    log.info("seed.org %s/%s: %s", report["orgId"], report["product"], report["summary"])
-    return report
+    def work() -> dict:
+        try:
+            report = seed_org({"org": org, "admin": admin})
+        except ApiError as exc:  # a bad body is not retryable: report it as the result
+            log.warning("seed.org rejected: %s %s", exc.message, exc.details)
+            return {"error": {"code": exc.code, "message": exc.message, "details": exc.details}}
+        log.info("seed.org %s/%s: %s", report["orgId"], report["product"], report["summary"])
+        return report
+
+    return run_leased(self.request.id, work)
 
 
 @celery_app.task(name="seed.rollout", bind=True, ignore_result=True)

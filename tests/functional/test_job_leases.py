@@ -176,3 +176,98 @@ def test_a_rollout_message_of_an_older_token_does_nothing(make_app, registry):  
         assert rollout_task.apply(args=(rid,), task_id=lease_message_id(rid, 0)).result == "stale"
     state = _rollout(app, rid)
     assert (state["status"], state["token"], state["attempts"]) == ("pending", 1, 0)
+
+
+def test_cli_commands_that_queue_work_write_it_to_the_outbox(make_app, auth, org_id):
+    """`flask embeddings backfill` and `flask seed org --queue` sent their task with apply_async: with
+    Redis down the command failed (or the walk was unleased). Now the walk is a leased job and both
+    messages are outbox rows of the command's transaction, sent once Redis takes them."""
+    from app.tasks import lease_of
+
+    app, prefix = _dead_broker_app(make_app)
+    client, headers = app.test_client(), auth()
+    entity_id = create_definition(client, headers, "clied", SCHEMA, embeddingsConfig={"enabled": True,
+                                                                                    "fields": ["body"]})
+    _take_outbox(app, prefix)
+    result = app.test_cli_runner().invoke(args=["embeddings", "backfill", "--org", org_id])
+    assert result.exit_code == 0, result.output
+    [(task_id, name, args)] = _take_outbox(app, prefix)
+    assert name == "embeddings.backfill" and args[:3] == ["default", org_id, entity_id] and lease_of(task_id)
+
+    domain = f"cli-{uuid.uuid4().hex[:8]}.example"
+    result = app.test_cli_runner().invoke(args=[
+        "seed", "org", "--title", "Cli", "--domain", domain, "--admin-email", f"a@{domain}", "--first-name", "A",
+        "--last-name", "B", "--queue"])
+    assert result.exit_code == 0, result.output
+    [(task_id, name, _)] = _take_outbox(app, prefix)
+    assert name == "seed.org" and f"queued seed.org task {task_id}" in result.output
+
+
+def test_async_seed_is_a_leased_job_the_reaper_sends_again_then_fails_with_the_reason(make_app):
+    """seed.org had no lease: a 202 whose message was lost with Redis' memory, or whose run was killed by
+    the time limit (Celery acknowledges it), was never seeded and nothing said so. Now each accepted
+    async seed is a `seed_jobs` row with the lease shape: the reaper sends it again, a late duplicate
+    does nothing, and the org's status answer shows the request (`lastRequest`), `failed` with the
+    reason once JOB_MAX_ATTEMPTS runs were lost."""
+    from sqlalchemy import select, text
+
+    from app.db import db
+    from app.ops.seed_jobs import requeue_stalled_seed_jobs
+    from app.ops.tasks import seed_org_task
+    from app.platform_models import OutboxMessage
+    from app.tasks import lease_of
+
+    secret = "internal-" + "s" * 32
+    app, prefix = _dead_broker_app(make_app, INTERNAL_API_TOKEN=secret, JOB_MAX_ATTEMPTS=1)
+    client, hdr = app.test_client(), {"X-Internal-Token": secret}
+    domain = f"leased-{uuid.uuid4().hex[:8]}.example"
+    body = {"org": {"title": "Leased", "mainDomain": domain, "product": "default"},
+            "admin": {"email": f"admin@{domain}", "firstName": "Ada", "lastName": "Admin"}}
+
+    def accept() -> tuple[str, str]:
+        resp = client.post("/internal/seed", json=body, headers={**hdr, "Prefer": "respond-async"})
+        assert resp.status_code == 202, resp.get_json()
+        return resp.get_json()["taskId"], resp.get_json()["statusUrl"]
+
+    def kwargs_of(task_id) -> dict:
+        with app.app_context(), db.engine.connect() as conn:
+            return conn.scalar(select(OutboxMessage.kwargs).where(OutboxMessage.id == task_id))
+
+    def last_request(url) -> dict:
+        resp = client.get(url, headers=hdr)
+        assert resp.status_code == 200, resp.get_json()
+        return resp.get_json()["lastRequest"]
+
+    def expire(job_id, **values):
+        sets = ", ".join(["lease_expires_at = now() - interval '1 hour'"] + [f"{k} = :{k}" for k in values])
+        with app.app_context(), db.engine.begin() as conn:
+            conn.execute(text(f"UPDATE platform.seed_jobs SET {sets} WHERE id = :id"), {"id": job_id, **values})
+
+    task_id, url = accept()
+    job_id, token = lease_of(task_id)
+    kwargs = kwargs_of(task_id)
+    assert [(t, name) for t, name, _ in _take_outbox(app, prefix)] == [(task_id, "seed.org")]
+    assert last_request(url)["status"] == "queued"
+    with app.app_context():
+        assert requeue_stalled_seed_jobs() == 0  # within its lease
+    expire(job_id)  # the message was lost with Redis' memory
+    with app.app_context():
+        assert requeue_stalled_seed_jobs() == 1
+    [(again, name, _)] = _take_outbox(app, prefix)
+    assert name == "seed.org" and lease_of(again) == (job_id, token) and again != task_id
+    with app.app_context():  # a worker runs the re-sent message
+        report = seed_org_task.apply(kwargs=kwargs, task_id=again).result
+    assert report["orgId"] == domain and report["created"] is True
+    state = last_request(url)
+    assert (state["id"], state["status"], state["attempts"], state["error"]) == (job_id, "done", 1, None)
+    with app.app_context():  # the lost message turns up: nothing happens
+        assert seed_org_task.apply(kwargs=kwargs, task_id=task_id).result == {"stale": True}
+
+    task_id, _ = accept()  # a second request whose one run (JOB_MAX_ATTEMPTS=1) is lost
+    _take_outbox(app, prefix)
+    expire(lease_of(task_id)[0], status="running", attempts=1)
+    with app.app_context():
+        assert requeue_stalled_seed_jobs() == 0
+    assert _take_outbox(app, prefix) == []
+    state = last_request(url)
+    assert state["status"] == "failed" and "1 interrupted run" in state["error"] and state["finishedAt"]
