@@ -64,9 +64,17 @@ class SeedStatus(MethodView):
         """What the org holds in `product` (default product when omitted): every registry artifact,
         `existing` (with the org's version and forkedFromVersion) or `missing`; and `lastRequest`, the
         org's latest asynchronous seed (queued, running, done or failed with its `error`)."""
+        from app.errors import NotFound
         from app.ops.seed_jobs import latest_request
         from app.ops.seeding import seed_status
 
         org_id, product = orgId.lower(), args.get("product") or current_app.config["DEFAULT_PRODUCT"]
-        return {**seed_status(org_id, product), "lastRequest": latest_request(org_id, product)}
+        last = latest_request(org_id, product)
+        try:
+            return {**seed_status(org_id, product), "lastRequest": last}
+        except NotFound:
+            if last is None:
+                raise
+            # an accepted seed that has not created the org yet: the 202's status URL answers, with the request
+            return {"orgId": org_id, "product": product, "artifacts": [], "summary": {}, "lastRequest": last}
 

@@ -87,4 +87,5 @@ class SeedStatusSchema(Schema):
     artifacts = fields.List(fields.Nested(SeedArtifactLineSchema), required=True)
     summary = fields.Dict(keys=fields.String(), values=fields.Integer())
     lastRequest = fields.Nested(SeedRequestStateSchema, allow_none=True, metadata={
-        "description": "the org's latest asynchronous seed (`Prefer: respond-async`) in this product; null if none"})
+        "description": "the org's latest asynchronous seed (`Prefer: respond-async`) in this product; null if "
+                       "none. Until that seed has created the org, the answer holds only the request (no artifacts)"})
