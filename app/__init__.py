@@ -141,8 +141,11 @@ def lease_reapers() -> list:
     from app.email.bulk import requeue_stalled_jobs as requeue_stalled_email_jobs
     from app.embeddings.jobs import requeue_stalled_jobs as requeue_stalled_embedding_jobs
     from app.entities.bulk import requeue_orphaned_jobs
+    from app.ops.rollout import requeue_stalled_rollouts
+    from app.ops.seed_jobs import requeue_stalled_seed_jobs
 
-    return [requeue_orphaned_jobs, reap_stalled_buffer, requeue_stalled_email_jobs, requeue_stalled_embedding_jobs]
+    return [requeue_orphaned_jobs, reap_stalled_buffer, requeue_stalled_email_jobs, requeue_stalled_embedding_jobs,
+            requeue_stalled_rollouts, requeue_stalled_seed_jobs]
 
 
 def _connect_task_signals() -> None:

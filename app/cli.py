@@ -89,12 +89,13 @@ def embeddings_backfill(product, org, entity) -> None:
     """Re-embed the records of every embeddings-enabled definition without a current vector.
 
     Run it after changing EMBEDDINGS_BACKEND or EMBEDDINGS_MODEL (stored vectors name the model
-    that made them, so they stop being served). Queues one `embeddings.backfill` task per definition.
+    that made them, so they stop being served). Queues one `embeddings.backfill` walk per definition: a
+    leased job written with its outbox row (app.embeddings.jobs), so it runs even if Redis is down now.
     """
     from sqlalchemy import select
 
+    from app.embeddings.jobs import queue_backfill
     from app.embeddings.pipeline import is_enabled
-    from app.embeddings.tasks import backfill
     from app.entities.models import EntityDefinition
 
     product = product or current_app.config["DEFAULT_PRODUCT"]
@@ -106,7 +107,8 @@ def embeddings_backfill(product, org, entity) -> None:
     with db.product_session(product) as session:
         targets = [(d.org_id, d.id, d.name) for d in session.scalars(stmt) if is_enabled(d.embeddings_config)]
     for org_id, entity_id, name in targets:
-        backfill.apply_async(args=(product, org_id, entity_id))
+        with db.product_session(product) as session:
+            queue_backfill(session, product, org_id, entity_id, "")  # "": the definition's present setup
         click.echo(f"queued backfill: product={product} org={org_id} entity={name} ({entity_id})")
     click.echo(f"{len(targets)} definition(s) queued")
 
@@ -130,14 +132,23 @@ def seed_org_command(title, main_domain, product, admin_email, first_name, last_
 
     from app.errors import ApiError
     from app.ops.seeding import seed_org
-    from app.ops.tasks import seed_org_task
 
     body = {"org": {"title": title, "mainDomain": main_domain,
                     "product": product or current_app.config["DEFAULT_PRODUCT"]},
             "admin": {"email": admin_email, "firstName": first_name, "lastName": last_name}}
-    if queue:
-        result = seed_org_task.apply_async(kwargs=body)
-        click.echo(f"queued seed.org task {result.id}")
+    if queue:  # a leased job through the outbox, as the HTTP 202 (app.ops.seed_jobs)
+        from marshmallow import ValidationError
+
+        from app.ops.seed_jobs import queue_seed
+        from app.ops.seeding import SeedRequestSchema
+
+        try:
+            body = SeedRequestSchema().load(body)
+        except ValidationError as exc:
+            raise click.ClickException(json.dumps(exc.normalized_messages())) from None
+        task_id = queue_seed(db.session, body)
+        db.session.commit()
+        click.echo(f"queued seed.org task {task_id}")
         return
     try:
         report = seed_org(body)

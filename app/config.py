@@ -59,6 +59,13 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
                                                    "normally sends it right after its commit)"),
     "JOB_LEASE_SECONDS": (60.0, float, "A running job not held by a live worker for this long is re-queued "
                                        "(worker killed mid-job)"),
+    "JOB_MAX_ATTEMPTS": (3, int, "Runs a leased job (bulk job, email slice, embedding job, rollout batch) may start "
+                                 "without finishing (worker lost, task time limit) before the lease reaper fails "
+                                 "it with the reason instead of sending it again"),
+    "CELERY_TASK_TIME_LIMIT": (600, int, "Hard time limit of every task, seconds (the worker kills the task's "
+                                         "process; its job is left to the lease reaper)"),
+    "CELERY_TASK_SOFT_TIME_LIMIT": (540, int, "Soft time limit of every task, seconds (SoftTimeLimitExceeded "
+                                              "is raised in the task); below CELERY_TASK_TIME_LIMIT; 0 = none"),
     # Rate limits per organization ("<requests>/<seconds>"; empty or 0 = unlimited)
     "RATE_LIMIT_IMAGES": ("60/60", str, "Image generations per organization and window"),
     "RATE_LIMIT_BULK": ("120/60", str, "Bulk create/update/delete calls (sync or async jobs) per organization"),

@@ -101,6 +101,31 @@ class Rollout(PlatformBase):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # the lease (o0002; app.ops.rollout): renewed by every batch; the token travels in the task id
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    dispatch_token: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    key_prefix: Mapped[str] = mapped_column(String(100), default="", server_default="")
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+
+
+class SeedJob(PlatformBase):
+    """An accepted asynchronous seed (`POST /internal/seed` with `Prefer: respond-async`, `flask seed org
+    --queue`): the request and its lease (o0002; app.ops.seed_jobs), the shape every leased job has."""
+
+    __tablename__ = "seed_jobs"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    org_id: Mapped[str] = mapped_column(String(253))
+    product: Mapped[str] = mapped_column(String(40))
+    body: Mapped[dict] = mapped_column(JSONB)
+    status: Mapped[str] = mapped_column(String(16))  # queued | running | done | failed
+    error: Mapped[str | None] = mapped_column(Text)
+    dispatch_token: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    key_prefix: Mapped[str] = mapped_column(String(100), default="", server_default="")
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class RolloutOutcome(PlatformBase):

@@ -44,6 +44,9 @@ def init_celery(celery: Celery, app: Flask) -> None:
                                                     "global_keyprefix": prefix}
             celery.conf.result_backend_transport_options = {
                 **celeryconfig.result_backend_transport_options, "global_keyprefix": prefix}
+        # the time limits are settings (a test sets a tiny one); the visibility timeout stays above them
+        celery.conf.update(task_time_limit=int(app.config["CELERY_TASK_TIME_LIMIT"]) or None,
+                           task_soft_time_limit=int(app.config["CELERY_TASK_SOFT_TIME_LIMIT"]) or None)
     else:  # embedded default: no broker, tasks run in-process
         celery.conf.update(task_always_eager=True, task_eager_propagates=True,
                            broker_url="memory://", result_backend="cache+memory://")
@@ -66,6 +69,14 @@ def init_celery(celery: Celery, app: Flask) -> None:
     celery.Task = AppContextTask
     celery.set_default()
     celery.loader.import_default_modules()  # the task modules celeryconfig.include declares
+    # A message carries its publisher's time limits (Celery copies them from the task, which took them
+    # from the configuration the first time it was bound), and a worker obeys the message's: so every
+    # app (API, worker, CLI) sets its tasks' limits from its own settings, and the API's limits are the
+    # ones a worker enforces on what the API sends.
+    for task in celery.tasks.values():
+        if not task.name.startswith("celery."):
+            task.time_limit, task.soft_time_limit = celery.conf.task_time_limit, celery.conf.task_soft_time_limit
+            task._exec_options = None  # Celery's cache of the options a message is sent with
     app.extensions["celery"] = celery
 
 
@@ -152,6 +163,28 @@ def job_lock(lock_class: int, job_id: str, wait_seconds: float = 0.0) -> Iterato
             if got:
                 conn.execute(text("SELECT pg_advisory_unlock(:c, hashtext(:k))"), {"c": lock_class, "k": job_id})
             conn.commit()
+
+
+# --- bounded attempts: a leased job that never finishes is failed, not sent again forever -------------
+#
+# Every leased job counts the runs a worker started on it (`attempts`; a run that makes progress, a
+# slice or a step, sets it back to 0). A lease reaper that finds a job past its lease with no live
+# worker sends it again while it has attempts left, and otherwise fails it with `interrupted_reason`,
+# shown where the job's status is read: a job whose task is killed by the time limit (or whose worker
+# dies on it) every time it runs stops after JOB_MAX_ATTEMPTS runs instead of cycling forever.
+
+
+def max_attempts() -> int:
+    return max(1, int(current_app.config["JOB_MAX_ATTEMPTS"]))
+
+
+def out_of_attempts(attempts: int | None) -> bool:
+    return (attempts or 0) >= max_attempts()
+
+
+def interrupted_reason(attempts: int | None) -> str:
+    return (f"Stopped after {attempts or 0} interrupted run(s): the worker running it was lost or it exceeded the "
+            f"task time limit each time (JOB_MAX_ATTEMPTS); not run again.")
 
 
 def _flush_pending(session: Session) -> None:

@@ -1,10 +1,16 @@
 """Bulk email: a job of per-recipient deliveries, sent by `email` queue workers.
 
-At most once per recipient: a delivery is sent only after a worker moved it from `pending` to
-`sending` (UPDATE … WHERE status = 'pending', SKIP LOCKED), and its outcome is committed right after
-the SMTP answer. One worker runs a job at a time (a session advisory lock on the job id). When a
-task is redelivered after a worker was lost, rows still `sending` were perhaps delivered: they are
-marked failed ("not resent"), never sent again; `pending` rows carry on; `sent` rows are skipped.
+Once per recipient: a delivery is sent only after a worker moved it from `pending` to `sending`
+(UPDATE … WHERE status = 'pending', SKIP LOCKED). Right before the message's point of no return (SMTP:
+MAIL and RCPT accepted, DATA about to start) its `claimed_at` is committed, and its outcome is
+committed right after the SMTP answer, row by row. One worker runs a job at a time (a session
+advisory lock on the job id). When a job is run again after its worker was lost (killed, task time
+limit), a row still `sending` without `claimed_at` never reached the server's DATA (a transaction the
+server has not got the end of is discarded): it goes back to `pending` and is sent; one with
+`claimed_at` was perhaps delivered: it is marked failed ("not resent"), never sent again (the only
+case SMTP leaves open: at most one message per worker connection, lost between DATA and the answer);
+`sent` rows are skipped. A job whose runs are lost JOB_MAX_ATTEMPTS times in a row without recording a
+delivery is ended by the reaper, its unsent rows failed with the reason (also the job's `error`).
 Transient failures (4xx, dropped connection) go back to `pending` with a growing delay, up to
 EMAIL_BULK_MAX_ATTEMPTS tries; permanent ones (5xx, a refused recipient) fail at once.
 
@@ -33,7 +39,7 @@ from sqlalchemy import bindparam, func, insert, select, text, update
 
 from app.db import db
 from app.email.models import EmailDelivery, EmailJob
-from app.email.senders import Delivery
+from app.email.senders import Delivery, NotSent
 from app.email.services import build_message, get_sender, unique_addresses
 from app.errors import NotFound
 from app.tasks import enqueue_message_after_commit, job_lock, lease_message_id, retry_countdown
@@ -42,7 +48,8 @@ from app.wire import iso, new_id, utcnow
 
 log = logging.getLogger(__name__)
 CLAIM_CHUNK = 200
-LOST = "The worker was lost while sending; not resent, to never deliver twice."
+LOST = ("The worker was lost while handing this message to the SMTP server (it may have been delivered); "
+        "not resent, to never deliver twice.")
 JOB_LOCK = 0x454D_4A42
 LOCK_WAIT_SECONDS = 10.0
 
@@ -106,7 +113,7 @@ def get_job(job_id: str) -> EmailJob:
 def job_to_wire(job: EmailJob) -> dict[str, Any]:
     return {"id": job.id, "kind": job.kind, "status": job.status, "total": job.total, "counts": job_counts(job.id),
             "subject": job.subject, "createdBy": job.created_by, "createdAt": iso(job.created_at),
-            "startedAt": iso(job.started_at), "finishedAt": iso(job.finished_at)}
+            "startedAt": iso(job.started_at), "finishedAt": iso(job.finished_at), "error": job.error}
 
 
 def list_deliveries(job: EmailJob, status: str | None, after: int | None, limit: int) -> list[EmailDelivery]:
@@ -163,10 +170,9 @@ def _run_locked(session, product: str, job_id: str, token: int, slice_size: int 
     if job.dispatch_token != token:  # a finished slice moved the token on: a duplicate of its message
         log.info("email job %s: message of token %s superseded by %s", job_id, token, job.dispatch_token)
         return "stale"
-    # rows a lost worker left in `sending` were perhaps delivered: never send them again
-    session.execute(update(EmailDelivery).where(EmailDelivery.job_id == job_id, EmailDelivery.status == "sending")
-                    .values(status="failed", error=LOST))
+    _recover_lost_rows(session, job_id)
     job.status, job.started_at, job.lease_expires_at = "sending", job.started_at or utcnow(), _lease_end()
+    job.attempts = (job.attempts or 0) + 1  # a run started; one that records deliveries sets it back to 0
     # This message came through this deployment's broker, so the job is this deployment's: a job of the
     # previous release (m0002 left key_prefix empty; it could not know) comes under this reaper.
     from app.tasks import _key_prefix
@@ -180,6 +186,8 @@ def _run_locked(session, product: str, job_id: str, token: int, slice_size: int 
     tenant = Tenant(org_id=job.org_id, user_id=job.created_by or "", email=None, role=None, product=product)
     subject, body = job.subject, job.body
     sender, sender_address = get_sender(), config["EMAIL_FROM"]
+    rows_engine = db.engine_for(product, autocommit=True)  # the pool threads' own per-row writes
+    progressed = threading.Event()
     local = threading.local()
     transports = []
     lock = threading.Lock()
@@ -192,6 +200,7 @@ def _run_locked(session, product: str, job_id: str, token: int, slice_size: int 
         return local.transport
 
     def deliver(row) -> Delivery:
+        """Send one row and commit its outcome at once: a worker lost later never loses a delivery."""
         try:
             message = build_message(sender_address, [row.recipient], row.subject or subject or "",
                                     row.body or body or "", tenant)
@@ -199,10 +208,20 @@ def _run_locked(session, product: str, job_id: str, token: int, slice_size: int 
                 message.policy = message.policy.clone(max_line_length=998)
                 for name, value in row.headers.items():
                     message[name] = value
-            return transport().deliver(message)
+            result = transport().deliver(message, before_data=lambda: _on_the_wire(rows_engine, job_id, row.seq))
+        except NotSent as exc:  # the point of no return could not be recorded: not sent, tried again later
+            log.warning("email job %s: message %s not sent (%s)", job_id, row.seq, exc)
+            result = Delivery("retry", f"Not sent: its send could not be recorded ({exc})"[:500])
         except Exception as exc:  # a bad message must not stop the job
             log.exception("email job %s: building/sending message %s failed", job_id, row.seq)
-            return Delivery("failed", f"{type(exc).__name__}: {exc}"[:500])
+            result = Delivery("failed", f"{type(exc).__name__}: {exc}"[:500])
+        _record(rows_engine, job_id, [row], [result], max_attempts, backoff)
+        if not progressed.is_set():  # this run got somewhere: it does not count against JOB_MAX_ATTEMPTS
+            progressed.set()
+            with rows_engine.connect() as conn:
+                conn.execute(update(EmailJob.__table__).where(EmailJob.__table__.c.id == job_id)
+                             .values(attempts=0))
+        return result
 
     budget = slice_size if slice_size is not None else -1  # -1: the whole job in this call
     finished = False
@@ -220,8 +239,7 @@ def _run_locked(session, product: str, job_id: str, token: int, slice_size: int 
                     if budget > 0:  # a slice waits once, then hands over: no task outlives its time limit
                         break
                     continue
-                results = list(pool.map(deliver, rows))
-                _record(session, job_id, rows, results, max_attempts, backoff)
+                list(pool.map(deliver, rows))  # each row's outcome is committed as it comes
                 _renew(session, job_id)
                 if budget > 0:
                     budget -= len(rows)
@@ -235,7 +253,7 @@ def _run_locked(session, product: str, job_id: str, token: int, slice_size: int 
         job.status, job.finished_at, job.lease_expires_at = "done", utcnow(), None
         session.commit()
         return "done"
-    job.dispatch_token, job.lease_expires_at = job.dispatch_token + 1, _lease_end()
+    job.dispatch_token, job.lease_expires_at, job.attempts = job.dispatch_token + 1, _lease_end(), 0
     _dispatch(session, product, job_id, job.dispatch_token)
     session.commit()  # the next slice's message is an outbox row of this commit
     return "continued"
@@ -255,6 +273,27 @@ def _renew(session, job_id: str) -> None:
     session.commit()
 
 
+def _recover_lost_rows(session, job_id: str) -> None:
+    """Rows a lost worker left `sending` (its job lock is ours now, so nobody sends them): those it had
+    not taken to their point of no return (`claimed_at` unset: MAIL/RCPT at most, which the server
+    discards with the dropped connection) go back to `pending`, their try not counted; those past it
+    (`claimed_at` set: DATA was under way, they may have been delivered) fail with LOST, never sent again."""
+    rows = EmailDelivery.__table__.c
+    session.execute(update(EmailDelivery).where(rows.job_id == job_id, rows.status == "sending",
+                                                rows.claimed_at.is_(None))
+                    .values(status="pending", attempts=func.greatest(rows.attempts - 1, 0)))
+    session.execute(update(EmailDelivery).where(rows.job_id == job_id, rows.status == "sending")
+                    .values(status="failed", error=LOST))
+
+
+def _on_the_wire(engine, job_id: str, seq: int) -> None:
+    """A row reaches its point of no return (app.email.senders.BatchTransport): recorded, committed,
+    before the message may be delivered."""
+    table = EmailDelivery.__table__
+    with engine.connect() as conn:  # autocommit
+        conn.execute(update(table).where(table.c.job_id == job_id, table.c.seq == seq).values(claimed_at=func.now()))
+
+
 def requeue_stalled_jobs() -> int:
     """Lease reaper (app.lease_reapers, run by every worker's maintenance loop): an unfinished job past
     its lease whose advisory lock is free has no live worker and no message on its way that started:
@@ -269,7 +308,7 @@ def requeue_stalled_jobs() -> int:
 
 
 def _requeue_stalled(product: str) -> int:
-    from app.tasks import _key_prefix
+    from app.tasks import _key_prefix, out_of_attempts
 
     requeued = 0
     with db.product_session(product) as session:
@@ -282,6 +321,9 @@ def _requeue_stalled(product: str) -> int:
                                   {"c": JOB_LOCK, "k": job.id})
             if not free:  # a worker is sending it right now
                 continue
+            if out_of_attempts(job.attempts):
+                _give_up(session, job, product)
+                continue
             log.warning("email job %s (product %s) past its lease with no worker; dispatched again",
                         job.id, product)
             # The same token, not a new one: the job's message may only be waiting in a busy queue
@@ -291,6 +333,20 @@ def _requeue_stalled(product: str) -> int:
             _dispatch(session, product, job.id, job.dispatch_token)
             requeued += 1
     return requeued
+
+
+def _give_up(session, job: EmailJob, product: str) -> None:
+    """End a job whose last JOB_MAX_ATTEMPTS runs were each lost before sending anything: its rows not
+    sent yet fail with the reason (rows caught at their point of no return: LOST), and the reason is the
+    job's `error`. Called under the job's lock (the reaper's transaction)."""
+    from app.tasks import interrupted_reason
+
+    reason = interrupted_reason(job.attempts)
+    log.error("email job %s (product %s): %s", job.id, product, reason)
+    _recover_lost_rows(session, job.id)
+    session.execute(update(EmailDelivery).where(EmailDelivery.job_id == job.id, EmailDelivery.status == "pending")
+                    .values(status="failed", error=reason))
+    job.status, job.error, job.finished_at, job.lease_expires_at = "done", reason, utcnow(), None
 
 
 def _claim(session, job_id: str, limit: int):
@@ -303,7 +359,8 @@ def _claim(session, job_id: str, limit: int):
         .cte("due").prefix_with("MATERIALIZED"))
     rows = session.execute(
         update(EmailDelivery).where(EmailDelivery.job_id == job_id, EmailDelivery.seq.in_(select(due.c.seq)))
-        .values(status="sending", claimed_at=func.now(), attempts=EmailDelivery.attempts + 1)
+        # `sending`, not yet on the wire: `claimed_at` is set at the row's point of no return (_on_the_wire)
+        .values(status="sending", claimed_at=None, attempts=EmailDelivery.attempts + 1)
         .returning(EmailDelivery.seq, EmailDelivery.recipient, EmailDelivery.subject, EmailDelivery.body,
                    EmailDelivery.headers, EmailDelivery.attempts)).all()
     session.commit()
@@ -321,7 +378,7 @@ def _next_retry_in(session, job_id: str) -> float | None:
     return max(0.0, (moment - utcnow()).total_seconds())
 
 
-def _record(session, job_id: str, rows, results: list[Delivery], max_attempts: int, backoff: float) -> None:
+def _record(engine, job_id: str, rows, results: list[Delivery], max_attempts: int, backoff: float) -> None:
     now = utcnow()
     params = []
     for row, result in zip(rows, results, strict=True):
@@ -338,9 +395,8 @@ def _record(session, job_id: str, rows, results: list[Delivery], max_attempts: i
                        "b_error": None if status == "sent" else result.message[:2000],
                        "b_next": next_at, "b_sent": now if status == "sent" else None})
     table = EmailDelivery.__table__
-    session.execute(
-        update(table).where(table.c.job_id == job_id, table.c.seq == bindparam("b_seq"))
-        .values(status=bindparam("b_status"), smtp_code=bindparam("b_code"), error=bindparam("b_error"),
-                next_attempt_at=bindparam("b_next"), sent_at=bindparam("b_sent")),
-        params, execution_options={"synchronize_session": False})
-    session.commit()
+    with engine.connect() as conn:  # autocommit
+        conn.execute(
+            update(table).where(table.c.job_id == job_id, table.c.seq == bindparam("b_seq"))
+            .values(status=bindparam("b_status"), smtp_code=bindparam("b_code"), error=bindparam("b_error"),
+                    next_attempt_at=bindparam("b_next"), sent_at=bindparam("b_sent")), params)

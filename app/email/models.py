@@ -40,6 +40,9 @@ class EmailJob(TenantBase):
     lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     dispatch_token: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     key_prefix: Mapped[str] = mapped_column(String(100), default="", server_default="")  # the deployment's
+    # slice runs started without progress (m0003); past JOB_MAX_ATTEMPTS the reaper ends the job with `error`
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    error: Mapped[str | None] = mapped_column(Text)
 
 
 class EmailDelivery(TenantBase):

@@ -91,6 +91,9 @@ class EmailJobSchema(Schema):
     createdAt = fields.String()
     startedAt = fields.String(allow_none=True)
     finishedAt = fields.String(allow_none=True)
+    error = fields.String(allow_none=True, metadata={
+        "description": "why the job ended before every recipient was tried: its runs were interrupted "
+                       "(worker lost, task time limit) JOB_MAX_ATTEMPTS times in a row; null otherwise"})
 
 
 class EmailJobAcceptedSchema(Schema):

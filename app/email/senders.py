@@ -8,6 +8,7 @@ import smtplib
 import ssl
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.message import EmailMessage
@@ -32,10 +33,16 @@ class Delivery:
 
 
 class BatchTransport(ABC):
-    """Sends many messages, one after another, over whatever connection it keeps open."""
+    """Sends many messages, one after another, over whatever connection it keeps open.
+
+    `before_data`, when given, is called at the message's point of no return: before it, the message
+    cannot have been delivered (SMTP: a transaction the server has not got the end of DATA of is
+    discarded), after it, it may have been. A bulk job records that moment, so a worker lost before it
+    leaves a message that is safe to send again (app.email.bulk). Should `before_data` raise, the
+    message is not sent and the exception propagates."""
 
     @abstractmethod
-    def deliver(self, message: EmailMessage) -> Delivery:
+    def deliver(self, message: EmailMessage, before_data: Callable[[], None] | None = None) -> Delivery:
         """Deliver one message (one recipient); never raises for delivery problems."""
 
     def close(self) -> None:
@@ -57,7 +64,9 @@ class _PerMessageTransport(BatchTransport):
     def __init__(self, sender: EmailSender) -> None:
         self.sender = sender
 
-    def deliver(self, message: EmailMessage) -> Delivery:
+    def deliver(self, message: EmailMessage, before_data: Callable[[], None] | None = None) -> Delivery:
+        if before_data is not None:  # the whole send is the point of no return here
+            _guarded(before_data)()
         result = self.sender.send(message)
         return Delivery("sent" if result.success and not result.refused else "failed", result.message)
 
@@ -107,7 +116,7 @@ class SmtpEmailSender(EmailSender):
 
 
     def connect(self) -> smtplib.SMTP:
-        smtp = smtplib.SMTP(self.host, self.port, timeout=self.timeout)
+        smtp = _SMTP(self.host, self.port, timeout=self.timeout)
         try:
             smtp.ehlo()
             if self.starttls:
@@ -124,6 +133,36 @@ class SmtpEmailSender(EmailSender):
         return SmtpBatchTransport(self)
 
 
+class NotSent(Exception):
+    """`before_data` failed (its cause chained): the message was not sent."""
+
+
+def _guarded(hook: Callable[[], None] | None) -> Callable[[], None] | None:
+    if hook is None:
+        return None
+
+    def call() -> None:
+        try:
+            hook()
+        except Exception as exc:
+            raise NotSent(f"{type(exc).__name__}: {exc}") from exc
+
+    return call
+
+
+class _SMTP(smtplib.SMTP):
+    """smtplib.SMTP calling `before_data` (if set) once MAIL FROM and RCPT TO were accepted, right before
+    DATA: the message's point of no return (BatchTransport)."""
+
+    before_data: Callable[[], None] | None = None
+
+    def data(self, msg):
+        hook = self.before_data
+        if hook is not None:
+            hook()
+        return super().data(msg)
+
+
 class SmtpBatchTransport(BatchTransport):
     """One SMTP connection reused for many messages; reconnects after a drop.
 
@@ -134,11 +173,19 @@ class SmtpBatchTransport(BatchTransport):
         self.sender = sender
         self.smtp: smtplib.SMTP | None = None
 
-    def deliver(self, message: EmailMessage) -> Delivery:
+    def deliver(self, message: EmailMessage, before_data: Callable[[], None] | None = None) -> Delivery:
         try:
             if self.smtp is None:
                 self.smtp = self.sender.connect()
-            refused = self.smtp.send_message(message)
+            self.smtp.before_data = _guarded(before_data)
+            try:
+                refused = self.smtp.send_message(message)
+            finally:
+                if self.smtp is not None:
+                    self.smtp.before_data = None
+        except NotSent:
+            self._reset()  # MAIL/RCPT were accepted: end that transaction, keep the connection
+            raise
         except smtplib.SMTPRecipientsRefused as exc:
             code, text = next(iter(exc.recipients.values()), (550, b"refused"))
             self._reset()

@@ -105,8 +105,10 @@ def queue_backfill(session: Session, product: str, org_id: str, entity_id: str, 
 
 # --- the worker's side --------------------------------------------------------------------------------
 
-def claim(session: Session, job_id: str, token: int, kind: str, **expected) -> EmbeddingJob | None:
-    """The job, when the message of `token` may run it (call under the job's lock); renews its lease.
+def claim(session: Session, job_id: str, token: int, kind: str, *, new_run: bool = True,
+          **expected) -> EmbeddingJob | None:
+    """The job, when the message of `token` may run it (call under the job's lock); renews its lease and,
+    for a `new_run` (not a Celery retry of the same run), counts it in `attempts` (the reaper's bound).
     None: finished already, the token moved on (a duplicate or superseded message), or the job is not the
     one the message's arguments (`expected`: column values) describe (a task id naming another job)."""
     job = session.get(EmbeddingJob, job_id)
@@ -120,6 +122,8 @@ def claim(session: Session, job_id: str, token: int, kind: str, **expected) -> E
         log.info("embedding job %s: message of token %s superseded by %s", job_id, token, job.dispatch_token)
         return None
     job.lease_expires_at = lease_end()
+    if new_run:
+        job.attempts = (job.attempts or 0) + 1
     session.commit()
     return job
 
@@ -145,7 +149,7 @@ def next_step(session: Session, product: str, job_id: str | None, org_id: str, e
     if job is None:
         queue_backfill(session, product, org_id, entity_id, fingerprint, after_id)
         return
-    job.fingerprint, job.after_id = fingerprint, after_id
+    job.fingerprint, job.after_id, job.attempts = fingerprint, after_id, 0  # the walk moved on
     job.dispatch_token, job.lease_expires_at = job.dispatch_token + 1, lease_end()
     _send(session, job, product)
 
@@ -162,7 +166,9 @@ def requeue_stalled_jobs() -> int:
 
 
 def _requeue_stalled(product: str) -> int:
-    requeued = 0
+    from app.tasks import out_of_attempts
+
+    requeued, given_up = 0, []
     with db.product_session(product) as session:
         stalled = list(session.scalars(
             select(EmbeddingJob).where(EmbeddingJob.key_prefix == _key_prefix(),
@@ -173,6 +179,10 @@ def _requeue_stalled(product: str) -> int:
                                   {"c": LOCK_CLASS, "k": job.id})
             if not free:  # a worker runs it right now
                 continue
+            if out_of_attempts(job.attempts):
+                given_up.append((job.id, job.kind, job.attempts, _message_args(job, product)))
+                session.delete(job)
+                continue
             log.warning("embedding job %s (%s, product %s) past its lease with no worker; dispatched again",
                         job.id, job.kind, product)
             # The same token, not a new one (as the email reaper): the job's message may only be waiting
@@ -182,4 +192,28 @@ def _requeue_stalled(product: str) -> int:
             job.lease_expires_at = lease_end()
             _send(session, job, product)
             requeued += 1
+    for job_id, kind, attempts, args in given_up:  # after the commit that dropped them
+        _record_given_up(job_id, kind, attempts, args, product)
     return requeued
+
+
+def _message_args(job: EmbeddingJob, product: str) -> list:
+    if job.kind == "records":
+        return [product, job.org_id, job.entity_id, list(job.record_ids or ())]
+    return [product, job.org_id, job.entity_id, job.fingerprint or "", job.after_id or ""]
+
+
+def _record_given_up(job_id: str, kind: str, attempts: int, args: list, product: str) -> None:
+    """A job the reaper stopped sending lands in platform.failed_tasks with the reason (where every task
+    that failed for good is), so an operator can re-run it (`flask embeddings backfill`)."""
+    from app.platform_models import FailedTask
+    from app.tasks import interrupted_reason
+
+    reason = interrupted_reason(attempts)
+    log.error("embedding job %s (%s, product %s): %s", job_id, kind, product, reason)
+    try:
+        with db.product_session(db.default_product) as session:
+            session.add(FailedTask(task_id=job_id, task_name=f"embeddings.{kind}", args=args, kwargs={},
+                                   error=f"JobInterrupted: {reason}"))
+    except Exception:  # the log line above stays
+        log.exception("could not record the given-up embedding job %s", job_id)

@@ -73,4 +73,6 @@ class EmbeddingJob(TenantBase):
     dispatch_token: Mapped[int] = mapped_column(Integer, default=0)
     lease_expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     key_prefix: Mapped[str] = mapped_column(String(100), default="")
+    # runs started without finishing (v0006); past JOB_MAX_ATTEMPTS the reaper drops the job (failed_tasks)
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -55,7 +55,7 @@ def _leased(task, product: str, kind: str, work, **expected):
             log.info("embedding job %s is being run by another worker", job_id)
             return {"busy": True}
         with db.product_session(product) as session:
-            job = jobs.claim(session, job_id, token, kind, **expected)
+            job = jobs.claim(session, job_id, token, kind, new_run=not task.request.retries, **expected)
         if job is None:
             return {"stale": True}
         try:

@@ -266,10 +266,12 @@ def create_job(definition: EntityDefinition, operation: str, items: list[Any]) -
             unstorable[index] = problems
     if unstorable:  # JSONB cannot hold U+0000, so such a payload cannot even be queued
         raise _reject(unstorable, len(items))
+    from app.tasks import _key_prefix
+
     tenant = current_tenant()
     job = BulkJob(id=new_id(), org_id=tenant.org_id, entity_id=definition.id, entity_name=definition.name,
                   operation=operation, status="pending", payload={"items": items}, user_id=tenant.user_id,
-                  created_at=utcnow())
+                  created_at=utcnow(), key_prefix=_key_prefix())
     db.session.add(job)
     return job
 
@@ -281,35 +283,54 @@ def requeue_orphaned_jobs() -> int:
     the job's writes commit), and PostgreSQL drops that lock the moment the worker's connection dies
     (kill -9 included). So a job that is `running`, started more than JOB_LEASE_SECONDS ago and can be
     locked SKIP LOCKED has no live worker: it goes back to `pending` and its task is re-sent through
-    the outbox, in one transaction. A second delivery of the same job is a no-op (`claim_job`)."""
+    the outbox, in one transaction. Only this deployment's jobs (CELERY_KEY_PREFIX, as the outbox).
+    A second delivery of the same job is a no-op (`claim_job`).
+    A job that already used JOB_MAX_ATTEMPTS runs (each killed, e.g. by the task time limit) is failed
+    with the reason instead (`error`, GET /jobs/{id}): it would be killed the same way again."""
     from datetime import timedelta
 
     from app.entities.tasks import run_bulk_job
-    from app.tasks import enqueue_after_commit, reap_each_product
+    from app.tasks import _key_prefix, enqueue_after_commit, interrupted_reason, out_of_attempts, reap_each_product
 
     cutoff = utcnow() - timedelta(seconds=float(current_app.config["JOB_LEASE_SECONDS"]))
 
     def reap(product: str) -> int:
         with db.product_session(product) as session:
             orphans = list(session.scalars(
-                select(BulkJob).where(BulkJob.status == "running", BulkJob.started_at < cutoff)
+                select(BulkJob).where(BulkJob.key_prefix == _key_prefix(), BulkJob.status == "running",
+                                      BulkJob.started_at < cutoff)
                 .order_by(BulkJob.started_at).limit(100).with_for_update(skip_locked=True)))
+            requeued = 0
             for job in orphans:
+                if out_of_attempts(job.attempts):
+                    log.error("bulk job %s (product %s) lost its worker on each of its %d runs; failed", job.id,
+                              product, job.attempts)
+                    job.status, job.payload, job.finished_at = "failed", None, utcnow()
+                    job.error = {"code": "SYSTEM_ERROR", "message": interrupted_reason(job.attempts)}
+                    continue
                 log.warning("bulk job %s (product %s) lost its worker; re-queued", job.id, product)
                 job.status, job.started_at = "pending", None
                 enqueue_after_commit(session, run_bulk_job, job.id, product)
-            return len(orphans)
+                requeued += 1
+            return requeued
 
     return reap_each_product("bulk job lease reaper", reap)
 
 
-def claim_job(job_id: str, product: str) -> bool:
-    """Mark a pending (or redelivered running) job as running; False when it already finished."""
+def claim_job(job_id: str, product: str, *, new_run: bool = True) -> bool:
+    """Mark a pending (or redelivered running) job as running; False when it already finished.
+    `new_run` (not a Celery retry of the same run) counts the run in `attempts` (the lease reaper's bound)."""
     with db.product_session(product) as session:
         job = session.get(BulkJob, job_id, with_for_update=True)
         if job is None or job.status in ("succeeded", "failed"):
             return False
-        job.status, job.started_at = "running", utcnow()
+        from app.tasks import _key_prefix
+
+        # the message came through this deployment's broker: the job is this deployment's (a job of the
+        # previous release has no prefix; its reaper is now this one's)
+        job.status, job.started_at, job.key_prefix = "running", utcnow(), _key_prefix()
+        if new_run:
+            job.attempts = (job.attempts or 0) + 1
     return True
 
 

@@ -127,3 +127,6 @@ class BulkJob(TenantBase):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # runs a worker started (e0003); the lease reaper fails the job after JOB_MAX_ATTEMPTS (app.entities.bulk)
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    key_prefix: Mapped[str] = mapped_column(String(100), default="", server_default="")  # its deployment's reaper

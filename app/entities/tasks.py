@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy.exc import OperationalError
 
 from app.db import db
@@ -21,10 +22,15 @@ log = logging.getLogger(__name__)
 def run_bulk_job(self, job_id: str, product: str) -> str:
     """Run an asynchronous bulk job. Idempotent: a finished job is skipped, and the writes commit
     together with the final status, so a redelivered job never writes twice."""
-    if not bulk.claim_job(job_id, product):
+    if not bulk.claim_job(job_id, product, new_run=not self.request.retries):
         return "skipped"
     try:
         return bulk.execute_job(job_id, product)
+    except SoftTimeLimitExceeded:  # it would run as long again: fail it with the reason (writes rolled back)
+        log.error("bulk job %s exceeded the soft time limit", job_id)
+        limit = self.soft_time_limit or self.app.conf.task_soft_time_limit
+        bulk.fail_job(job_id, product, f"The bulk job exceeded the task time limit ({limit} s); nothing was written.")
+        raise
     except OperationalError as exc:  # transient database trouble: retry (the one policy of app.tasks)
         outcome = retry_or_give_up(self, exc, self.max_retries)
         if outcome is exc:

@@ -36,13 +36,13 @@ class Seed(MethodView):
         artifact `existing`; another `product` provisions that product for the same org (201).
         With `Prefer: respond-async` the `seed.org` task is queued instead (202, follow `statusUrl`)."""
         from app.extensions import db
+        from app.ops.seed_jobs import queue_seed
         from app.ops.seeding import org_id_for, seed_org
-        from app.ops.tasks import seed_org_task
-        from app.tasks import enqueue_after_commit
 
         if wants_async():
-            # through the outbox like every other 202: the task survives a broker outage
-            task_id = enqueue_after_commit(db.session, seed_org_task, **data)
+            # a leased job through the outbox like every other 202: it survives a broker outage, a lost
+            # worker and the task time limit (app.ops.seed_jobs)
+            task_id = queue_seed(db.session, data)
             db.session.commit()
             org_id, product = org_id_for(data["org"]["mainDomain"]), data["org"]["product"]
             url = f"/internal/seed/{org_id}?product={product}"
@@ -62,8 +62,19 @@ class SeedStatus(MethodView):
     @internal_access
     def get(self, args, orgId):
         """What the org holds in `product` (default product when omitted): every registry artifact,
-        `existing` (with the org's version and forkedFromVersion) or `missing`."""
+        `existing` (with the org's version and forkedFromVersion) or `missing`; and `lastRequest`, the
+        org's latest asynchronous seed (queued, running, done or failed with its `error`)."""
+        from app.errors import NotFound
+        from app.ops.seed_jobs import latest_request
         from app.ops.seeding import seed_status
 
-        return seed_status(orgId.lower(), args.get("product") or current_app.config["DEFAULT_PRODUCT"])
+        org_id, product = orgId.lower(), args.get("product") or current_app.config["DEFAULT_PRODUCT"]
+        last = latest_request(org_id, product)
+        try:
+            return {**seed_status(org_id, product), "lastRequest": last}
+        except NotFound:
+            if last is None:
+                raise
+            # an accepted seed that has not created the org yet: the 202's status URL answers, with the request
+            return {"orgId": org_id, "product": product, "artifacts": [], "summary": {}, "lastRequest": last}
 

@@ -15,6 +15,15 @@ where it stopped, and an org is never done twice. Per org:
 
 Each org is one short transaction under the org's own advisory lock, so API traffic of every org
 goes on while a rollout runs.
+
+The lease (the shape bulk email and embedding jobs have): an unfinished rollout carries
+`lease_expires_at`, a `dispatch_token` (in the task id, app.tasks.lease_message_id) and `attempts`.
+A batch runs under the rollout's advisory lock (its own connection: `kill -9` or the task time limit
+frees it) and only while its message's token is the rollout's; before it lets go of the lock it moves
+the token on and writes the next batch's message to the outbox, in one transaction. The rollout lease
+reaper (`requeue_stalled_rollouts`, in app.lease_reapers) sends a rollout past its lease that no worker
+holds again under its current token, or, after JOB_MAX_ATTEMPTS runs that each started a batch and
+never finished it, marks it `failed` with the reason (`error`; `resume` starts it again).
 """
 
 from __future__ import annotations
@@ -174,9 +183,6 @@ def publish(doc: Any, *, created_by: str | None = None, rollout: bool = True) ->
 
 def start_rollout(session, artifact: Artifact, *, created_by: str | None = None) -> Rollout:
     """A pending rollout of the artifact's current version; its task is sent once this commits."""
-    from app.ops.tasks import rollout_task
-    from app.tasks import enqueue_after_commit
-
     total = session.scalar(select(func.count()).select_from(
         select(OrgArtifact.org_id, OrgArtifact.product).distinct().subquery()))
     rollout = Rollout(artifact_id=artifact.id, kind=artifact.kind, name=artifact.name,
@@ -185,8 +191,33 @@ def start_rollout(session, artifact: Artifact, *, created_by: str | None = None)
                       updated_at=utcnow(), cursor_org="", cursor_product="")
     session.add(rollout)
     session.flush()
-    enqueue_after_commit(session, rollout_task, rollout.id)
+    _lease_and_send(session, rollout)
     return rollout
+
+
+def _lease_and_send(session, rollout: Rollout) -> None:
+    """Renew the rollout's lease and send its next batch under its current token once `session` commits."""
+    from app.ops.tasks import rollout_task
+    from app.tasks import _key_prefix, enqueue_message_after_commit, lease_message_id
+
+    rollout.lease_expires_at, rollout.key_prefix = _lease_end(), _key_prefix()
+    enqueue_message_after_commit(session, rollout_task, lease_message_id(rollout.id, rollout.dispatch_token or 0),
+                                 (rollout.id,))
+
+
+def _lease_end():
+    from datetime import timedelta
+
+    from flask import current_app
+
+    return utcnow() + timedelta(seconds=float(current_app.config["JOB_LEASE_SECONDS"]))
+
+
+def chain_next_batch(session, rollout: Rollout) -> None:
+    """A batch is done and the rollout goes on: move the token on and write the next batch's message, in
+    `session`'s transaction (the caller commits, still holding the rollout's lock)."""
+    rollout.dispatch_token, rollout.attempts = (rollout.dispatch_token or 0) + 1, 0
+    _lease_and_send(session, rollout)
 
 
 # --------------------------------------------------------------------------- running
@@ -195,30 +226,47 @@ def start_rollout(session, artifact: Artifact, *, created_by: str | None = None)
 ROLLOUT_LOCK = 0x524F_4C4C  # pg advisory lock class: one runner per rollout
 
 
-def run_rollout(rollout_id: str, *, batch_size: int = DEFAULT_BATCH, max_batches: int | None = None) -> str:
+def run_rollout(rollout_id: str, *, batch_size: int = DEFAULT_BATCH, max_batches: int | None = None,
+                token: int | None = None, chain=None) -> str:
     """Process batches from the cursor; returns the rollout's status (`done`, or `running` when
-    `max_batches` stopped it early: the caller re-sends the task for the rest), or `busy` when another
-    runner holds the rollout (a duplicate delivery, or a resume of a live rollout): that one goes on,
-    this one stops without re-sending, so progress is never counted twice."""
+    `max_batches` stopped it early: `chain(session, rollout)`, if given, then writes the next batch's
+    message before the lock is let go), `busy` when another runner holds the rollout (a duplicate
+    delivery, or a resume of a live rollout): that one goes on, this one stops without re-sending, so
+    progress is never counted twice; `stale` when `token` (a leased message's) is not the rollout's
+    current one (a duplicate of a message whose batch is done)."""
     with db.engine.connect() as conn:
         got = conn.scalar(text("SELECT pg_try_advisory_lock(:c, hashtext(:k))"), {"c": ROLLOUT_LOCK, "k": rollout_id})
         conn.commit()
         if not got:
             return "busy"
         try:
-            return _run_rollout(rollout_id, batch_size=batch_size, max_batches=max_batches)
+            status = _run_rollout(rollout_id, batch_size=batch_size, max_batches=max_batches, token=token)
+            if status == "running" and chain is not None:
+                session = db.session
+                rollout = session.get(Rollout, rollout_id)
+                chain(session, rollout)
+                session.commit()
+            return status
         finally:
             conn.execute(text("SELECT pg_advisory_unlock(:c, hashtext(:k))"), {"c": ROLLOUT_LOCK, "k": rollout_id})
             conn.commit()
 
 
-def _run_rollout(rollout_id: str, *, batch_size: int, max_batches: int | None) -> str:
+def _run_rollout(rollout_id: str, *, batch_size: int, max_batches: int | None, token: int | None) -> str:
     session = db.session
     rollout = session.get(Rollout, rollout_id)
     if rollout is None:
         raise NotFound(f"Rollout {rollout_id} not found.")
     if rollout.status in ("done", "cancelled"):
         return rollout.status
+    if token is not None:
+        if token != (rollout.dispatch_token or 0) or rollout.status not in ("pending", "running"):
+            log.info("rollout %s: message of token %s superseded (token %s, %s)", rollout_id, token,
+                     rollout.dispatch_token, rollout.status)
+            return "stale"
+        # a run of the leased chain starts: counted (the reaper's bound), its lease renewed
+        rollout.attempts, rollout.lease_expires_at = (rollout.attempts or 0) + 1, _lease_end()
+        session.commit()
     artifact = session.get(Artifact, rollout.artifact_id)
     if artifact is None or artifact.artifact_version != rollout.artifact_version:
         _finish(session, rollout, "superseded", "a newer version of the artifact was published")
@@ -252,7 +300,46 @@ def ensure_product_all(session) -> None:
 
 def _finish(session, rollout: Rollout, status: str, error: str | None = None) -> None:
     rollout.status, rollout.error, rollout.finished_at, rollout.updated_at = status, error, utcnow(), utcnow()
+    rollout.lease_expires_at = None
     session.commit()
+
+
+def requeue_stalled_rollouts() -> int:
+    """Lease reaper (app.lease_reapers, run by every worker's maintenance loop): a pending or running
+    rollout of this deployment past its lease whose advisory lock is free (no live worker runs it: the
+    worker was killed, the task hit its time limit, or the message was lost with Redis' memory) is sent
+    again under its current token, or marked `failed` with the reason once JOB_MAX_ATTEMPTS runs were
+    lost. Returns how many were sent again."""
+    from sqlalchemy import func
+
+    from app.tasks import _key_prefix, interrupted_reason, out_of_attempts
+
+    session = db.session
+    requeued = 0
+    try:
+        stalled = list(session.scalars(
+            select(Rollout).where(Rollout.key_prefix == _key_prefix(), Rollout.status.in_(("pending", "running")),
+                                  Rollout.lease_expires_at < func.now())
+            .order_by(Rollout.lease_expires_at).limit(100).with_for_update(skip_locked=True)))
+        for rollout in stalled:
+            free = session.scalar(text("SELECT pg_try_advisory_xact_lock(:c, hashtext(:k))"),
+                                  {"c": ROLLOUT_LOCK, "k": rollout.id})
+            if not free:  # a worker runs a batch right now
+                continue
+            if out_of_attempts(rollout.attempts):
+                reason = interrupted_reason(rollout.attempts)
+                log.error("rollout %s: %s", rollout.id, reason)
+                rollout.status, rollout.error, rollout.updated_at = "failed", reason, utcnow()
+                rollout.lease_expires_at = None
+                continue
+            log.warning("rollout %s past its lease with no worker; dispatched again", rollout.id)
+            _lease_and_send(session, rollout)
+            requeued += 1
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    return requeued
 
 
 def apply_to_org(rollout_id: str, artifact: Artifact, org_id: str, product: str) -> str:
@@ -441,15 +528,14 @@ def outcome_to_wire(o: RolloutOutcome) -> dict[str, Any]:
 
 def resume(rollout_id: str) -> Rollout:
     """Re-send a rollout that stopped (worker lost, `failed`); it continues from its cursor."""
-    from app.ops.tasks import rollout_task
-    from app.tasks import enqueue_after_commit
-
     session = db.session
     rollout = get_rollout(rollout_id)
     if rollout.status in ("done", "superseded"):
         return rollout
     rollout.status, rollout.error, rollout.updated_at = "pending", None, utcnow()
-    enqueue_after_commit(session, rollout_task, rollout.id)
+    # a new token: a message of the stopped chain still on its way does nothing; the runs start counting anew
+    rollout.dispatch_token, rollout.attempts = (rollout.dispatch_token or 0) + 1, 0
+    _lease_and_send(session, rollout)
     session.commit()
     return rollout
 

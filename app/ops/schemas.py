@@ -80,6 +80,17 @@ class SeedStatusQuerySchema(NulFree):
     product = fields.String(validate=validate.Regexp(r"^[a-z][a-z0-9_]{0,39}$"))
 
 
+class SeedRequestStateSchema(Schema):
+    id = fields.String(required=True)
+    status = fields.String(required=True, metadata={"description": "queued, running, done, failed"})
+    error = fields.String(allow_none=True, metadata={
+        "description": "why it failed: the seeding refused the body, or its runs were interrupted (worker "
+                       "lost, task time limit) JOB_MAX_ATTEMPTS times"})
+    attempts = fields.Integer(metadata={"description": "runs started"})
+    createdAt = fields.String()
+    finishedAt = fields.String(allow_none=True)
+
+
 class SeedStatusSchema(Schema):
     orgId = fields.String(required=True)
     title = fields.String()
@@ -87,3 +98,6 @@ class SeedStatusSchema(Schema):
     product = fields.String(required=True)
     artifacts = fields.List(fields.Nested(SeedArtifactLineSchema), required=True)
     summary = fields.Dict(keys=fields.String(), values=fields.Integer())
+    lastRequest = fields.Nested(SeedRequestStateSchema, allow_none=True, metadata={
+        "description": "the org's latest asynchronous seed (`Prefer: respond-async`) in this product; null if "
+                       "none. Until that seed has created the org, the answer holds only the request (no artifacts)"})

@@ -39,46 +39,57 @@ def _jsonable(value):
         return json.loads(json.dumps(value, default=str))
 
 
-@celery_app.task(name="seed.org", ignore_result=False)
-def seed_org_task(org: dict | None = None, admin: dict | None = None) -> dict:
+@celery_app.task(name="seed.org", bind=True, ignore_result=False)
+def seed_org_task(self, org: dict | None = None, admin: dict | None = None) -> dict:
     """Seed one organization (the same service as POST /internal/seed); idempotent, so a redelivered
-    task reports everything as existing. Operators: `celery -A workers call seed.org --kwargs '{...}'`."""
+    task reports everything as existing. A message of an accepted async seed is leased (its job in the
+    task id: app.ops.seed_jobs); an operator's `celery -A workers call seed.org --kwargs '{...}'` is not."""
     from app.errors import ApiError
+    from app.ops.seed_jobs import run_leased
     from app.ops.seeding import seed_org
 
-    try:
-        report = seed_org({"org": org, "admin": admin})
-    except ApiError as exc:  # a bad body is not retryable: report it as the result
-        log.warning("seed.org rejected: %s %s", exc.message, exc.details)
-        return {"error": {"code": exc.code, "message": exc.message, "details": exc.details}}
-    log.info("seed.org %s/%s: %s", report["orgId"], report["product"], report["summary"])
-    return report
+    def work() -> dict:
+        try:
+            report = seed_org({"org": org, "admin": admin})
+        except ApiError as exc:  # a bad body is not retryable: report it as the result
+            log.warning("seed.org rejected: %s %s", exc.message, exc.details)
+            return {"error": {"code": exc.code, "message": exc.message, "details": exc.details}}
+        log.info("seed.org %s/%s: %s", report["orgId"], report["product"], report["summary"])
+        return report
+
+    return run_leased(self.request.id, work)
 
 
 @celery_app.task(name="seed.rollout", bind=True, ignore_result=True)
 def rollout_task(self, rollout_id: str, batch_size: int = 100) -> str:
-    """One batch of orgs per message, then the task re-sends itself for the next batch: other seed
-    tasks interleave, and a lost worker (acks_late) redelivers only the batch in flight, which
-    resumes from the rollout's cursor."""
+    """One batch of orgs per message, then the next batch's message is written to the outbox (before the
+    batch lets go of the rollout: app.ops.rollout.chain_next_batch): other seed tasks interleave, and a
+    lost worker or a task killed by its time limit leaves the rollout to the rollout lease reaper, which
+    sends the batch again (it resumes from the rollout's cursor). The message's dispatch token comes
+    with its task id (app.tasks.lease_message_id); a message without one (the previous release's, an
+    operator's `celery call`) runs unleased and hands the rest to a leased chain."""
+    from celery.exceptions import SoftTimeLimitExceeded
+
     from app.db import db
-    from app.ops.rollout import run_rollout
+    from app.ops.rollout import chain_next_batch, run_rollout
     from app.platform_models import Rollout
+    from app.tasks import lease_of
     from app.wire import utcnow
 
+    lease = lease_of(self.request.id)
+    token = lease[1] if lease is not None and lease[0] == rollout_id else None
     try:
-        status = run_rollout(rollout_id, batch_size=batch_size,
-                             max_batches=None if self.request.is_eager else 1)
+        return run_rollout(rollout_id, batch_size=batch_size, max_batches=None if self.request.is_eager else 1,
+                           token=token, chain=chain_next_batch)
     except Exception as exc:
         db.session.rollback()
         rollout = db.session.get(Rollout, rollout_id)
         if rollout is not None:
-            rollout.status, rollout.updated_at = "failed", utcnow()
-            rollout.error = f"{type(exc).__name__}: {exc}"[:2000]
+            rollout.status, rollout.updated_at, rollout.lease_expires_at = "failed", utcnow(), None
+            if isinstance(exc, SoftTimeLimitExceeded):
+                rollout.error = (f"A batch exceeded the task time limit ({self.app.conf.task_soft_time_limit} s); "
+                                 "resume continues from the last org done.")
+            else:
+                rollout.error = f"{type(exc).__name__}: {exc}"[:2000]
             db.session.commit()
         raise
-    if status == "running":  # the next batch through the outbox: a broker outage right now loses nothing
-        from app.tasks import enqueue_after_commit
-
-        enqueue_after_commit(db.session, rollout_task, rollout_id, batch_size=batch_size)
-        db.session.commit()
-    return status

@@ -409,27 +409,45 @@ def test_bulk_send_message_takes_its_token_from_the_task_id(mail_app, sink, auth
 
 
 class HoldingHandler(SinkHandler):
-    """Holds the RCPT of `hold*` addresses until `release` is set (a worker stuck mid-slice)."""
+    """Holds the RCPT of `hold*` addresses until `release` is set (a worker stuck mid-slice), or, with
+    `until_dropped`, until the client's connection is gone (a worker killed by the task time limit):
+    every time (`times=None`) or the first `times` times. `held` counts the RCPTs held."""
 
-    def __init__(self):
+    def __init__(self, *, until_dropped: bool = False, times: int | None = None):
         super().__init__()
         self.holding = threading.Event()
         self.release = threading.Event()
+        self.until_dropped, self.times, self.held = until_dropped, times, 0
+
+    def _hold(self, server) -> bool:
+        if self.release.is_set():
+            return False
+        if self.until_dropped:
+            transport = server.transport
+            return transport is not None and not transport.is_closing()
+        return True
 
     async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
-        if address.startswith("hold"):
+        if address.startswith("hold") and (self.times is None or self.held < self.times):
             import asyncio
 
+            with self.lock:
+                self.held += 1
             self.holding.set()
-            while not self.release.is_set():
+            while self._hold(server):
                 await asyncio.sleep(0.05)
+            if self.until_dropped and not self.release.is_set():
+                return "421 gone"  # the client is gone; nothing more happens on this connection
         return await super().handle_RCPT(server, session, envelope, address, rcpt_options)
 
 
 def test_worker_killed_mid_slice_the_reaper_finishes_the_job_once(make_app, database_url, redis_url, auth):
     """kill -9 of a real worker in the middle of a job's second slice: the job's advisory lock ends
-    with the worker's connection, its lease expires, and the next worker's reaper sends the rest. Sent
-    rows are never sent again; rows caught mid-send are reported failed, not resent."""
+    with the worker's connection, its lease expires, and the next worker's reaper sends the rest. Every
+    recipient ends up sent exactly once: the two delivered before the kill are `sent` (each outcome is
+    committed as it comes, not with its chunk), the one the worker was holding at RCPT (before DATA: the
+    server discards that transaction) and the one not yet tried are sent by the next worker.
+    (Before: all four rows of the slice were reported failed, two of them never delivered.)"""
     import os
     import signal
 
@@ -458,7 +476,8 @@ def test_worker_killed_mid_slice_the_reaper_finishes_the_job_once(make_app, data
         worker.wait(10)
         handler.release.set()
         job = client.get(status_url, headers=headers).get_json()["job"]
-        assert job["status"] == "sending" and job["counts"]["sent"] == 4  # slice 1 done, slice 2 orphaned
+        # slice 1 done; of slice 2, k4 and k5 recorded as they went, hold6 and k7 orphaned in `sending`
+        assert job["status"] == "sending" and job["counts"]["sent"] == 6 and job["counts"]["sending"] == 2
 
         worker = start_worker(database_url, redis_url, prefix=prefix, queues="email", concurrency=1,
                               log_name="worker-email-lease-2.log", extra_env=env)
@@ -474,14 +493,83 @@ def test_worker_killed_mid_slice_the_reaper_finishes_the_job_once(make_app, data
             stop_worker(worker)
         controller.stop()
     rows = {r["to"]: r for r in _recipients(client, resp.get_json()["jobId"], headers)}
-    sent = {to for to, r in rows.items() if r["status"] == "sent"}
-    assert sent == {"k0@example.com", "k1@example.com", "k2@example.com", "k3@example.com", "k8@example.com",
-                    "k9@example.com"}
-    assert all("not resent" in rows[to]["error"] for to in set(rows) - sent)
-    assert job["counts"] == {"pending": 0, "sending": 0, "sent": 6, "failed": 4}
+    assert {to for to, r in rows.items() if r["status"] == "sent"} == set(rcpts)
+    assert job["counts"] == {"pending": 0, "sending": 0, "sent": 10, "failed": 0} and job["error"] is None
     delivered = Counter(r for rcpt, _ in handler.messages for r in rcpt)
-    assert set(delivered.values()) == {1}  # nobody twice
-    assert set(delivered) == sent | {"k4@example.com", "k5@example.com"}  # + the two in flight at the kill
+    assert delivered == Counter(rcpts)  # everyone once, nobody twice
+
+
+def _time_limited_email_worker(make_app, database_url, redis_url, auth, handler, port, rcpts, **env):
+    """Send `rcpts` as one bulk job through a real worker whose tasks are killed after 2 s (the hard time
+    limit; no soft limit), with 1 s leases, until the job is `done`; returns (client, headers, job)."""
+    from tests.conftest import start_worker, stop_worker, wait_for
+
+    prefix = f"test-email-limit-{uuid.uuid4().hex[:8]}:"
+    # the limit travels with the message, from the app that sent it: the API's settings too
+    app = make_app(CELERY_KEY_PREFIX=prefix, REDIS_URL=redis_url, CELERY_TASK_TIME_LIMIT=2,
+                   CELERY_TASK_SOFT_TIME_LIMIT=0)
+    client, headers = app.test_client(), auth("write:notifications")
+    env = {"EMAIL_BACKEND": "smtp", "SMTP_HOST": "127.0.0.1", "SMTP_PORT": str(port), "SMTP_STARTTLS": "0",
+           "EMAIL_BULK_CONCURRENCY": "1", "EMAIL_BULK_LEASE_SECONDS": "1", "OUTBOX_DISPATCH_INTERVAL_SECONDS": "1",
+           "OUTBOX_DISPATCH_AFTER_SECONDS": "1", "CELERY_TASK_TIME_LIMIT": "2", "CELERY_TASK_SOFT_TIME_LIMIT": "0",
+           **env}
+    worker = start_worker(database_url, redis_url, prefix=prefix, queues="email", concurrency=1,
+                          log_name="worker-email-limit.log", extra_env=env)
+    try:
+        resp = client.post(BULK, json={"recipients": rcpts, "subject": "s", "body": "b"}, headers=headers)
+        assert resp.status_code == 202, resp.get_json()
+        status_url = resp.get_json()["statusUrl"]
+
+        def done():
+            job = client.get(status_url, headers=headers).get_json()["job"]
+            return job["status"] == "done" and job
+
+        return client, headers, wait_for(done, timeout=120)
+    finally:
+        handler.release.set()
+        stop_worker(worker)
+
+
+def test_slice_killed_by_the_task_time_limit_is_reaped_and_each_recipient_sent_once(make_app, database_url,
+                                                                                    redis_url, auth):
+    """Issue 22: a bulk-email slice past the task time limit no longer stays `sending`. The worker kills
+    the task (CELERY_TASK_TIME_LIMIT) while it waits on the server at hold2's RCPT; its job lock ends with
+    the task's process, the lease reaper sends the slice again, and the next run sends hold2 (it never
+    reached DATA) and k3: everyone once. (Before: the limit was fixed at 600 s, and the re-run failed
+    hold2 and k3 as "not resent".)"""
+    handler = HoldingHandler(until_dropped=True, times=1)
+    controller = _server(handler)
+    rcpts = ["k0@example.com", "k1@example.com", "hold2@example.com", "k3@example.com"]
+    try:
+        client, headers, job = _time_limited_email_worker(make_app, database_url, redis_url, auth, handler,
+                                                          controller.port, rcpts)
+    finally:
+        controller.stop()
+    assert handler.held == 1  # the first run was stopped there
+    assert job["counts"] == {"pending": 0, "sending": 0, "sent": 4, "failed": 0}
+    assert Counter(r for rcpt, _ in handler.messages for r in rcpt) == Counter(rcpts)
+    # one try: the killed run's never reached DATA, so it does not count (an SMTP timeout would be a try)
+    assert [r["attempts"] for r in _recipients(client, job["id"], headers) if r["to"] == rcpts[2]] == [1]
+    assert job["error"] is None
+
+
+def test_job_whose_every_run_hits_the_time_limit_ends_with_the_reason(make_app, database_url, redis_url, auth):
+    """A slice killed by the time limit on every run, before it records a single delivery, is not sent
+    again forever: after JOB_MAX_ATTEMPTS runs the reaper ends the job, its unsent recipients failed with
+    the reason, which is also the job's `error` (GET /email/bulk-send/{id})."""
+    handler = HoldingHandler(until_dropped=True)
+    controller = _server(handler)
+    rcpts = ["hold0@example.com", "k1@example.com", "k2@example.com"]
+    try:
+        client, headers, job = _time_limited_email_worker(make_app, database_url, redis_url, auth, handler,
+                                                          controller.port, rcpts, JOB_MAX_ATTEMPTS="2")
+    finally:
+        controller.stop()
+    assert handler.held == 2 and handler.messages == []  # two runs, each stopped at hold0; nothing sent
+    assert job["counts"] == {"pending": 0, "sending": 0, "sent": 0, "failed": 3}
+    assert "time limit" in job["error"] and "2 interrupted run" in job["error"], job
+    rows = _recipients(client, job["id"], headers)
+    assert {r["error"] for r in rows} == {job["error"]}
 
 
 def test_newsletter_issue_above_the_recipient_cap_is_refused(mail_app, sink, auth):

@@ -505,3 +505,45 @@ def test_reap_each_product_skips_only_a_missing_schema_and_raises_any_other_erro
         assert reap_each_product("test reaper", lambda product: 2) == 2 * len(calls)
         with pytest.raises(ProgrammingError):
             reap_each_product("test reaper", broken)
+
+
+def test_a_job_interrupted_on_every_run_is_dropped_into_failed_tasks_with_the_reason(make_app, auth, org_id):
+    """Issue 22: an embedding job whose every run is cut short (the task time limit, a worker lost) is sent
+    again only while it has runs left (JOB_MAX_ATTEMPTS); then the reaper drops it and records why in
+    platform.failed_tasks, where an operator finds every task that failed for good. A message only
+    waiting in the queue is not a run: the count moves when a worker claims the job."""
+    from app.db import db
+    from app.embeddings import jobs
+    from app.embeddings.jobs import requeue_stalled_jobs
+    from app.platform_models import FailedTask
+
+    with _dead_broker_app(make_app, JOB_MAX_ATTEMPTS=2) as (app, fake, take_outbox):
+        client, headers = app.test_client(), auth()
+        entity_id = create_definition(client, headers, "doomed", SCHEMA, embeddingsConfig=ON)
+        _drop_walks(app, entity_id)
+        resp = client.post(f"{BASE}/doomed/records", headers=headers, json={"fields": {"body": "slow", "n": 1}})
+        assert resp.status_code == 201, resp.get_json()
+        [job] = _jobs(app, entity_id)
+        take_outbox()
+
+        def run_started_and_lost():  # a worker claims the job (a run starts), then dies with it
+            with app.app_context(), db.product_session("default") as session:
+                assert jobs.claim(session, job.id, 0, "records") is not None
+            _expire(app, job.id)
+
+        _expire(app, job.id)
+        with app.app_context():
+            assert requeue_stalled_jobs() == 1  # never started (only late): sent again, nothing counted
+        assert [j.attempts for j in _jobs(app, entity_id)] == [0]
+        run_started_and_lost()
+        with app.app_context():
+            assert requeue_stalled_jobs() == 1  # one run of two used
+        run_started_and_lost()
+        take_outbox()
+        with app.app_context():
+            assert requeue_stalled_jobs() == 0  # both used: dropped, not sent
+        assert _jobs(app, entity_id) == [] and take_outbox() == []
+        with app.app_context(), db.product_session("default") as session:
+            failed = session.scalars(select(FailedTask).where(FailedTask.task_id == job.id)).all()
+        assert [(f.task_name, f.args[2]) for f in failed] == [("embeddings.records", entity_id)]
+        assert "2 interrupted run" in failed[0].error and "time limit" in failed[0].error

@@ -378,3 +378,61 @@ def test_backfill_step_whose_outbox_write_fails_is_retried_not_dropped(make_app,
             steps += [args for name, args in take_outbox() if name == "embeddings.backfill"]
         with dead.app_context():  # the walk covered every record: a new walk finds nothing to embed
             assert backfill("default", org_id, definition_id, "", "")["embedded"] == 0
+
+
+def _outbox_rows(app, prefix, task_name) -> int:
+    from sqlalchemy import func, select
+
+    from app.db import db
+    from app.platform_models import OutboxMessage
+
+    with app.app_context(), db.engine.connect() as conn:
+        return conn.scalar(select(func.count()).select_from(OutboxMessage).where(
+            OutboxMessage.key_prefix == prefix, OutboxMessage.task_name == task_name))
+
+
+def test_backfill_step_sent_while_redis_is_down_runs_when_it_returns(make_app, database_url, private_redis, auth,
+                                                                     org_id):
+    """Issue 22: `embeddings.backfill` sends its next step through the outbox, written in the transaction
+    that stores the step's progress (the walk's cursor and token). A real worker runs the first step of a
+    walk; Redis stops while the step waits on the embeddings upstream, so the step's successor cannot be
+    sent when it commits: it waits in platform.task_outbox, and once Redis is back a worker's maintenance
+    round sends it and the walk embeds every record. (Sent with apply_async, the rest of the walk was
+    lost with the failed send.)"""
+    from app.embeddings.pipeline import RECORDS_PER_TASK
+
+    prefix = f"test-walk-{uuid.uuid4().hex[:8]}:"
+    count = RECORDS_PER_TASK + 7  # two steps
+    with FakeEmbeddingsServer(api_key="sk-test") as fake:
+        settings = {"EMBEDDINGS_BACKEND": "openai", "EMBEDDINGS_ENDPOINT": fake.base_url,
+                    "EMBEDDINGS_API_KEY": fake.api_key, "EMBEDDINGS_MODEL": "text-embedding-3-small"}
+        env = {**settings, "OUTBOX_DISPATCH_INTERVAL_SECONDS": "1", "OUTBOX_DISPATCH_AFTER_SECONDS": "1"}
+        app = make_app(REDIS_URL=private_redis.url, CELERY_KEY_PREFIX=prefix, **settings)
+        client, headers = app.test_client(), auth()
+        create_definition(client, headers, "walked", SCHEMA)  # embeddings off: the records are written bare
+        resp = client.post(f"{BASE}/walked/records/bulk/create", headers=headers, json={
+            "records": [{"name": f"r{i}", "fields": {"body": f"walked {i}", "n": i}} for i in range(count)]})
+        assert resp.status_code in (200, 201), resp.get_json()
+        worker = start_worker(database_url, private_redis.url, prefix=prefix, queues="embeddings", concurrency=1,
+                              log_name="worker-walk-1.log", extra_env=env)
+        try:
+            fake.hold()
+            resp = client.put(f"{BASE}/definitions/walked", headers=headers,
+                              json={"embeddingsConfig": {"enabled": True, "fields": ["body"]}})
+            assert resp.status_code == 200, resp.get_json()  # the walk is queued (and sent: Redis is up)
+            assert fake.arrived.wait(60)  # the worker runs the first step, waiting on the upstream
+            private_redis.stop()
+            fake.release()
+            # the step commits its vectors, and its successor in the same transaction; the send fails
+            wait_for(lambda: _outbox_rows(app, prefix, "embeddings.backfill") == 1, timeout=60)
+            assert len(_embedded_ids(app, org_id)) == RECORDS_PER_TASK
+
+            private_redis.start()
+            if worker.poll() is not None:  # a worker that lost Redis mid-task may exit (docs/operations.md)
+                worker = start_worker(database_url, private_redis.url, prefix=prefix, queues="embeddings",
+                                      concurrency=1, log_name="worker-walk-2.log", extra_env=env)
+            wait_for(lambda: len(_embedded_ids(app, org_id)) == count, timeout=120)
+            assert _outbox_rows(app, prefix, "embeddings.backfill") == 0
+        finally:
+            fake.release()
+            stop_worker(worker)
