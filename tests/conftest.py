@@ -8,6 +8,7 @@ worker process can read what a test wrote, which savepoint rollback would hide).
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -165,6 +166,7 @@ def start_worker(database_url: str, redis_url: str, *, prefix: str = CELERY_KEY_
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     log.close()
     proc.log_path = log_path
+    proc.hostname = hostname.replace("%h", socket.gethostname())
     from app.extensions import celery_app
 
     deadline = time.time() + 60
