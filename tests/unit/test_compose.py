@@ -169,3 +169,14 @@ def test_the_api_container_waits_longer_than_gunicorns_graceful_timeout():
     budget = str(api["environment"]["IMAGE_TIMEOUT_SECONDS"])
     grace = int(api["stop_grace_period"].rstrip("s"))
     assert grace > gunicorn_settings({"IMAGE_TIMEOUT_SECONDS": budget})["graceful_timeout"]
+
+
+def test_no_beat_process_is_deployed():
+    """Periodic work is the workers' maintenance loop (app.tasks.run_maintenance); a beat process would
+    run idle, or be a second scheduler of the same functions (docs/decisions.md)."""
+    for name, service in resolved()["services"].items():
+        assert "beat" not in str(service.get("command", "")), f"service {name} runs celery beat"
+    with open(os.path.join(ROOT, "Makefile")) as f:
+        assert "celery -A workers beat" not in f.read().replace("$(BIN)/", "")
+    with open(os.path.join(ROOT, ".gitignore")) as f:
+        assert "celerybeat-schedule*" in f.read().split()
