@@ -17,6 +17,8 @@ import uuid
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Tests never read a developer's .env (app.config, ENV_FILE); the processes they start inherit this.
+os.environ["ENV_FILE"] = ""
 TEST_SECRET = "test-secret-" + "x" * 40
 TEST_VAR_DIR = os.path.join(ROOT, "var", "test")
 REQUIRE_SERVICES = os.environ.get("REQUIRE_SERVICES") == "1"

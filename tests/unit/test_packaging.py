@@ -48,7 +48,7 @@ def test_the_image_context_holds_no_local_state_or_secrets(tmp_path):
             target.write_bytes(open(os.path.join(ROOT, name), "rb").read())
     local_state = [".git/config", ".git/objects/ab/cdef", ".venv/bin/python", ".venv/lib/site.py", "venv/pyvenv.cfg",
                    "var/jwt-secret", "var/pg/PG_VERSION", "var/outbox/mail.eml", "var/blobs/a/b.png",
-                   "var/celerybeat-schedule", ".env", ".env.production", ".flaskenv",
+                   "var/celerybeat-schedule", ".env", ".env.production", ".flaskenv", "docker/.env",
                    "celerybeat-schedule.db", "celerybeat-schedule.dat", "app/__pycache__/x.cpython-311.pyc",
                    "platform_gateway.egg-info/PKG-INFO", ".pytest_cache/v/x", ".ruff_cache/x", ".hypothesis/x",
                    "bench/results/run.json", "certs/server.key", "tls.pem", "gcp-credentials.json",
