@@ -70,6 +70,7 @@ def test_the_cli_refuses_to_start_a_second_state_beside_a_running_server(databas
         out = flask(args, tmp_path, ENV_FILE="")
         assert out.returncode != 0, out.stdout
         assert "VAR_DIR" in out.stderr and os.path.join(ROOT, "var") in out.stderr, out.stderr
+        assert "Traceback" not in out.stderr, out.stderr
         assert not (tmp_path / "var").exists(), f"{args}: created {tmp_path / 'var'}"
 
 
