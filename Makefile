@@ -2,17 +2,19 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt | cksum | cut -d' ' -f1)
+STAMP  := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt pyproject.toml | cksum | cut -d' ' -f1)
 QUEUES := default,analytics,embeddings,email,bulk,seed
 export FLASK_APP := wsgi
 
-.PHONY: install migrate run worker beat flower test bench bench-tools lint clean
+.PHONY: install migrate run worker flower test bench bench-tools lint clean
 
-$(STAMP): requirements.txt requirements-dev.txt
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ required"'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
+# the project itself, editable: `celery`, `flask`, `gunicorn` import it from any directory
+	$(BIN)/python -m pip install --quiet --no-deps -e .
 	rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)
@@ -25,9 +27,6 @@ run: migrate                    ## serve the API on :$${PORT:-8000} with embedde
 
 worker: migrate                 ## a Celery worker on every queue (needs REDIS_URL)
 	$(BIN)/celery -A workers worker -Q $(QUEUES) --loglevel INFO
-
-beat: install
-	$(BIN)/celery -A workers beat --loglevel INFO
 
 flower: install                 ## Flower on 127.0.0.1:$${FLOWER_PORT:-5555} (needs REDIS_URL and FLOWER_BASIC_AUTH=user:password)
 	@test -n "$$FLOWER_BASIC_AUTH" || { echo "set FLOWER_BASIC_AUTH=user:password (Flower is never served without a login)"; exit 1; }

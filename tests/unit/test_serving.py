@@ -134,3 +134,29 @@ def test_closing_wsgi_closes_after_an_unreadable_body(body_failed, headers, clos
     resp = _Response(body_failed)
     assert closing_wsgi(app)({}, resp.start_response) == [b"{}"]
     assert resp.closed is closes and resp.started == ("400 BAD REQUEST", headers)
+
+def test_a_worker_answers_queued_connections_only_when_the_whole_server_stops():
+    """`server_stopping`: the arbiter (the worker's parent) closes its listening sockets before it sends
+    SIGTERM to the workers on a stop; on a reload or one worker's replacement it keeps them, and the
+    other workers take the queued connections (no 503)."""
+    import socket
+    import subprocess
+    import sys
+
+    from app.serving import EnvelopeThreadWorker
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    code = "import sys; sys.stdin.read()"
+    holding = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, pass_fds=[listener.fileno()])
+    released = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
+    try:
+        worker = SimpleNamespace(sockets=[listener], ppid=holding.pid)
+        assert EnvelopeThreadWorker.server_stopping(worker) is False
+        worker.ppid = released.pid
+        assert EnvelopeThreadWorker.server_stopping(worker) is True
+    finally:
+        for proc in (holding, released):
+            proc.communicate(b"", timeout=30)
+        listener.close()
