@@ -2,18 +2,20 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt | cksum | cut -d' ' -f1)
+STAMP  := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt pyproject.toml | cksum | cut -d' ' -f1)
 QUEUES := default,analytics,embeddings,email,bulk,seed
 APT    := $(if $(filter 0,$(shell id -u)),apt-get,sudo apt-get)
 export FLASK_APP := wsgi
 
 .PHONY: install migrate run worker beat flower stack stack-tools test bench bench-tools lint clean
 
-$(STAMP): requirements.txt requirements-dev.txt
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ required"'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
+# the project itself, editable: `celery`, `flask`, `gunicorn` import it from any directory
+	$(BIN)/python -m pip install --quiet --no-deps -e .
 	rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)

@@ -20,6 +20,9 @@ TEST_SECRET = "test-secret-" + "x" * 40
 TEST_VAR_DIR = os.path.join(ROOT, "var", "test")
 REQUIRE_SERVICES = os.environ.get("REQUIRE_SERVICES") == "1"
 QUEUES = "default,analytics,embeddings,email,bulk,seed"
+# The console scripts of this environment (`.venv/bin/celery`, …), as `make worker` and compose run them:
+# `python -m celery` would put the working directory on sys.path and hide an import only it resolves.
+BIN = os.path.dirname(sys.executable)
 # One key namespace per test run: a worker left over from another run (or another checkout sharing
 # the Redis database) can never take this run's tasks.
 CELERY_KEY_PREFIX = f"test-{uuid.uuid4().hex[:10]}:"
@@ -145,8 +148,9 @@ def redis_url() -> str:
 
 def start_worker(database_url: str, redis_url: str, *, prefix: str = CELERY_KEY_PREFIX, extra_env=None,
                  queues: str = QUEUES, concurrency: int = 2, log_name: str = "worker.log"):
-    """Start a real `celery -A workers worker` process (its own process group) against the test
-    database and wait until it answers a ping; returns the Popen (`.log_path` names its log)."""
+    """Start a real `celery -A workers worker` process (its own process group; the `celery` console
+    script, as operators run it) against the test database and wait until it answers a ping; returns
+    the Popen (`.log_path` names its log)."""
     env = dict(os.environ, DATABASE_URL=database_url, REDIS_URL=redis_url, JWT_SECRET=TEST_SECRET,
                VAR_DIR=TEST_VAR_DIR, PUBLIC_BASE_URL="http://gateway.test", LOG_LEVEL="INFO",
                CELERY_KEY_PREFIX=prefix)
@@ -156,7 +160,7 @@ def start_worker(database_url: str, redis_url: str, *, prefix: str = CELERY_KEY_
     log = open(log_path, "w")
     hostname = f"test-{uuid.uuid4().hex[:8]}@%h"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "workers", "worker", "-Q", queues, "-c", str(concurrency),
+        [os.path.join(BIN, "celery"), "-A", "workers", "worker", "-Q", queues, "-c", str(concurrency),
          "--loglevel", "INFO", "-n", hostname, "--without-gossip", "--without-mingle"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     log.close()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import uuid
 
 import pytest
@@ -191,13 +190,13 @@ def test_flask_seed_org_cli(seed_app):
 def test_celery_cli_call_with_a_real_worker(celery_worker, database_url, redis_url, seed_app):
     """`celery -A workers call seed.org --kwargs '{...}'` is picked up by a worker on the seed queue."""
     from app.platform_models import Organization, OrgArtifact
-    from tests.conftest import CELERY_KEY_PREFIX, TEST_SECRET, TEST_VAR_DIR, wait_for
+    from tests.conftest import BIN, CELERY_KEY_PREFIX, TEST_SECRET, TEST_VAR_DIR, wait_for
 
     d = domain()
     env = dict(os.environ, DATABASE_URL=database_url, REDIS_URL=redis_url, JWT_SECRET=TEST_SECRET,
                VAR_DIR=TEST_VAR_DIR, CELERY_KEY_PREFIX=CELERY_KEY_PREFIX, LOG_LEVEL="WARNING")
     kwargs = json.dumps({"org": body(d)["org"], "admin": body(d)["admin"]})
-    out = subprocess.run([sys.executable, "-m", "celery", "-A", "workers", "call", "seed.org", "--kwargs", kwargs],
+    out = subprocess.run([os.path.join(BIN, "celery"), "-A", "workers", "call", "seed.org", "--kwargs", kwargs],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
 
@@ -210,7 +209,7 @@ def test_celery_cli_call_with_a_real_worker(celery_worker, database_url, redis_u
             return db.session.scalar(select(func.count()).select_from(OrgArtifact).where(
                 OrgArtifact.org_id == d)) == 15 and db.session.get(Organization, d) is not None
 
-    wait_for(provisioned, timeout=90)
+    wait_for(provisioned, timeout=60)
 
 
 def test_respond_async_queues_seed_org_and_status_shows_the_result(seed_client):
