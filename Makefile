@@ -7,7 +7,7 @@ QUEUES := default,analytics,embeddings,email,bulk,seed
 APT    := $(if $(filter 0,$(shell id -u)),apt-get,sudo apt-get)
 export FLASK_APP := wsgi
 
-.PHONY: install migrate run worker beat flower stack stack-tools test bench bench-tools lint clean
+.PHONY: install migrate run worker flower stack stack-tools test bench bench-tools lint clean
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ required"'
@@ -28,9 +28,6 @@ run: migrate                    ## serve the API on :$${PORT:-8000} with embedde
 
 worker: migrate                 ## a Celery worker on every queue (needs REDIS_URL)
 	$(BIN)/celery -A workers worker -Q $(QUEUES) --loglevel INFO
-
-beat: install
-	$(BIN)/celery -A workers beat --loglevel INFO
 
 flower: install                 ## Flower on 127.0.0.1:$${FLOWER_PORT:-5555} (needs REDIS_URL and FLOWER_BASIC_AUTH=user:password)
 	@test -n "$$FLOWER_BASIC_AUTH" || { echo "set FLOWER_BASIC_AUTH=user:password (Flower is never served without a login)"; exit 1; }

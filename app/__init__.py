@@ -162,14 +162,13 @@ def _install_hooks(app: Flask) -> None:
 
 def _register_cli(app: Flask) -> None:
     from app.analytics.demo import analytics_cli
-    from app.cli import artifacts_cli, db_cli, embeddings_cli, entities_cli, products_cli, seed_cli, token_cli
+    from app.cli import artifacts_cli, db_cli, embeddings_cli, entities_cli, products_cli, seed_cli
 
     app.cli.add_command(analytics_cli)
     app.cli.add_command(db_cli)
     app.cli.add_command(entities_cli)
     app.cli.add_command(embeddings_cli)
     app.cli.add_command(products_cli)
-    app.cli.add_command(token_cli)
     app.cli.add_command(seed_cli)
     app.cli.add_command(artifacts_cli)
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 import functools
 import hmac
 import logging
-import os
-import secrets
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -23,11 +21,13 @@ from flask import Flask, current_app, g, request
 from app.db import product_slug
 from app.errors import Forbidden, Unauthorized
 from app.tenancy import Tenant, current_tenant, products, set_tenant
+from app.tokens import ALGORITHM as ALGORITHM  # re-exported: signing and minting live in app.tokens
+from app.tokens import MIN_SECRET_BYTES as MIN_SECRET_BYTES
+from app.tokens import mint_token as mint_token
+from app.tokens import signing_secret
 
 log = logging.getLogger(__name__)
 
-ALGORITHM = "HS256"
-MIN_SECRET_BYTES = 32
 MAX_AUTH_HEADER = 8192
 BYPASS_ROLES = frozenset({"admin", "super_admin"})
 # No bearer token: the OpenAPI pages, and the newsletter unsubscribe link (its signed token is the
@@ -42,42 +42,9 @@ INTERNAL_TOKEN_HEADER = "X-Internal-Token"
 
 
 def load_secret(app: Flask) -> str:
-    """The signing secret: configured, or generated once into VAR_DIR/jwt-secret for development."""
-    secret = app.config.get("JWT_SECRET") or ""
-    if not secret:
-        path = os.path.join(app.config["VAR_DIR"], "jwt-secret")
-        os.makedirs(app.config["VAR_DIR"], exist_ok=True)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(secrets.token_urlsafe(48))
-            log.warning("JWT_SECRET is not set: generated a development secret into %s. "
-                        "Set JWT_SECRET (>= 32 bytes) in any shared or production deployment.", path)
-        except FileExistsError:
-            log.warning("JWT_SECRET is not set: using the development secret in %s.", path)
-        with open(path) as fh:
-            secret = fh.read().strip()
-    if len(secret.encode()) < MIN_SECRET_BYTES:
-        raise RuntimeError(f"JWT_SECRET must be at least {MIN_SECRET_BYTES} bytes; refusing to start.")
-    return secret
-
-
-def mint_token(*, secret: str, issuer: str, audience: str, org: str, user: str,
-               scopes: Iterable[str] = (), role: str | None = None, product: str | None = None,
-               email: str | None = None, ttl: int = 3600, now: int | None = None) -> str:
-    """A signed access token with the claims the gateway issues."""
-    now = int(now if now is not None else time.time())
-    claims: dict[str, Any] = {
-        "org_id": org, "user_id": user, "scopes": list(scopes), "iat": now, "exp": now + ttl,
-        "iss": issuer, "aud": audience,
-    }
-    if role:
-        claims["role"] = role
-    if product:
-        claims["product"] = product
-    if email:
-        claims["email"] = email
-    return jwt.encode(claims, secret, algorithm=ALGORITHM)
+    """The signing secret: configured, or generated once into VAR_DIR/jwt-secret for development
+    (app.tokens, shared with `flask token mint`)."""
+    return signing_secret(app.config)
 
 
 def _bearer_token() -> str:

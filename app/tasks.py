@@ -29,16 +29,18 @@ from sqlalchemy.orm import Session
 
 log = logging.getLogger(__name__)
 
-def init_celery(celery: Celery, app: Flask) -> None:
-    """Configure the Celery app from celeryconfig + REDIS_URL and run tasks in an app context."""
+def configure_broker(celery: Celery, config) -> None:
+    """celeryconfig + the deployment's broker (REDIS_URL, CELERY_KEY_PREFIX) on `celery`; eager
+    in-process execution without REDIS_URL. Shared by `init_celery` and `app.celery_probe` (the
+    worker health check, which must not build the Flask app)."""
     import celeryconfig
 
     celery.config_from_object(celeryconfig)
-    redis_url = app.config.get("REDIS_URL")
+    redis_url = config.get("REDIS_URL")
     if redis_url:
         celery.conf.update(broker_url=redis_url, result_backend=redis_url,
                            task_always_eager=False, task_eager_propagates=False)
-        prefix = app.config.get("CELERY_KEY_PREFIX")
+        prefix = config.get("CELERY_KEY_PREFIX")
         if prefix:  # every queue, unacked and result key of this deployment lives under the prefix
             celery.conf.broker_transport_options = {**celeryconfig.broker_transport_options,
                                                     "global_keyprefix": prefix}
@@ -47,6 +49,11 @@ def init_celery(celery: Celery, app: Flask) -> None:
     else:  # embedded default: no broker, tasks run in-process
         celery.conf.update(task_always_eager=True, task_eager_propagates=True,
                            broker_url="memory://", result_backend="cache+memory://")
+
+
+def init_celery(celery: Celery, app: Flask) -> None:
+    """Configure the Celery app from celeryconfig + REDIS_URL and run tasks in an app context."""
+    configure_broker(celery, app.config)
     _drop_cached_connections(celery)
 
     class AppContextTask(Task):

@@ -10,8 +10,13 @@ workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
 # a gthread worker accepts connections beyond its thread count and queues them, and the kernel does
 # not spread connections evenly over workers. Waiting threads cost memory, not CPU.
 threads = int(os.environ.get("GUNICORN_THREADS", "128"))
-timeout = 150            # above the 120 s image budget
-graceful_timeout = 30    # SIGTERM: in-flight requests get 30 s, new ones are refused
+# The image budget (IMAGE_TIMEOUT_SECONDS, 120 s by default) bounds the longest request. A worker silent
+# for `timeout` is killed; on SIGTERM a worker stops listening at once (app.serving) and its accepted
+# requests get `graceful_timeout` to finish: both outlast an image call. Compose's stop_grace_period for
+# the api lies above graceful_timeout.
+_image_budget = float(os.environ.get("IMAGE_TIMEOUT_SECONDS") or 120)
+timeout = max(150, int(_image_budget) + 30)
+graceful_timeout = int(_image_budget) + 10
 keepalive = 5
 accesslog = "-"
 errorlog = "-"

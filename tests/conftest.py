@@ -8,6 +8,7 @@ worker process can read what a test wrote, which savepoint rollback would hide).
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -16,6 +17,8 @@ import uuid
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Tests never read a developer's .env (app.config, ENV_FILE); the processes they start inherit this.
+os.environ["ENV_FILE"] = ""
 TEST_SECRET = "test-secret-" + "x" * 40
 TEST_VAR_DIR = os.path.join(ROOT, "var", "test")
 REQUIRE_SERVICES = os.environ.get("REQUIRE_SERVICES") == "1"
@@ -165,6 +168,7 @@ def start_worker(database_url: str, redis_url: str, *, prefix: str = CELERY_KEY_
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     log.close()
     proc.log_path = log_path
+    proc.hostname = hostname.replace("%h", socket.gethostname())
     from app.extensions import celery_app
 
     deadline = time.time() + 60

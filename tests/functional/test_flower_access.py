@@ -5,12 +5,11 @@ from __future__ import annotations
 import base64
 import os
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 
-from tests.conftest import CELERY_KEY_PREFIX, ROOT, TEST_SECRET, TEST_VAR_DIR
+from tests.conftest import BIN, CELERY_KEY_PREFIX, ROOT, TEST_SECRET, TEST_VAR_DIR
 from tests.functional.test_email_api import _free_port
 
 
@@ -37,7 +36,7 @@ def test_flower_refuses_requests_without_the_credentials(database_url, redis_url
     port = _free_port()
     env = dict(os.environ, DATABASE_URL=database_url, REDIS_URL=redis_url, JWT_SECRET=TEST_SECRET,
                VAR_DIR=TEST_VAR_DIR, CELERY_KEY_PREFIX=CELERY_KEY_PREFIX, FLOWER_BASIC_AUTH="ops:flower-pass")
-    proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", "workers", "flower", "--address=127.0.0.1",
+    proc = subprocess.Popen([os.path.join(BIN, "celery"), "-A", "workers", "flower", "--address=127.0.0.1",
                              f"--port={port}"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:

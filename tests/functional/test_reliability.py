@@ -39,14 +39,14 @@ def _wait_healthy(port: int, proc, timeout: float = 30) -> None:
     pytest.fail("gunicorn did not become healthy")
 
 
-def start_gunicorn(database_url: str, **env_overrides):
-    """gunicorn with docker/gunicorn.conf.py serving tests.slow_app on a free port, once healthy:
-    (process, port)."""
+def start_gunicorn(database_url: str, *args: str, **env_overrides):
+    """gunicorn with docker/gunicorn.conf.py (then `args`) serving tests.slow_app on a free port, once
+    healthy: (process, port)."""
     port = _free_port()
     env = dict(os.environ, PORT=str(port), DATABASE_URL=database_url, JWT_SECRET=TEST_SECRET,
                VAR_DIR=TEST_VAR_DIR, REDIS_URL="", WEB_CONCURRENCY="1", **env_overrides)
     proc = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "gunicorn"), "-c",
-                             "docker/gunicorn.conf.py", "tests.slow_app:app"], cwd=ROOT, env=env,
+                             "docker/gunicorn.conf.py", *args, "tests.slow_app:app"], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_healthy(port, proc)
@@ -75,6 +75,81 @@ def test_sigterm_lets_in_flight_request_finish_and_refuses_new_ones(database_url
         worker.join(15)
         assert result.get("status") == 200 and b"finished" in result["body"]
         assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def _read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    return int(lines[0].split()[1]), dict(line.split(": ", 1) for line in lines[1:]), body
+
+
+def _new_connection_after_stop(port: int) -> str:
+    """What a new client gets from a stopping server: `refused`, or `503` (never a hang: the
+    socket timeout fails the test)."""
+    import json
+
+    try:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    except ConnectionRefusedError:
+        return "refused"
+    with sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        try:
+            status, _headers, body = _read_response(sock)
+        except TimeoutError:
+            pytest.fail("a connection opened after SIGTERM hung with no answer")
+        assert status == 503 and json.loads(body)["error"]["code"] == "SERVICE_UNAVAILABLE", body
+        return "503"
+
+
+def test_sigterm_closes_the_listener_and_answers_queued_requests_503(database_url, tmp_path):
+    """SIGTERM: the worker stops listening at once (new connections are refused, so a proxy or another
+    instance takes them), a request the kernel had queued for it gets a 503 in the envelope instead of
+    waiting with no answer, and the request in flight finishes. One connection per worker
+    (--worker-connections 1) keeps the second request in the listen queue while the slow one runs."""
+    import json
+
+    marker = tmp_path / "slow-started"
+    proc, port = start_gunicorn(database_url, "--worker-connections", "1", SLOW_SECONDS="6",
+                                SLOW_STARTED_FILE=str(marker))
+    try:
+        result = {}
+
+        def call_slow():
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_test/slow", timeout=60) as resp:
+                result["status"], result["body"] = resp.status, resp.read()
+
+        slow = threading.Thread(target=call_slow)
+        slow.start()
+        deadline = time.monotonic() + 30
+        while not marker.exists():
+            assert time.monotonic() < deadline, "the slow request never started"
+            time.sleep(0.05)
+        queued = socket.create_connection(("127.0.0.1", port), timeout=5)
+        queued.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        proc.send_signal(signal.SIGTERM)
+        with queued:
+            try:
+                status, headers, body = _read_response(queued)
+            except TimeoutError:
+                pytest.fail("the queued request hung after SIGTERM with no answer")
+        assert status == 503 and headers.get("Connection") == "close"
+        envelope = json.loads(body)
+        assert envelope["error"]["code"] == "SERVICE_UNAVAILABLE" and envelope["metadata"]["success"] is False
+        outcomes = []
+        while slow.is_alive() and len(outcomes) < 20:
+            outcomes.append(_new_connection_after_stop(port))
+            time.sleep(0.1)
+        assert outcomes and set(outcomes) <= {"refused", "503"}, outcomes
+        slow.join(60)
+        assert result.get("status") == 200 and b"finished" in result["body"]
+        assert proc.wait(60) == 0
     finally:
         if proc.poll() is None:
             proc.kill()
