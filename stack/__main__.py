@@ -47,7 +47,7 @@ def up() -> int:
     _log(f"ingress http://127.0.0.1:{stack.port}  api {', '.join(map(str, stack.api_ports))}  "
          f"postgres {stack.pg_port}  redis {stack.redis_port}  flower http://127.0.0.1:{stack.flower_port}  "
          f"dir {stack.dir}")
-    _log(f"operators' commands: set -a; . {stack.env_file}; set +a")
+    _log(f"operators' commands: ENV_FILE={os.path.relpath(stack.env_file, ROOT)} .venv/bin/flask --app wsgi …")
     honcho = subprocess.Popen(command, cwd=ROOT, env=env)
 
     def forward(signum, _frame):

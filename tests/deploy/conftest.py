@@ -1,7 +1,8 @@
 """The deployment suite's stack: `python -m stack up` (what `make stack` runs) on free ports under
-var/test/stack-<worker>, started once per session and stopped at its end (it also stops by itself when
-this process dies or after STACK_MAX_SECONDS). Tests talk to it only as operators do: HTTP through the
-ingress, Flower's API, and the console scripts (`flask`, `celery`) with the stack's environment."""
+var/test/stack-<worker>, started once for this package's tests and stopped after the last of them (it
+also stops by itself when this process dies or after STACK_MAX_SECONDS). Tests talk to it only as
+operators do: HTTP through the ingress, Flower's API, and the console scripts (`flask`, `celery`) with
+the stack's settings file."""
 
 from __future__ import annotations
 
@@ -32,8 +33,15 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """A test that stops part of the stack runs last (honcho stops the whole stack when one process exits)."""
-    items.sort(key=lambda item: item.get_closest_marker("stops_stack") is not None)
+    """A test that stops part of the stack runs after the other tests of this package (honcho stops the
+    whole stack when one process exits); the rest of the session keeps its order."""
+    here = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    mine = [i for i, item in enumerate(items) if str(item.path).startswith(here)]
+    if mine:
+        block = [items[i] for i in mine]
+        block.sort(key=lambda item: item.get_closest_marker("stops_stack") is not None)
+        for i, item in zip(mine, block, strict=True):
+            items[i] = item
 
 
 def _free_port(pair: bool = False) -> int:
@@ -79,9 +87,9 @@ class StackHandle:
 
     # -- operators' tools ------------------------------------------------------------------------------
     def cli(self, *argv: str, timeout: float = 120, cwd: str = ROOT) -> subprocess.CompletedProcess:
-        """A console script of this environment (`flask`, `celery`) with the stack's environment, as an
-        operator runs it after `set -a; . var/stack/stack.env; set +a`."""
-        env = {**_scrubbed_environ(), **self.env}
+        """A console script of this environment (`flask`, `celery`) as the docs give it, with the stack's
+        settings file: `ENV_FILE=var/stack/stack.env flask …` (nothing else of the stack exported)."""
+        env = {**_scrubbed_environ(), "ENV_FILE": self.settings.env_file}
         return subprocess.run([os.path.join(BIN, argv[0]), *argv[1:]], cwd=cwd, env=env, capture_output=True,
                               text=True, timeout=timeout)
 
@@ -172,7 +180,7 @@ def _need_tools() -> None:
         pytest.skip(message)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def fake_images():
     """provider-a (Azure OpenAI images) on loopback, answering after SLOW_IMAGE_SECONDS: the stack's
     long-running request (an image call holds its API thread while the upstream works)."""
@@ -190,7 +198,7 @@ def fake_images():
     fake.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def stack(fake_images):
     _need_tools()
     from tests.images_fakes import FakeAzureImages
@@ -198,7 +206,7 @@ def stack(fake_images):
     directory = os.path.join(ROOT, "var", "test", f"stack-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}")
     # PostgreSQL's data survives runs (initdb and the first migration are the slow part of a start);
     # everything else starts empty, as a new deployment's Redis and files do
-    for sub in ("redis", "nginx", "blobs", "outbox", "celerybeat-schedule", "stack.env"):
+    for sub in ("redis", "nginx", "blobs", "outbox", "stack.env"):
         path = os.path.join(directory, sub)
         if os.path.isdir(path):
             shutil.rmtree(path)
@@ -213,6 +221,7 @@ def stack(fake_images):
         "STACK_PG_PORT": str(_free_port()),
         "STACK_REDIS_PORT": str(_free_port()),
         "FLOWER_PORT": str(_free_port()),
+        "ENV_FILE": "",  # not the developer's .env: the test stack has only its own settings
         "STACK_PARENT_PID": str(os.getpid()),
         "STACK_MAX_SECONDS": str(STACK_LIFETIME_SECONDS),
         # one gunicorn worker per API process: the drain test stops one process while the other serves
