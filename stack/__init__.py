@@ -21,7 +21,7 @@ from dataclasses import dataclass
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROCFILE = os.path.join(ROOT, "Procfile")
 NGINX_TEMPLATE = os.path.join(ROOT, "stack", "nginx.conf")
-DATABASE = "gateway"
+DATABASE = "platform_gateway"  # the embedded database `make run` uses: VAR_DIR alone finds it too
 
 # name -> (default, meaning); README "make stack" lists them
 SETTINGS: dict[str, tuple[str, str]] = {
@@ -189,6 +189,13 @@ def prepare(stack: Stack, environ=None) -> dict[str, str]:
     with open(os.path.join(nginx_dir, "nginx.conf"), "w") as fh:
         fh.write(render_nginx(stack))
     env = process_env(stack, environ)
+    # the development secret file of VAR_DIR holds the stack's secret: a command given only
+    # VAR_DIR=STACK_DIR (what app.embedded_pg advises when it sees the stack's server) signs alike
+    path = os.path.join(stack.dir, "jwt-secret")
+    fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(env["JWT_SECRET"])
+    os.replace(path + ".tmp", path)
     _write_env_file(stack.env_file, env, "# the local stack's settings (written by `make stack` from ENV_FILE/.env and "
                                          "its own); operators' commands: ENV_FILE=THIS_FILE flask|celery …\n")
     return env

@@ -86,10 +86,10 @@ class StackHandle:
         self.flower = f"http://127.0.0.1:{self.settings.flower_port}"
 
     # -- operators' tools ------------------------------------------------------------------------------
-    def cli(self, *argv: str, timeout: float = 120, cwd: str = ROOT) -> subprocess.CompletedProcess:
+    def cli(self, *argv: str, timeout: float = 120, cwd: str = ROOT, env=None) -> subprocess.CompletedProcess:
         """A console script of this environment (`flask`, `celery`) as the docs give it, with the stack's
         settings file: `ENV_FILE=var/stack/stack.env flask …` (nothing else of the stack exported)."""
-        env = {**_scrubbed_environ(), "ENV_FILE": self.settings.env_file}
+        env = {**_scrubbed_environ(), **(env or {"ENV_FILE": self.settings.env_file})}
         return subprocess.run([os.path.join(BIN, argv[0]), *argv[1:]], cwd=cwd, env=env, capture_output=True,
                               text=True, timeout=timeout)
 

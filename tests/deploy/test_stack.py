@@ -123,6 +123,12 @@ def test_flask_cli_reaches_the_stacks_database_and_secret(stack):
     tok = mint(stack, "--org", d, "--user", "alice", "--scopes", "read,write")
     status, _h, me = stack.http("GET", "/api/v1/me", headers=bearer(tok))
     assert status == 200 and me["orgId"] == d and me["userId"] == "alice", me
+    # VAR_DIR alone (what a command that misses the stack is told to set) finds the same database and secret
+    out = stack.cli("flask", "--app", "wsgi", "token", "mint", "--org", d, "--user", "bob",
+                    env={"ENV_FILE": "", "VAR_DIR": stack.dir})
+    assert out.returncode == 0, out.stderr
+    status, _h, me = stack.http("GET", "/api/v1/me", headers=bearer(out.stdout.strip().splitlines()[-1]))
+    assert status == 200 and me["userId"] == "bob", me
 
 
 # -- workers, queues, Flower ----------------------------------------------------------------------------
