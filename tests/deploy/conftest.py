@@ -182,12 +182,14 @@ def _need_tools() -> None:
 
 @pytest.fixture(scope="package")
 def fake_images():
-    """provider-a (Azure OpenAI images) on loopback, answering after SLOW_IMAGE_SECONDS: the stack's
-    long-running request (an image call holds its API thread while the upstream works)."""
+    """provider-a (Azure OpenAI images) on loopback, answering after `delay` seconds: the stack's
+    long-running request (an image call holds its API thread while the upstream works). The delay is
+    above the 10 s after which the drain test calls a new request hung: a request that waits for the
+    drain to end (queued on the stopping process) is caught as one."""
     from tests.images_fakes import FakeAzureImages, Reply
 
     class SlowAzureImages(FakeAzureImages):
-        delay = 3.0
+        delay = 12.0
 
         def success(self, request):
             reply = super().success(request)

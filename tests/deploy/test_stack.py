@@ -327,9 +327,12 @@ def test_sigterm_of_an_api_process_drains_behind_the_ingress(stack):
     os.kill(master, signal.SIGTERM)
 
     outcomes = {"ok": 0, "clean_503": 0, "other": [], "hung": 0}
+    latencies = []
     while any(thread.is_alive() for thread in inflight):  # new requests while api.2 drains
+        started = time.monotonic()
         try:
             status, headers, body = stack.http("GET", "/api/v1/me", headers=admin, timeout=10)
+            latencies.append(time.monotonic() - started)
             if status == 200:
                 outcomes["ok"] += 1
             elif status == 503 and isinstance(body, dict) and body["error"]["code"] == "SERVICE_UNAVAILABLE":
@@ -367,5 +370,7 @@ def test_sigterm_of_an_api_process_drains_behind_the_ingress(stack):
         "new_requests_during_drain": outcomes["ok"] + outcomes["clean_503"] + len(outcomes["other"]) + outcomes["hung"],
         "new_ok": outcomes["ok"], "new_clean_503": outcomes["clean_503"], "lost": len(outcomes["other"]),
         "hung": outcomes["hung"], "sigterm_to_last_in_flight_done_s": round(drained_at - sigterm_at, 2),
+        "new_ms_median": round(statistics.median(latencies) * 1000, 1),
+        "new_ms_max": round(max(latencies) * 1000, 1),
         "sigterm_to_exit_s": round(exit_at - sigterm_at, 2),
     })
