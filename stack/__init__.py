@@ -83,16 +83,12 @@ class Stack:
 
 
 def read_env_file(path: str) -> dict[str, str]:
-    """NAME=value lines (what honcho's -e and `set -a; . FILE` both read)."""
-    values = {}
-    if os.path.exists(path):
-        with open(path) as fh:
-            for line in fh:
-                line = line.strip()
-                if line and not line.startswith("#") and "=" in line:
-                    name, value = line.split("=", 1)
-                    values[name.strip()] = value.strip().strip("'\"")
-    return values
+    """NAME=value lines, as python-dotenv (app.config) and honcho's -e read them."""
+    if not os.path.exists(path):
+        return {}
+    from dotenv import dotenv_values
+
+    return {name: value for name, value in dotenv_values(path).items() if value is not None}
 
 
 def _write_env_file(path: str, values: dict[str, str], header: str) -> None:
@@ -100,7 +96,11 @@ def _write_env_file(path: str, values: dict[str, str], header: str) -> None:
     with open(tmp, "w") as fh:
         fh.write(header)
         for name, value in values.items():
-            fh.write(f"{name}='{value}'\n")
+            if "'" in value or "\n" in value:  # honcho (shlex) and python-dotenv read this form alike
+                quoted = '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+            else:
+                quoted = f"'{value}'"
+            fh.write(f"{name}={quoted}\n")
     os.chmod(tmp, 0o600)
     os.replace(tmp, path)
 
