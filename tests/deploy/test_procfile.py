@@ -83,6 +83,14 @@ def test_each_procfile_command_is_its_compose_command():
         assert set(tail[::2]) <= LOCAL_OPTIONS
 
 
+def test_the_api_command_hands_its_process_to_gunicorn():
+    """The image's CMD runs under `sh -c`, which is the container's PID 1: a PID 1 receives only the
+    signals it handles, and sh neither handles SIGTERM nor passes it on, so `docker stop` would reach no
+    gunicorn (no drain; SIGKILL after the grace period). `exec` makes gunicorn the process itself."""
+    assert image_command().split(" && ")[-1].startswith("exec gunicorn ")
+    assert procfile()["api"].split(" && ")[-1].startswith("exec gunicorn ")
+
+
 def test_the_worker_groups_cover_every_queue_once():
     import celeryconfig
 
