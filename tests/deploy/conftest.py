@@ -127,6 +127,12 @@ class StackHandle:
         assert match, f"no gunicorn master for {process} in {self.log_path}"
         return int(match.group(1))
 
+    def started_pid(self, process: str) -> int:
+        """The pid honcho started for `process` (what a container's PID 1 is: the Procfile command)."""
+        match = re.search(rf"\| {re.escape(process)} started \(pid=(\d+)\)", self.log())
+        assert match, f"{process} not started in {self.log_path}"
+        return int(match.group(1))
+
     def honcho_pids(self) -> list[int]:
         return [int(pid) for pid in re.findall(r"started \(pid=(\d+)\)", self.log())]
 

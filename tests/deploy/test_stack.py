@@ -302,12 +302,14 @@ def test_slow_loris_leaves_health_answering_through_the_ingress(stack):
 
 @pytest.mark.stops_stack
 def test_sigterm_of_an_api_process_drains_behind_the_ingress(stack):
-    """Image calls (the fake upstream answers after a few seconds) are in flight on both API processes;
-    api.2 gets SIGTERM: its in-flight calls finish, new requests go to api.1 (or get a clean 503), none
-    hangs; api.2 exits once drained."""
+    """Image calls (the fake upstream answers after 12 s) are in flight on both API processes; api.2 gets
+    SIGTERM, sent to the process honcho started (as `docker stop` signals a container's PID 1): its
+    in-flight calls finish, new requests go to api.1 (or get a clean 503), none hangs; api.2 exits once
+    drained."""
     import signal
 
     master = stack.gunicorn_master("api.2")
+    assert stack.started_pid("api.2") == master  # the Procfile's `exec`: the started process is gunicorn
     admin = signed(stack, domain(), scopes=["write:image-gen", "read"])
     before = len(stack.fake_images.received)
     results: list = []
@@ -324,7 +326,7 @@ def test_sigterm_of_an_api_process_drains_behind_the_ingress(stack):
         thread.start()
     wait_for(lambda: len(stack.fake_images.received) - before >= 6, 30, "image calls in flight", interval=0.05)
     sigterm_at = time.monotonic()
-    os.kill(master, signal.SIGTERM)
+    os.kill(stack.started_pid("api.2"), signal.SIGTERM)
 
     outcomes = {"ok": 0, "clean_503": 0, "other": [], "hung": 0}
     latencies = []
