@@ -102,12 +102,9 @@ class Database:
     def init_app(self, app: Flask) -> None:
         url = app.config["DATABASE_URL"]
         if not url:
-            import os
-
             from app.embedded_pg import embedded_url, refuse_new_state
 
-            if not os.path.exists(os.path.join(app.config["VAR_DIR"], "pg")):
-                refuse_new_state(app.config, "a second embedded PostgreSQL")
+            refuse_new_state(app.config, "a second embedded PostgreSQL")
             url = embedded_url(app.config["VAR_DIR"], "platform_gateway")
             app.config["DATABASE_URL"] = url
         state = _DatabaseState(make_engine(url, app.config), app.config["DEFAULT_PRODUCT"])

@@ -44,23 +44,28 @@ def running_var_dirs() -> dict[str, int]:
 
 
 def refuse_new_state(config, what: str) -> None:
-    """Stop before creating `what` (a development JWT secret, an embedded PostgreSQL) under a VAR_DIR
-    nobody chose (the default ./var) while an embedded server of another VAR_DIR runs: that is a CLI
-    call or a second `make run` that missed the server's VAR_DIR, and would answer with another secret
-    and another database. A VAR_DIR set in the environment or the .env file is a choice: allowed."""
+    """Stop before a process uses `what` (a new development JWT secret, its development secret, an embedded
+    PostgreSQL) under a VAR_DIR nobody chose (the default ./var) whose embedded PostgreSQL is not running,
+    while the embedded PostgreSQL of another VAR_DIR runs on this machine: that is a CLI call or a second
+    `make run` that missed the server's VAR_DIR, and it would sign with another secret (the server
+    answers 401) and read another database. A VAR_DIR set in the environment or the .env file is a
+    choice: allowed."""
     if config.get("VAR_DIR_EXPLICIT", True):
         return
     var_dir = os.path.abspath(config["VAR_DIR"])
-    others = {d: pid for d, pid in running_var_dirs().items() if os.path.abspath(d) != var_dir}
+    running = {os.path.abspath(d): pid for d, pid in running_var_dirs().items()}
+    if var_dir in running:  # this VAR_DIR's server runs: its state is the live one
+        return
+    others = {d: pid for d, pid in running.items() if d != var_dir}
     if not others:
         return
     listed = ", ".join(f"{d} (pid {pid})" for d, pid in sorted(others.items()))
     first = sorted(others)[0]
     raise SecondStateError(
-        f"VAR_DIR is not set and {var_dir} holds no state yet: going on would create {what} there, while an "
-        f"embedded PostgreSQL runs for VAR_DIR={listed}. To use the running server's state, set "
-        f"VAR_DIR={first} (best in the .env file beside the Makefile, which `make run`, the workers and the "
-        f"CLI all read; ENV_FILE names another). To start a separate state here, set VAR_DIR={var_dir}.")
+        f"VAR_DIR is not set, so this process would use {what} under {var_dir}, whose embedded PostgreSQL is "
+        f"not running, while an embedded PostgreSQL runs for VAR_DIR={listed}. To use the running server's "
+        f"state, set VAR_DIR={first} (best in the .env file beside the Makefile, which `make run`, the workers "
+        f"and the CLI all read; ENV_FILE names another). To use {var_dir} anyway, set VAR_DIR={var_dir}.")
 
 
 def embedded_url(var_dir: str, database: str) -> str:

@@ -21,10 +21,11 @@ unanswered, until the worker is gone. This worker instead, when it stops: answer
 kernel had already queued for it with a 503 in the envelope (`Connection: close`, `Retry-After`), then
 closes its copy of the listening socket (once every process of the server has closed it, new
 connections are refused, so a proxy or another instance takes them). A connection it had accepted
-whose request has not started yet gets the same 503; requests already running finish (the arbiter
-waits `graceful_timeout`, above the image budget: docker/gunicorn.conf.py). The queued connections are
-answered only when the whole server stops (the arbiter has closed its listening socket): when one
-worker is replaced (a reload, max_requests), the other workers take them.
+whose request has not started yet gets the same 503 (when the server stops); requests already running
+finish (the arbiter waits `graceful_timeout`, above the image budget: docker/gunicorn.conf.py). Both
+503s happen only when the whole server stops (the arbiter has closed its listening socket): when one
+worker is replaced (a reload, max_requests), the other workers take the queued connections and it
+serves what it accepted.
 """
 
 from __future__ import annotations
@@ -123,6 +124,7 @@ class EnvelopeThreadWorker(ThreadWorker):
     connection is reused or closed."""
 
     _stopped_listening = False
+    _refusing = False  # the server stops: requests not started yet get the 503
 
     def init_process(self) -> None:
         util.write_error = write_envelope_error
@@ -163,7 +165,8 @@ class EnvelopeThreadWorker(ThreadWorker):
     def stop_listening(self) -> None:
         """Answer the connections queued in the kernel (when the server stops), then close this worker's
         copy of every listening socket."""
-        if self.server_stopping():
+        self._refusing = self.server_stopping()
+        if self._refusing:
             for listener in self.sockets:
                 self._refuse_queued(listener)
         for listener in self.sockets:
@@ -187,9 +190,10 @@ class EnvelopeThreadWorker(ThreadWorker):
             self.enqueue_req(conn)  # handle() refuses it: the worker no longer starts requests
 
     def handle(self, conn):
-        """A connection whose request has not started when the worker stops gets a 503 (a kept-alive
-        connection's next request is served, with `Connection: close`, as gunicorn does)."""
-        if not self.alive and not conn.initialized:
+        """A connection whose request has not started when the server stops gets a 503 (a kept-alive
+        connection's next request is served, with `Connection: close`, as gunicorn does; so is every
+        accepted request when only this worker is replaced)."""
+        if self._refusing and not conn.initialized:
             self._refuse(conn)
             return False
         return super().handle(conn)

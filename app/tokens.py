@@ -3,8 +3,8 @@
 `signing_secret(config)` is JWT_SECRET, or for development the secret generated once into
 VAR_DIR/jwt-secret. `create_app` (app.auth.load_secret) and the CLI read it the same way, so a token
 minted in another shell is accepted by the server that shares its configuration (the .env file,
-app.config). Before it generates a new secret it checks that it would not start a second state beside
-a running server (app.embedded_pg.refuse_new_state).
+app.config). Before it generates or reads a development secret it checks that it is not about to sign
+with the state of a VAR_DIR nobody chose beside a running server of another (app.embedded_pg).
 """
 
 from __future__ import annotations
@@ -29,10 +29,11 @@ def signing_secret(config: Mapping[str, Any]) -> str:
     if not secret:
         var_dir = config["VAR_DIR"]
         path = os.path.join(var_dir, "jwt-secret")
-        if not os.path.exists(path):
+        exists = os.path.exists(path)
+        if not exists or not config.get("DATABASE_URL"):
             from app.embedded_pg import refuse_new_state
 
-            refuse_new_state(config, "a new development JWT secret")
+            refuse_new_state(config, "the development JWT secret" if exists else "a new development JWT secret")
         os.makedirs(var_dir, exist_ok=True)
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

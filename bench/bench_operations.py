@@ -69,7 +69,8 @@ def _start_worker(queues: str, env_extra: dict) -> tuple[subprocess.Popen, str]:
     env = dict(os.environ, DATABASE_URL=bench_database_url(), JWT_SECRET=BENCH_SECRET, LOG_LEVEL="WARNING",
                VAR_DIR=os.path.join(ROOT, "var", "bench"), CELERY_KEY_PREFIX=prefix, **env_extra)
     log = open(os.path.join(ROOT, "var", "bench", f"worker-{queues}.log"), "w")
-    proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", "workers", "worker", "-Q", queues, "-c", "2",
+    proc = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "celery"), "-A", "workers", "worker",
+                             "-Q", queues, "-c", "2",
                              "--without-gossip", "--without-mingle", "--loglevel", "WARNING"],
                             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     return proc, prefix

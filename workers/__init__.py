@@ -5,10 +5,14 @@ from __future__ import annotations
 from celery.signals import worker_process_init, worker_ready
 
 from app import create_app
+from app.embedded_pg import SecondStateError
 from app.extensions import celery_app, db
 from app.tasks import start_maintenance_loop
 
-flask_app = create_app()
+try:
+    flask_app = create_app()
+except SecondStateError as exc:  # a configuration mistake, said plainly (no traceback)
+    raise SystemExit(f"Error: {exc}") from None
 celery = celery_app
 app = celery_app  # `celery -A workers` looks for `app` or `celery`
 

@@ -8,6 +8,7 @@ import os
 import subprocess
 
 import jwt
+import pytest
 
 from tests.conftest import BIN, ROOT
 
@@ -63,11 +64,20 @@ def test_the_cli_refuses_to_start_a_second_state_beside_a_running_server(databas
     """An embedded PostgreSQL runs (this test run's, under var/), VAR_DIR is not set and ./var does not
     exist: the CLI would generate a new JWT secret and start a second database. It stops and says what
     to set; nothing is created."""
+    if os.environ.get("TEST_DATABASE_URL"):
+        pytest.skip("needs the embedded PostgreSQL of the test run (TEST_DATABASE_URL is set)")
     for args in (["token", "mint", "--org", "o"], ["db", "upgrade"]):
         out = flask(args, tmp_path, ENV_FILE="")
         assert out.returncode != 0, out.stdout
         assert "VAR_DIR" in out.stderr and os.path.join(ROOT, "var") in out.stderr, out.stderr
+        assert "Traceback" not in out.stderr, out.stderr
         assert not (tmp_path / "var").exists(), f"{args}: created {tmp_path / 'var'}"
+    # a ./var left from an earlier run, whose server is not running: its secret is not the running server's
+    stale = tmp_path / "var"
+    _server_state(stale)
+    out = flask(["token", "mint", "--org", "o"], tmp_path, ENV_FILE="")
+    assert out.returncode != 0 and "VAR_DIR" in out.stderr and "Traceback" not in out.stderr, out.stdout + out.stderr
+    assert sorted(p.name for p in stale.iterdir()) == ["jwt-secret"]
 
 
 def test_an_explicit_var_dir_starts_a_new_state_beside_a_running_server(database_url, tmp_path):

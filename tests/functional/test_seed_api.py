@@ -212,6 +212,24 @@ def test_celery_cli_call_with_a_real_worker(celery_worker, database_url, redis_u
     wait_for(provisioned, timeout=60)
 
 
+def test_respond_async_runs_on_a_worker_started_as_operators_start_it(celery_worker, redis_url, seed_client):
+    """`Prefer: respond-async` with a broker: 202, then the seed.org task runs on a real worker started
+    with the `celery` console script (its lazy `migrations` import failed there before the project was
+    an installed package) and the status shows all 15 artifacts."""
+    from tests.conftest import wait_for
+
+    d = domain()
+    resp = seed_client.post(SEED, json=body(d), headers={**HDR, "Prefer": "respond-async"})
+    assert resp.status_code == 202, resp.get_json()
+    status_url = resp.get_json()["statusUrl"]
+
+    def seeded():
+        status = seed_client.get(status_url, headers=HDR)
+        return status.status_code == 200 and status.get_json()["summary"]["existing"] == 15
+
+    wait_for(seeded, timeout=60)
+
+
 def test_respond_async_queues_seed_org_and_status_shows_the_result(seed_client):
     """`Prefer: respond-async` → 202 with the queued seed.org task; GET /internal/seed/{orgId} shows
     what the org holds (inline here: without a broker the task runs at once)."""

@@ -103,3 +103,30 @@ def test_random_headers_environ_and_keys_give_gunicorns_atoms(req, resp, env, ke
     expected, lazy = SafeAtoms(logger.atoms(*exchange)), LazyAtoms(logger, *exchange)
     for key in [*keys, *expected]:
         assert lazy[key] == expected[key], key
+
+
+def test_a_worker_answers_queued_connections_only_when_the_whole_server_stops():
+    """`server_stopping`: the arbiter (the worker's parent) closes its listening sockets before it sends
+    SIGTERM to the workers on a stop; on a reload or one worker's replacement it keeps them, and the
+    other workers take the queued connections (no 503)."""
+    import socket
+    import subprocess
+    import sys
+
+    from app.serving import EnvelopeThreadWorker
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    code = "import sys; sys.stdin.read()"
+    holding = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, pass_fds=[listener.fileno()])
+    released = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
+    try:
+        worker = SimpleNamespace(sockets=[listener], ppid=holding.pid)
+        assert EnvelopeThreadWorker.server_stopping(worker) is False
+        worker.ppid = released.pid
+        assert EnvelopeThreadWorker.server_stopping(worker) is True
+    finally:
+        for proc in (holding, released):
+            proc.communicate(b"", timeout=30)
+        listener.close()
