@@ -86,6 +86,11 @@ def write_envelope_error(sock, status_int: int, reason: str, mesg: str) -> None:
     util.write_nonblock(sock, head + body)
 
 
+# How long a worker thread spends discarding a body the app did not read (gunicorn's own bound for it)
+DRAIN_SECONDS = 5.0
+DEFAULT_MAX_BODY = 100 * 1024 * 1024
+
+
 STOPPING_READ_SECONDS = 5.0  # how long a refused connection may take to send its request head
 
 
@@ -118,8 +123,9 @@ def _socket_inodes(pid: int) -> set[int] | None:
 
 class EnvelopeThreadWorker(ThreadWorker):
     """gthread worker; its gunicorn-level errors are answered in the JSON envelope, an answer after which
-    the connection cannot be reused says `Connection: close` and closes it (see `closing_wsgi`), and it
-    stops listening as soon as it stops (see the module)."""
+    the connection cannot be reused says `Connection: close` and closes it (see `closing_wsgi`), it stops
+    listening as soon as it stops (see the module), and a body the app did not read is drained before the
+    connection is reused or closed."""
 
     _stopped_listening = False
     _refusing = False  # the server stops: requests not started yet get the 503
@@ -133,6 +139,18 @@ class EnvelopeThreadWorker(ThreadWorker):
         super().load_wsgi()
         self.wsgi = closing_wsgi(self.wsgi)
 
+    def _keepalive_after(self, conn, keepalive):
+        """gunicorn discards at most 64 KB of a body the app left unread (a 401, 404, 405 or 429 is
+        answered before the body is read), then closes the connection with the rest unread: the kernel
+        answers the sender's next bytes with a reset, which can destroy the response on its way. Behind
+        an ingress that is still passing the body on, the ingress sees a failed upstream: its client
+        gets 502 and the API process is taken out of rotation. So the worker drains up to the largest
+        body the app accepts (MAX_CONTENT_LENGTH; a larger one was refused for its Content-Length),
+        within the same time bound, whether or not the connection is kept."""
+        config = getattr(self.wsgi, "config", None) or {}
+        limit = int(config.get("MAX_CONTENT_LENGTH") or DEFAULT_MAX_BODY) + 65536
+        drained = conn.parser.finish_body(deadline=time.monotonic() + DRAIN_SECONDS, max_bytes=limit)
+        return bool(keepalive and drained)
 
     def set_accept_enabled(self, enabled: bool) -> None:
         super().set_accept_enabled(enabled)

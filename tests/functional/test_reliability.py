@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -340,3 +341,40 @@ def test_the_access_log_line_through_gunicorn(database_url):
     assert re.search(rf'^127\.0\.0\.1 "GET /health\?x=%22q%22 HTTP/1\.1" 200 {size} \d+ms rid=rid-of-the-test$',
                      out, re.M), out
     assert re.search(r'^127\.0\.0\.1 "GET /nowhere HTTP/1\.1" 404 \d+ \d+ms rid=[0-9a-f]{32}$', out, re.M), out
+
+
+def _read_http_response(conn: socket.socket) -> bytes:
+    """One response (headers + Content-Length body) from a raw socket; b"" when the server closed."""
+    data = b""
+    while True:
+        head, sep, body = data.partition(b"\r\n\r\n")
+        if sep:
+            length = int(re.search(rb"(?im)^content-length:\s*(\d+)", head).group(1))
+            if len(body) >= length:
+                return data
+        chunk = conn.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+
+
+def test_a_body_the_app_did_not_read_is_drained_and_the_connection_kept(database_url):
+    """A request the app answers without reading its body (405 here; 401, 404, 429 alike) keeps its
+    connection: gunicorn alone drains at most 64 KB of such a body and then closes with the rest
+    unread, a reset that can destroy the answer on its way (an ingress that is still sending the body
+    answers its client 502 and takes the API process out of rotation). The worker drains up to the
+    largest body the app accepts."""
+    proc, port = start_gunicorn(database_url, GUNICORN_THREADS="4")
+    try:
+        body = b"x" * (4 * 1024 * 1024)
+        with socket.create_connection(("127.0.0.1", port), timeout=20) as conn:
+            conn.sendall(b"POST /health HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            first = _read_http_response(conn)
+            conn.sendall(b"GET /health HTTP/1.1\r\nHost: gateway\r\n\r\n")
+            second = _read_http_response(conn)
+        assert first.startswith(b"HTTP/1.1 405 "), first[:200]
+        assert second.startswith(b"HTTP/1.1 200 "), second[:200]
+    finally:
+        proc.terminate()
+        proc.wait(30)

