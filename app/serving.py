@@ -43,6 +43,7 @@ from typing import Any
 
 from gunicorn import util
 from gunicorn.glogging import Logger
+from gunicorn.http.errors import NoMoreData, ParseException
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
 from app.wire import metadata
@@ -137,6 +138,9 @@ class EnvelopeThreadWorker(ThreadWorker):
 
     def load_wsgi(self) -> None:
         super().load_wsgi()
+        # read before wrapping: the wrapper is a plain function without the Flask app's config
+        config = getattr(self.wsgi, "config", None) or {}
+        self.max_body = int(config.get("MAX_CONTENT_LENGTH") or DEFAULT_MAX_BODY)
         self.wsgi = closing_wsgi(self.wsgi)
 
     def _keepalive_after(self, conn, keepalive):
@@ -147,9 +151,11 @@ class EnvelopeThreadWorker(ThreadWorker):
         gets 502 and the API process is taken out of rotation. So the worker drains up to the largest
         body the app accepts (MAX_CONTENT_LENGTH; a larger one was refused for its Content-Length),
         within the same time bound, whether or not the connection is kept."""
-        config = getattr(self.wsgi, "config", None) or {}
-        limit = int(config.get("MAX_CONTENT_LENGTH") or DEFAULT_MAX_BODY) + 65536
-        drained = conn.parser.finish_body(deadline=time.monotonic() + DRAIN_SECONDS, max_bytes=limit)
+        limit = getattr(self, "max_body", DEFAULT_MAX_BODY) + 65536
+        try:
+            drained = conn.parser.finish_body(deadline=time.monotonic() + DRAIN_SECONDS, max_bytes=limit)
+        except (ParseException, NoMoreData):  # an unread body that is malformed: the connection closes
+            return False
         return bool(keepalive and drained)
 
     def set_accept_enabled(self, enabled: bool) -> None:

@@ -57,7 +57,7 @@ def up() -> int:
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)  # Ctrl-C reaches honcho too (same process group)
     parent = int(os.environ.get("STACK_PARENT_PID") or 0)
-    deadline = time.monotonic() + float(os.environ.get("STACK_MAX_SECONDS") or 0) or None
+    deadline = stack_deadline(os.environ.get("STACK_MAX_SECONDS"))
     if parent or deadline:
         def watchdog():
             while honcho.poll() is None:
@@ -69,6 +69,13 @@ def up() -> int:
 
         threading.Thread(target=watchdog, daemon=True).start()
     return honcho.wait()
+
+
+def stack_deadline(max_seconds: str | None) -> float | None:
+    """When the stack stops by itself (STACK_MAX_SECONDS > 0, set by tests), as a monotonic time; None:
+    it runs until it is stopped."""
+    seconds = float(max_seconds or 0)
+    return time.monotonic() + seconds if seconds > 0 else None
 
 
 def _alive(pid: int) -> bool:

@@ -160,3 +160,32 @@ def test_a_worker_answers_queued_connections_only_when_the_whole_server_stops():
         for proc in (holding, released):
             proc.communicate(b"", timeout=30)
         listener.close()
+
+
+def test_the_drain_bound_follows_the_apps_max_content_length(monkeypatch):
+    """The worker drains an unread body up to the app's MAX_CONTENT_LENGTH (read before the app is
+    wrapped by `closing_wsgi`, a plain function without the config), and a malformed unread body
+    closes the connection instead of raising."""
+    from gunicorn.http.errors import InvalidChunkSize
+    from gunicorn.workers.gthread import ThreadWorker
+
+    from app.serving import EnvelopeThreadWorker
+
+    app = SimpleNamespace(config={"MAX_CONTENT_LENGTH": 500 * 1024 * 1024})
+    monkeypatch.setattr(ThreadWorker, "load_wsgi", lambda self: setattr(self, "wsgi", app))
+    worker = EnvelopeThreadWorker.__new__(EnvelopeThreadWorker)
+    worker.load_wsgi()
+    asked = {}
+
+    def finish_body(deadline=None, max_bytes=None):
+        asked["max_bytes"] = max_bytes
+        return True
+
+    conn = SimpleNamespace(parser=SimpleNamespace(finish_body=finish_body))
+    assert worker._keepalive_after(conn, True) is True
+    assert asked["max_bytes"] == 500 * 1024 * 1024 + 65536
+
+    def malformed(deadline=None, max_bytes=None):
+        raise InvalidChunkSize(b"ZZ")
+
+    assert worker._keepalive_after(SimpleNamespace(parser=SimpleNamespace(finish_body=malformed)), True) is False
