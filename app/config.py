@@ -11,6 +11,7 @@ same names (tests/unit/test_config.py checks that it stays complete).
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 # The checkout (the image: /srv/app), where the Makefile and the .env file are.
@@ -210,18 +211,38 @@ def env_file_values(path: str) -> dict[str, str]:
     return values
 
 
+def _flask_cli_dotenv(env_file: str) -> dict[str, str]:
+    """What the `flask` command itself loaded into the environment before any of our code ran: it reads
+    the `.env` and `.flaskenv` it finds from the working directory. When ENV_FILE names another file
+    (e.g. the local stack's), those values must not win over it: an environment value equal to the one
+    in that dotenv file is taken as loaded by `flask`, not set by the caller. {} outside the `flask` CLI."""
+    if os.path.basename(sys.argv[0] if sys.argv else "") != "flask" or os.environ.get("FLASK_SKIP_DOTENV"):
+        return {}
+    from dotenv import dotenv_values, find_dotenv
+
+    loaded: dict[str, str] = {}
+    for name in (".flaskenv", ".env"):
+        path = find_dotenv(name, usecwd=True)
+        if path and os.path.abspath(path) != os.path.abspath(env_file or ""):
+            loaded.update({k: v for k, v in dotenv_values(path).items() if v is not None})
+    return loaded
+
+
 def load_config(overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """Defaults, then the settings file (ENV_FILE), then environment variables, then explicit
     overrides (tests). VAR_DIR_EXPLICIT says whether anyone chose VAR_DIR (app.embedded_pg)."""
     overrides = overrides or {}
     env_file = overrides.get("ENV_FILE", os.environ.get("ENV_FILE", SETTINGS["ENV_FILE"][0]))
     from_file = env_file_values(env_file)
+    by_flask = _flask_cli_dotenv(env_file) if from_file else {}
+    environ = {name: value for name, value in os.environ.items()
+               if not (name in from_file and by_flask.get(name) == value)}
     config: dict[str, Any] = {}
     for name, (default, kind, _doc) in SETTINGS.items():
         if name in overrides:
             config[name] = overrides[name]
-        elif name in os.environ:
-            config[name] = _coerce(os.environ[name], kind)
+        elif name in environ:
+            config[name] = _coerce(environ[name], kind)
         elif name in from_file and name != "ENV_FILE":
             config[name] = _coerce(from_file[name], kind)
         else:
@@ -229,7 +250,7 @@ def load_config(overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     config["ENV_FILE"] = env_file
     for name, value in overrides.items():  # Flask/extension keys (TESTING, …)
         config.setdefault(name, value)
-    config["VAR_DIR_EXPLICIT"] = any("VAR_DIR" in source for source in (overrides, os.environ, from_file))
+    config["VAR_DIR_EXPLICIT"] = any("VAR_DIR" in source for source in (overrides, environ, from_file))
     config["VAR_DIR"] = os.path.abspath(config["VAR_DIR"])
     return config
 

@@ -51,6 +51,18 @@ def test_token_mint_finds_the_servers_var_dir_through_the_env_file(tmp_path):
     assert "JWT_SECRET is not set" not in out.stderr, out.stderr
 
 
+def test_env_file_wins_over_the_dotenv_the_flask_command_loads_itself(tmp_path):
+    """`flask` loads the `.env` of its working directory into the environment before our code runs; with
+    ENV_FILE naming another file (the local stack's), that file's settings are used, not the `.env`'s."""
+    (tmp_path / ".env").write_text("JWT_SECRET=" + "d" * 40 + "\n")
+    stack_env = tmp_path / "stack.env"
+    stack_env.write_text("JWT_SECRET=" + "k" * 40 + "\n")
+    out = flask(["token", "mint", "--org", "o"], tmp_path, ENV_FILE=str(stack_env))
+    assert out.returncode == 0, out.stderr
+    claims = jwt.decode(out.stdout.strip(), "k" * 40, algorithms=["HS256"], audience="platform-api")
+    assert claims["org_id"] == "o"
+
+
 def test_the_environment_wins_over_the_env_file(tmp_path):
     env_file = tmp_path / ".env"
     env_file.write_text("JWT_SECRET=" + "f" * 40 + "\nJWT_AUDIENCE=from-file\n")
