@@ -155,11 +155,13 @@ class _SMTP(smtplib.SMTP):
     DATA: the message's point of no return (BatchTransport)."""
 
     before_data: Callable[[], None] | None = None
+    in_data = False  # DATA was sent: from here a lost connection leaves the message's fate unknown
 
     def data(self, msg):
         hook = self.before_data
         if hook is not None:
             hook()
+        self.in_data = True
         return super().data(msg)
 
 
@@ -167,7 +169,9 @@ class SmtpBatchTransport(BatchTransport):
     """One SMTP connection reused for many messages; reconnects after a drop.
 
     4xx answers, dropped connections and timeouts are transient (`retry`); 5xx answers are
-    permanent (`failed`), e.g. a refused recipient. A failed AUTH is permanent for the whole job."""
+    permanent (`failed`), e.g. a refused recipient. A failed AUTH is permanent for the whole job. A
+    connection lost or timed out during DATA is `failed`, never retried: the server may have taken
+    the message before it went silent, and a retry could deliver it twice."""
 
     def __init__(self, sender: SmtpEmailSender) -> None:
         self.sender = sender
@@ -178,6 +182,7 @@ class SmtpBatchTransport(BatchTransport):
             if self.smtp is None:
                 self.smtp = self.sender.connect()
             self.smtp.before_data = _guarded(before_data)
+            self.smtp.in_data = False
             try:
                 refused = self.smtp.send_message(message)
             finally:
@@ -203,7 +208,11 @@ class SmtpBatchTransport(BatchTransport):
             return Delivery("retry" if code < 500 or code == 421 else "failed",
                             f"SMTP server answered {code}: {_text(exc.smtp_error)}", code)
         except (TimeoutError, smtplib.SMTPException, OSError) as exc:
+            in_data = bool(self.smtp is not None and self.smtp.in_data)
             self.close()
+            if in_data:
+                return Delivery("failed", f"SMTP connection lost during DATA ({type(exc).__name__}): the message "
+                                          "may have been delivered; not resent, to never deliver twice.")
             return Delivery("retry", f"SMTP connection problem: {type(exc).__name__}.")
         if refused:
             code, text = next(iter(refused.values()))

@@ -83,3 +83,68 @@ def test_sent_and_partially_refused():
     assert transport.deliver(object()).status == "sent"
     transport.smtp = FakeSmtp(refused={"a@x": (550, b"no")})
     assert transport.deliver(object()).status == "failed"
+
+
+def _smtp_server_that_drops(after: bytes):
+    """A loopback SMTP server (one connection) that speaks plainly until it has read `after`, then closes
+    without answering: `b"DATA"` drops when the DATA command arrives, `b"\\r\\n.\\r\\n"` once the whole
+    message was sent (the server may have queued it)."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve():
+        conn, _ = listener.accept()
+        with conn:
+            conn.sendall(b"220 test ESMTP\r\n")
+            data = b""
+            while True:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+                if after in data.upper():
+                    return  # gone without a word
+                while b"\r\n" in data:
+                    line, data = data.split(b"\r\n", 1)
+                    verb = line[:4].upper()
+                    if verb == b"EHLO":
+                        conn.sendall(b"250 test\r\n")
+                    elif verb == b"DATA":
+                        conn.sendall(b"354 go ahead\r\n")
+                        break
+                    else:
+                        conn.sendall(b"250 ok\r\n")
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener
+
+
+def _message():
+    from email.message import EmailMessage
+
+    message = EmailMessage()
+    message["From"], message["To"], message["Subject"] = "a@example.com", "b@example.com", "hello"
+    message.set_content("body")
+    return message
+
+
+def test_a_connection_lost_during_data_is_not_retried():
+    """Once the message went to the server, a dropped connection may hide a delivery: `failed`, never
+    `retry` (a retry could deliver it twice)."""
+    listener = _smtp_server_that_drops(b"\r\n.\r\n")
+    with listener:
+        sender = SmtpEmailSender("127.0.0.1", listener.getsockname()[1], starttls=False, timeout=5)
+        transport = SmtpBatchTransport(sender)
+        result = transport.deliver(_message())
+    assert result.status == "failed" and "may have been delivered" in result.message, result
+
+
+def test_a_connection_lost_before_data_is_retried():
+    listener = _smtp_server_that_drops(b"RCPT")
+    with listener:
+        sender = SmtpEmailSender("127.0.0.1", listener.getsockname()[1], starttls=False, timeout=5)
+        transport = SmtpBatchTransport(sender)
+        result = transport.deliver(_message())
+    assert result.status == "retry", result
