@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt pyproject.toml | cksum | cut -d' ' -f1)
 QUEUES := default,analytics,embeddings,email,bulk,seed
-APT    := $(if $(filter 0,$(shell id -u)),apt-get,sudo apt-get)
+APT    := $(if $(filter 0,$(shell id -u)),apt-get,sudo -n apt-get)  # -n: never wait for a password
 export FLASK_APP := wsgi
 
 .PHONY: install migrate run worker flower stack stack-tools test bench bench-tools lint clean

@@ -161,11 +161,28 @@ def process_env(stack: Stack, environ=None) -> dict[str, str]:
     return env
 
 
+def _traversable_by_others(path: str) -> bool:
+    """Whether every directory above `path` lets other users pass (o+x)."""
+    path = os.path.abspath(path)
+    while True:
+        parent = os.path.dirname(path)
+        if parent == path:
+            return True
+        if os.path.isdir(parent) and not os.stat(parent).st_mode & 0o001:
+            return False
+        path = parent
+
+
 def render_nginx(stack: Stack) -> str:
     with open(NGINX_TEMPLATE) as fh:
         text = fh.read()
     upstreams = "\n".join(f"        server 127.0.0.1:{port} max_fails=1 fail_timeout=2s;" for port in stack.api_ports)
-    user = "user nobody nogroup;" if os.geteuid() == 0 else "# not root: nginx runs as this user"
+    if os.geteuid() != 0:
+        user = "# not root: nginx runs as this user"
+    elif _traversable_by_others(os.path.join(stack.dir, "nginx")):
+        user = "user nobody nogroup;"
+    else:  # e.g. a checkout under /root (mode 700): nobody could not write the request bodies under tmp/
+        user = "user root root;  # STACK_DIR is not reachable by nobody"
     for name, value in {"USER": user, "DIR": os.path.join(stack.dir, "nginx"), "PORT": str(stack.port),
                         "UPSTREAMS": upstreams}.items():
         text = text.replace(f"@{name}@", value)
