@@ -370,7 +370,7 @@ def bulk(ours: Side, theirs: Side, pg: PgCpu, ours_url: str, directus_url: str) 
                 answer = side.json("POST", path, body)
                 elapsed = time.perf_counter() - start
                 cpu = (side.app_cpu_ns() - app + PgCpu.spent(db, pg.read())) / 1e6
-                made = answer["count"] if side is ours else len(answer["data"])
+                made = answer["count"] if side.name == "ours" else len(answer["data"])
                 assert made == BULK, (side.name, made)
                 if run:
                     got[side.name].append(BULK / elapsed)
@@ -486,7 +486,8 @@ def main() -> str:
                                f"{mine['app']:.2f} + {mine['pg']:.2f}", f"{other['app']:.2f} + {other['pg']:.2f}",
                                f"{mine['errors']} / {other['errors']}"])
             print(throughput[-1], flush=True)
-        bulk_rates = bulk(ours, theirs, pg, our_url, directus_url)
+        # ours creates in the bulk org (deleted afterwards), never in the measured one
+        bulk_rates = bulk(Side("ours", our_port, bench_token(BULK_ORG), ours.pids), theirs, pg, our_url, directus_url)
     finally:
         for proc in procs:
             stop(proc)
