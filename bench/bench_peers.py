@@ -222,7 +222,9 @@ def wait_http(port: int, path: str, proc: subprocess.Popen, log: str, seconds: i
 
 def directus_env(pg_dir: str, port: int, token: str) -> dict:
     """Directus's configuration: production, loopback only, our PostgreSQL over its unix socket, no
-    telemetry (it would call out), payloads up to 20 MB (a 5 000-record bulk create is ~3 MB)."""
+    telemetry (it would call out), payloads up to 20 MB (a 5 000-record bulk create is ~3 MB), and its
+    pressure limiter off: on a loaded machine it answers 503 once its event loop lags 500 ms, and wrk
+    would count those quick refusals as requests served."""
     keep = {k: os.environ[k] for k in ("HOME", "LANG", "TMPDIR") if k in os.environ}
     key_file = os.path.join(PEERS, "directus-secret")
     if not os.path.exists(key_file):
@@ -236,7 +238,8 @@ def directus_env(pg_dir: str, port: int, token: str) -> dict:
                 DB_PASSWORD="", KEY=secret[:32], SECRET=secret, ADMIN_EMAIL="admin@example.com",
                 ADMIN_PASSWORD=secret[:24], ADMIN_TOKEN=token, TELEMETRY="false", LOG_LEVEL="warn",
                 MAX_PAYLOAD_SIZE="20mb", CACHE_ENABLED="false", RATE_LIMITER_ENABLED="false",
-                WEBSOCKETS_ENABLED="false", EXTENSIONS_PATH=os.path.join(PEERS, "directus-extensions"),
+                WEBSOCKETS_ENABLED="false", PRESSURE_LIMITER_ENABLED="false",
+                EXTENSIONS_PATH=os.path.join(PEERS, "directus-extensions"),
                 STORAGE_LOCATIONS="local", STORAGE_LOCAL_ROOT=os.path.join(PEERS, "directus-uploads"))
 
 
