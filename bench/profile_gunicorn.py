@@ -2,15 +2,20 @@
 
     .venv/bin/python -m bench.profile_gunicorn [SECONDS]      # 60 by default
 
-gunicorn as configured (docker/gunicorn.conf.py) but with one worker (WEB_CONCURRENCY=1: every request
-lands in the process being sampled) on the entity benchmark's data set; one client thread sends the
-entity benchmark's queries (a)-(e) in turn over one keep-alive connection for SECONDS while
-`py-spy record` samples the worker (CPU only: idle threads, i.e. waits on the socket or on PostgreSQL,
-are not sampled). Then a second, shorter run writes the flamegraph (var/peers/profile.svg).
+1. In-process (the Flask test client: no gunicorn, no socket): the calling thread's CPU per request of
+   the mix, then the same under cProfile with time.thread_time as its timer (self CPU by layer and
+   by function; deterministic, blind to the machine's load, inflated on call-heavy code).
+2. gunicorn as configured (docker/gunicorn.conf.py) but with one worker (WEB_CONCURRENCY=1: every
+   request lands in the sampled process) on the entity benchmark's data set; one client thread sends
+   (a)-(e) in turn over one keep-alive connection for SECONDS while `py-spy record --idle` samples
+   every thread of the worker; samples whose leaf is a wait (epoll, the thread pool's queue, psycopg
+   waiting for PostgreSQL…) are set apart, the others are scaled to the worker's CPU per request
+   measured from /proc over the same window. Then 20 s more for the flamegraph (var/peers/profile.svg).
+   On a loaded machine py-spy over-counts frames right after system calls (a thread waiting for a
+   core keeps its frame on top): the in-process figures are the reliable ones for the app.
 
-Writes var/peers/profile.txt (py-spy's collapsed stacks) and prints, in CPU ms per request:
-the share of each layer (by the innermost frame that belongs to a known layer, see LAYERS) and the
-top functions by self and by inclusive time. The analysis is bench/results/peers-profile.md.
+Writes var/peers/profile.txt (py-spy's collapsed stacks) and prints the tables; the analysis is
+bench/results/peers-profile.md.
 """
 
 from __future__ import annotations
@@ -168,9 +173,56 @@ def key(frame: tuple[str, str]) -> str:
     return f"{frame[0]} ({frame[1]})"
 
 
+def inprocess(client, headers, n: int) -> str:
+    """The Flask app alone (test client, no gunicorn, no socket) under cProfile with each thread's CPU
+    clock (time.thread_time) as its timer: deterministic and blind to the machine's load, though the
+    profiler's own cost inflates call-heavy code. Self CPU time by layer (the function's file)."""
+    import cProfile
+    import pstats
+
+    bodies = list(QUERIES.values())
+    for body in bodies * 4:  # warm
+        client.post(f"/api/v1/entities/{ENTITY}/records/query", json={"query": body}, headers=headers)
+    plain = []
+    for _ in range(3):
+        start = time.thread_time()
+        for i in range(n):
+            client.post(f"/api/v1/entities/{ENTITY}/records/query", json={"query": bodies[i % 5]}, headers=headers)
+        plain.append((time.thread_time() - start) * 1000 / n)
+    prof = cProfile.Profile(timer=time.thread_time)
+    prof.enable()
+    for i in range(n):
+        client.post(f"/api/v1/entities/{ENTITY}/records/query", json={"query": bodies[i % 5]}, headers=headers)
+    prof.disable()
+    per_layer: collections.Counter[str] = collections.Counter()
+    per_function: collections.Counter[str] = collections.Counter()
+    for (file, line, func), (_cc, _nc, tottime, _ct, _callers) in pstats.Stats(prof).stats.items():
+        rel = relative(file)
+        per_layer[layer_of([(func, rel)]) if rel else "C functions (builtins: json, re, psycopg's C parts…)"] \
+            += tottime
+        per_function[f"{func} ({rel or file}:{line})"] += tottime
+    total = sum(per_layer.values())
+    out = [f"in-process, {n} calls of (a)-(e) in turn: CPU of the calling thread {min(plain):.2f} ms per request "
+           f"without the profiler (best of 3), {1000 * total / n:.2f} with it", "",
+           "| layer (a function's own file; self time) | share |", "|---|---|"]
+    out += [f"| {layer} | {100 * t / total:.0f}% |" for layer, t in per_layer.most_common()]
+    out += ["", "| top functions by self CPU time (cProfile, thread_time) | share |", "|---|---|"]
+    out += [f"| `{f}` | {100 * t / total:.1f}% |" for f, t in per_function.most_common(30)]
+    return "\n".join(out)
+
+
+def relative(file: str) -> str:
+    """A path as py-spy prints it (relative to site-packages, the stdlib or the project)."""
+    for marker in ("site-packages/", "/lib/python3.11/", "/lib/python3.12/", "/lib/python3.13/", ROOT + "/"):
+        if marker in file:
+            return file.split(marker, 1)[1]
+    return ""
+
+
 def main() -> None:
     seconds = int(next((a for a in sys.argv[1:] if a.isdigit()), "60"))
-    url, *_rest = bench_setup()
+    url, _app, _ids, _capture, client, headers = bench_setup()
+    print(inprocess(client, headers, 500), flush=True)
     os.makedirs(OUT, exist_ok=True)
     port = free_port()
     os.environ["WEB_CONCURRENCY"] = "1"
