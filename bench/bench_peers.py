@@ -499,6 +499,12 @@ def main() -> str:
     body = table(["query (100 000 rows; both counts checked equal)", "count", "ours p50 ms", "ours p95 ms",
                   "Directus p50 ms", "Directus p95 ms", "ratio p50 ours/Directus",
                   "CPU ms/request ours (app + PG)", "Directus (app + PG)", "ratio CPU ours/Directus"], rows)
+    def short(label: str) -> str:
+        return label[:3] if label.startswith("(") else label.split(" {")[0]
+    fast = [short(r[0]) for r in rows if r[6] <= 0.5]
+    lean = [short(r[0]) for r in rows if r[9] <= 0.5]
+    body += (f"\n\nTwice as fast (p50 ratio ≤ 0.50) on {len(fast)} of {len(rows)}: {', '.join(fast) or 'none'}; "
+             f"half the CPU (app + PG) on {len(lean)} of {len(rows)}: {', '.join(lean) or 'none'}.")
     body += "\n\n" + table(["wrk -t2, 10 s, each side alone", "ours req/s", "Directus req/s", "ratio",
                             "ours p50 ms", "Directus p50 ms", "CPU ms/request ours (app + PG)",
                             "Directus (app + PG)", "non-2xx ours / Directus"], throughput)
