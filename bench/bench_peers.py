@@ -441,7 +441,12 @@ def main() -> str:
         ensure_directus_data(theirs, our_url, directus_url, ids[BIG_ORG])
         clean_bulk(our_url, directus_url)  # what an interrupted run may have left
         our_token = bench_token(BIG_ORG)
+        workers = int(os.environ.get("WEB_CONCURRENCY", "2"))  # docker/gunicorn.conf.py's default
+        deadline = time.time() + 60
+        while len(worker_pids(gunicorn.pid)) < workers and time.time() < deadline:
+            time.sleep(0.2)
         ours = Side("ours", our_port, our_token, worker_pids(gunicorn.pid))
+        assert len(ours.pids) == workers, ours.pids
         pg = PgCpu(pg_dir)
         with psycopg.connect(psycopg_url(directus_url)) as conn:
             record_id = str(conn.execute(f"SELECT id FROM {COLLECTION} ORDER BY id OFFSET 5000 LIMIT 1").fetchone()[0])
