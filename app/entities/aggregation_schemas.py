@@ -26,7 +26,8 @@ class AggregateFieldSchema(Schema):
                                                                 "count (then it counts records)"})
     function = ma.String(required=True, validate=validate.OneOf(FUNCTIONS))
     alias = ma.String(allow_none=True, metadata={"description": "default `<function>_<field>`; `count` alone → "
-                                                                "`count`"})
+                                                                "`count`; unique within the request (explicit "
+                                                                "or default)"})
     percentile = StrictFloat(allow_none=True,  # a JSON number: "0.9" (a string) is refused
                              metadata={"description": "required for percentile: a fraction (0.9) or a percent (90)",
                                        "minimum": 0, "maximum": 100})
