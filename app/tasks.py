@@ -15,6 +15,7 @@ re-queue jobs whose worker died (see `app.entities.bulk.requeue_orphaned_jobs`).
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import random
 import secrets
@@ -26,7 +27,6 @@ from typing import Any
 
 import psycopg.errors
 from celery import Celery, Task
-from celery import current_app as default_celery
 from flask import Flask, current_app, g, has_app_context
 from sqlalchemy import delete, event, select, text, update
 from sqlalchemy.exc import ProgrammingError
@@ -105,17 +105,23 @@ def _drop_cached_connections(celery: Celery) -> None:
 
 
 def _celery() -> Celery:
-    """The Celery app of the current Flask app (init_celery), else Celery's default app."""
-    if has_app_context() and "celery" in current_app.extensions:
-        return current_app.extensions["celery"]
-    return default_celery
+    """The Celery app every task is registered with (create_app configures it: init_celery)."""
+    # Not at module level: app.celery_probe, the worker health check, imports this module and stays light.
+    from app.extensions import celery_app
+
+    return celery_app
 
 
 def task_named(name: str) -> Task:
     """The registered task called `name`. Services send their tasks by name (`enqueue_after_commit(session,
-    "email.bulk_send", ...)`): a task module imports its service, and the service never imports it back."""
+    "email.bulk_send", ...)`): a task module imports its service, and the service never imports it back.
+    The task modules (celeryconfig.include) are imported here if nothing did yet (init_celery does)."""
+    celery = _celery()
+    if name not in celery.tasks:
+        for module in celeryconfig.include:
+            importlib.import_module(module)
     try:
-        return _celery().tasks[name]
+        return celery.tasks[name]
     except KeyError:
         raise LookupError(f"no Celery task named {name!r} (is its module in celeryconfig.include?)") from None
 
