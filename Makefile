@@ -55,6 +55,7 @@ bench-tools:                    ## wrk (Debian) for the HTTP benchmark, installe
 
 lint: install
 	$(BIN)/ruff check app workers migrations tests bench stack
+	$(BIN)/lint-imports  # the import contracts of pyproject.toml (also run by tests/unit/test_architecture.py)
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .ruff_cache

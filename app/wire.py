@@ -46,6 +46,21 @@ def iso(moment: datetime | None) -> str | None:
     return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
+def parse_instant(value: str) -> datetime:
+    """A caller's ISO 8601 date or instant (analytics event times and windows) as an aware UTC datetime
+    (no offset = UTC); ValueError otherwise."""
+    text = (value or "").strip()
+    if not text or len(text) > 64 or not text[:4].isdigit():
+        raise ValueError(value)
+    try:
+        moment = datetime.fromisoformat(text)
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        return moment.astimezone(UTC)
+    except (OverflowError, ValueError):
+        raise ValueError(value) from None
+
+
 def metadata(success: bool) -> dict[str, Any]:
     return {"success": success, "timestamp": int(time.time())}
 

@@ -49,7 +49,7 @@ from app.db import db
 from app.errors import InvalidInput
 from app.images.models import ImageUsage
 from app.tenancy import Tenant
-from app.wire import iso, new_id, utcnow
+from app.wire import iso, new_id, parse_instant, utcnow
 
 E = AnalyticsEvent.__table__
 C = AnalyticsChat.__table__
@@ -66,20 +66,6 @@ _ONE_US = timedelta(microseconds=1)
 
 
 # --- time ------------------------------------------------------------------------------------------
-
-def parse_instant(value: str) -> datetime:
-    """An ISO 8601 date or instant as an aware UTC datetime (no offset = UTC); ValueError otherwise."""
-    text = (value or "").strip()
-    if not text or len(text) > 64 or not text[:4].isdigit():
-        raise ValueError(value)
-    try:
-        moment = datetime.fromisoformat(text)
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=UTC)
-        return moment.astimezone(UTC)
-    except (OverflowError, ValueError):
-        raise ValueError(value) from None
-
 
 def midnight(day: date) -> datetime:
     return datetime.combine(day, time.min, tzinfo=UTC)

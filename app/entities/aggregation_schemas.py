@@ -6,8 +6,9 @@ from marshmallow import RAISE, Schema, validate
 from marshmallow import fields as ma
 
 from app.agents.fields import StrictFloat, StrictInt
-from app.entities.aggregation import FUNCTIONS
 from app.entities.schemas import AnyJson, SortOrderField
+
+FUNCTIONS = ("count", "sum", "avg", "min", "max", "distinct_count", "percentile")  # the aggregation service's
 
 
 class AggregateFieldSchema(Schema):
