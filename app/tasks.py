@@ -33,34 +33,13 @@ from sqlalchemy.exc import ProgrammingError
 from sqlalchemy.orm import Session
 
 import celeryconfig
+from app.broker import configure_broker
 from app.db import db
+from app.extensions import celery_app
 from app.platform_models import OutboxMessage, Product
 from app.wire import new_id
 
 log = logging.getLogger(__name__)
-
-def configure_broker(celery: Celery, config) -> None:
-    """celeryconfig + the deployment's broker (REDIS_URL, CELERY_KEY_PREFIX) on `celery`; eager
-    in-process execution without REDIS_URL. Shared by `init_celery` and `app.celery_probe` (the
-    worker health check, which must not build the Flask app)."""
-    celery.config_from_object(celeryconfig)
-    redis_url = config.get("REDIS_URL")
-    if redis_url:
-        celery.conf.update(broker_url=redis_url, result_backend=redis_url,
-                           task_always_eager=False, task_eager_propagates=False)
-        prefix = config.get("CELERY_KEY_PREFIX")
-        if prefix:  # every queue, unacked and result key of this deployment lives under the prefix
-            celery.conf.broker_transport_options = {**celeryconfig.broker_transport_options,
-                                                    "global_keyprefix": prefix}
-            celery.conf.result_backend_transport_options = {
-                **celeryconfig.result_backend_transport_options, "global_keyprefix": prefix}
-        # the time limits are settings (a test sets a tiny one); the visibility timeout stays above them
-        celery.conf.update(task_time_limit=int(config["CELERY_TASK_TIME_LIMIT"]) or None,
-                           task_soft_time_limit=int(config["CELERY_TASK_SOFT_TIME_LIMIT"]) or None)
-    else:  # embedded default: no broker, tasks run in-process
-        celery.conf.update(task_always_eager=True, task_eager_propagates=True,
-                           broker_url="memory://", result_backend="cache+memory://")
-
 
 def init_celery(celery: Celery, app: Flask) -> None:
     """Configure the Celery app from celeryconfig + REDIS_URL and run tasks in an app context."""
@@ -106,9 +85,6 @@ def _drop_cached_connections(celery: Celery) -> None:
 
 def _celery() -> Celery:
     """The Celery app every task is registered with (create_app configures it: init_celery)."""
-    # Not at module level: app.celery_probe, the worker health check, imports this module and stays light.
-    from app.extensions import celery_app
-
     return celery_app
 
 
