@@ -19,7 +19,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from flask import Response
+from flask import Response, request
 
 SUCCESS = {"success": True}  # the spec's "success indicator"
 
@@ -77,8 +77,6 @@ def json_text(body: str, status: int = 200) -> Response:
 
 def preferences() -> list[str]:
     """The tokens of the request's Prefer headers (RFC 7240), lower-cased, parameters dropped."""
-    from flask import request
-
     prefer = ",".join(request.headers.getlist("Prefer"))
     return [token.strip().split(";")[0].strip().lower() for token in prefer.split(",") if token.strip()]
 

@@ -43,7 +43,7 @@ class GcsBlobStore(BlobStore):
         return self._client
 
     def _make_client(self):
-        from google.cloud import storage
+        from google.cloud import storage  # google-cloud-storage loads only with BLOB_BACKEND=gcs
 
         if self.endpoint:
             # An emulator (tests, local development): no Google credentials involved.
