@@ -10,7 +10,7 @@ from typing import Any
 
 from marshmallow import EXCLUDE, RAISE, Schema, ValidationError, fields, pre_load, validate, validates_schema
 
-from app.agents.fields import NulFree, QueryInt, text
+from app.fields import NulFree, QueryInt, text
 from app.jsonbody import json_bytes
 from app.wire import parse_instant
 

@@ -38,7 +38,6 @@ from marshmallow import ValidationError, fields, validate
 from sqlalchemy import Integer, func, select, text, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 
-from app.agents.fields import NulFree, StrictInt
 from app.agents.models import Agent, CatalogSkill
 from app.agents.schemas import AgentInputSchema
 from app.agents.services import agents as agent_service
@@ -49,6 +48,7 @@ from app.entities.models import EntityDefinition
 from app.entities.services import definitions
 from app.entities.services import views as view_service
 from app.errors import ApiError, Conflict, NotFound, ValidationFailed
+from app.fields import NulFree, StrictInt
 from app.ops.artifacts import KINDS, artifact_id
 from app.ops.seeding import (
     PROVISIONERS,

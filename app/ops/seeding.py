@@ -21,7 +21,6 @@ from marshmallow import RAISE, ValidationError, fields, validate, validates
 from sqlalchemy import func, select, text, tuple_
 from sqlalchemy.dialects.postgresql import insert
 
-from app.agents.fields import NulFree
 from app.agents.models import Agent, CatalogSkill
 from app.agents.schemas import AgentInputSchema, SkillInputSchema
 from app.agents.services import agents, skills
@@ -30,6 +29,7 @@ from app.entities.schemas import DefinitionInputSchema
 from app.entities.services import definitions
 from app.entities.services import views as view_service
 from app.errors import ApiError, NotFound, ValidationFailed
+from app.fields import NulFree
 from app.ops.artifacts import BUILTIN, artifact_id
 from app.platform_models import Artifact, Organization, OrgArtifact, User
 from app.storage import get_blob_store
