@@ -88,6 +88,7 @@ bench-peers: install bench-tools $(PEERS)/directus/.installed-$(DIRECTUS_VERSION
 
 lint: install
 	$(BIN)/ruff check app workers migrations tests bench stack
+	$(BIN)/lint-imports  # the import contracts of pyproject.toml (also run by tests/unit/test_architecture.py)
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .ruff_cache

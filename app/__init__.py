@@ -1,8 +1,15 @@
-"""Application factory. Nothing happens at import time; `create_app()` binds everything."""
+"""Application factory. Nothing happens at import time; `create_app()` binds everything.
+
+The functions below import the framework and the domains when they run, not at module level: this
+package runs first on every `import app.<anything>`, and the processes that need only a little of it
+(the worker health check app.celery_probe, `flask token mint`'s app.token_cli) must not load every
+domain, flask-smorest and the database models with it.
+"""
 
 from __future__ import annotations
 
 import copy
+import importlib
 import logging
 import os
 import re
@@ -11,6 +18,7 @@ from typing import Any
 from flask import Flask, current_app, g, request
 
 from app.config import load_config
+from app.errors import InvalidInput, error_response
 
 log = logging.getLogger(__name__)
 _SANE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -46,7 +54,7 @@ API_INFO = {
 def create_app(overrides: dict[str, Any] | None = None) -> Flask:
     """Build the Flask app. `overrides` replace configuration values (tests)."""
     app = Flask(__name__)
-    from app.jsonbody import SafeJSONProvider
+    from app.jsonbody import SafeJSONProvider  # here, not at module level: see the module docstring
 
     app.json = SafeJSONProvider(app)  # request.get_json() parses through app.jsonbody.loads
     # a copy per app: apispec's to_dict() merges each document into API_SPEC_OPTIONS in place, so a shared
@@ -115,8 +123,6 @@ def _register_blueprints(api, app: Flask) -> None:
 
 def _domain_route_modules():
     """Each domain's routes module, in DOMAINS order (an ImportError stops start-up)."""
-    import importlib
-
     return [importlib.import_module(f"app.{name}.routes") for name in DOMAINS]
 
 
@@ -195,8 +201,6 @@ def _refuse_nul_in_path() -> None:
     any route runs means no domain needs a check of its own. Runs after authentication and
     authorization, so an anonymous caller still gets 401 on /api/v1."""
     if "\x00" in request.path:
-        from app.errors import InvalidInput
-
         raise InvalidInput("The URL path must not contain the NUL character (%00).")
 
 
@@ -220,8 +224,6 @@ def _refuse_oversized(response):
     if (not limit or response.direct_passthrough or response.is_streamed or response.mimetype != "application/json"
             or (response.content_length or 0) <= limit):
         return response
-    from app.errors import error_response
-
     log.warning("response of %s bytes to %s refused (MAX_RESPONSE_BYTES %s)", response.content_length,
                 request.path, limit)
     return error_response(413, "PAYLOAD_TOO_LARGE",

@@ -3,11 +3,32 @@ a plugin command that needs no app)."""
 
 from __future__ import annotations
 
+import json
+
 import click
 from flask import current_app
 from flask.cli import with_appcontext
+from marshmallow import ValidationError
+from sqlalchemy import select
 
 from app.db import db
+from app.embeddings.jobs import queue_backfill
+from app.embeddings.pipeline import is_enabled
+from app.entities.indexes import sync_definition
+from app.entities.models import EntityDefinition
+from app.errors import ApiError
+from app.ops.rollout import (
+    get_rollout,
+    list_artifacts,
+    list_rollouts,
+    publish,
+    resume,
+    rollout_outcomes,
+    rollout_to_wire,
+)
+from app.ops.seed_jobs import queue_seed
+from app.ops.seeding import SeedRequestSchema, seed_org
+from app.platform_models import Product
 
 db_cli = click.Group("db", help="Database migrations.")
 products_cli = click.Group("products", help="Product schemas.")
@@ -18,7 +39,7 @@ entities_cli = click.Group("entities", help="Entity store maintenance.")
 @with_appcontext
 def db_upgrade() -> None:
     """Migrate the platform schema and every product schema to head."""
-    from migrations.runner import upgrade_all
+    from migrations.runner import upgrade_all  # alembic: imported only where a migration runs
 
     slugs = upgrade_all(db.engine, current_app.config["DEFAULT_PRODUCT"])
     click.echo(f"migrated platform + {len(slugs)} product schema(s): {', '.join(slugs)}")
@@ -29,7 +50,7 @@ def db_upgrade() -> None:
 @with_appcontext
 def products_create(name: str) -> None:
     """Provision product NAME: register it and migrate its schema."""
-    from migrations.runner import create_product
+    from migrations.runner import create_product  # alembic: imported only where a migration runs
 
     try:
         slug = create_product(db.engine, name)
@@ -42,10 +63,6 @@ def products_create(name: str) -> None:
 @with_appcontext
 def products_list() -> None:
     """List provisioned products."""
-    from sqlalchemy import select
-
-    from app.platform_models import Product
-
     with db.engine.connect() as conn:
         for row in conn.execute(select(Product.slug, Product.schema_name)):
             click.echo(f"{row.slug}\t{row.schema_name}")
@@ -71,12 +88,6 @@ def embeddings_backfill(product, org, entity) -> None:
     that made them, so they stop being served). Queues one `embeddings.backfill` walk per definition: a
     leased job written with its outbox row (app.embeddings.jobs), so it runs even if Redis is down now.
     """
-    from sqlalchemy import select
-
-    from app.embeddings.jobs import queue_backfill
-    from app.embeddings.pipeline import is_enabled
-    from app.entities.models import EntityDefinition
-
     product = product or current_app.config["DEFAULT_PRODUCT"]
     stmt = select(EntityDefinition).where(EntityDefinition.is_active.is_(True))
     if org:
@@ -107,20 +118,10 @@ seed_cli = click.Group("seed", help="Organization seeding.")
 @with_appcontext
 def seed_org_command(title, main_domain, product, admin_email, first_name, last_name, queue) -> None:
     """Create an organization, its admin user and the 15 platform artifacts (idempotent)."""
-    import json
-
-    from app.errors import ApiError
-    from app.ops.seeding import seed_org
-
     body = {"org": {"title": title, "mainDomain": main_domain,
                     "product": product or current_app.config["DEFAULT_PRODUCT"]},
             "admin": {"email": admin_email, "firstName": first_name, "lastName": last_name}}
     if queue:  # a leased job through the outbox, as the HTTP 202 (app.ops.seed_jobs)
-        from marshmallow import ValidationError
-
-        from app.ops.seed_jobs import queue_seed
-        from app.ops.seeding import SeedRequestSchema
-
         try:
             body = SeedRequestSchema().load(body)
         except ValidationError as exc:
@@ -147,8 +148,6 @@ artifacts_cli = click.Group("artifacts", help="Platform artifact registry and ro
 @with_appcontext
 def artifacts_list() -> None:
     """Every platform artifact with its current artifactVersion."""
-    from app.ops.rollout import list_artifacts
-
     for a in list_artifacts():
         click.echo(f"{a.id:<26} {a.kind:<9} v{a.artifact_version}")
 
@@ -159,11 +158,6 @@ def artifacts_list() -> None:
 @with_appcontext
 def artifacts_publish(file, rollout) -> None:
     """Publish FILE (JSON `{kind, name, artifactVersion, definition}`) and roll it out to every org."""
-    import json
-
-    from app.errors import ApiError
-    from app.ops.rollout import publish
-
     try:
         doc = json.load(file)
     except ValueError as exc:
@@ -184,9 +178,6 @@ def artifacts_publish(file, rollout) -> None:
 @with_appcontext
 def artifacts_status(rollout_id, outcome) -> None:
     """Progress of recent rollouts, or of ROLLOUT_ID with its per-org outcomes."""
-    from app.errors import ApiError
-    from app.ops.rollout import get_rollout, list_rollouts, rollout_outcomes, rollout_to_wire
-
     def line(r) -> str:
         w = rollout_to_wire(r)
         counts = " ".join(f"{k}={v}" for k, v in w["counts"].items() if v)
@@ -216,9 +207,6 @@ def artifacts_status(rollout_id, outcome) -> None:
 @with_appcontext
 def artifacts_resume(rollout_id) -> None:
     """Continue a stopped rollout from its cursor."""
-    from app.errors import ApiError
-    from app.ops.rollout import resume
-
     try:
         r = resume(rollout_id)
     except ApiError as exc:
@@ -236,11 +224,6 @@ def entities_sync_indexes(product, org, entity) -> None:
     What task `bulk.entity_indexes` does after a schema change or a bulk create; run it once after
     deploying the feature or changing ENTITY_INDEX_MIN_RECORDS. Idempotent.
     """
-    from sqlalchemy import select
-
-    from app.entities.indexes import sync_definition
-    from app.entities.models import EntityDefinition
-
     product = product or current_app.config["DEFAULT_PRODUCT"]
     stmt = select(EntityDefinition.id, EntityDefinition.org_id, EntityDefinition.name)
     if org:

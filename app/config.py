@@ -14,6 +14,8 @@ import os
 import sys
 from typing import Any
 
+from dotenv import dotenv_values
+
 # The checkout (the image: /srv/app), where the Makefile and the .env file are.
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -203,8 +205,6 @@ def env_file_values(path: str) -> dict[str, str]:
             return {}
         raise RuntimeError(f"ENV_FILE={path} does not exist (unset ENV_FILE for the default .env, or set it "
                            "empty to read none)")
-    from dotenv import dotenv_values
-
     values = {name: value for name, value in dotenv_values(path).items() if value is not None}
     if values.get("VAR_DIR"):
         values["VAR_DIR"] = os.path.join(os.path.dirname(os.path.abspath(path)), values["VAR_DIR"])

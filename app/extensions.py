@@ -14,6 +14,7 @@ from webargs.flaskparser import FlaskParser
 
 from app.auth import require
 from app.db import db
+from app.jsonbody import loads, require_json_body
 
 
 class ErrorBodySchema(Schema):
@@ -179,8 +180,6 @@ class SafeParser(FlaskParser):
     DEFAULT_VALIDATION_STATUS = 400  # schema failures are 400 VALIDATION_ERROR, not webargs' 422
 
     def _raw_load_json(self, req):
-        from app.jsonbody import loads, require_json_body
-
         if not require_json_body(req):
             return core.missing
         return loads(req.get_data(cache=True))

@@ -36,6 +36,7 @@ from flask import current_app, has_app_context
 from flask.json.provider import DefaultJSONProvider
 from marshmallow import ValidationError, fields
 
+from app.config import SETTINGS
 from app.errors import ApiError, InvalidInput, PayloadTooLarge, ValidationFailed
 
 DEFAULT_MAX_DEPTH = 64
@@ -173,8 +174,6 @@ def json_bytes(value: Any) -> int:
 
 def byte_limit(setting: str) -> int:
     """The app's value of a byte-limit setting (its default outside an app)."""
-    from app.config import SETTINGS
-
     if has_app_context() and current_app.config.get(setting):
         return int(current_app.config[setting])
     return int(SETTINGS[setting][0])

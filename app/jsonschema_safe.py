@@ -17,7 +17,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import re2
-from jsonschema import Draft202012Validator, FormatChecker, validators
+from jsonschema import Draft202012Validator, FormatChecker, _keywords, _legacy_keywords, _utils, validators
+from jsonschema.exceptions import SchemaError
 
 from app.errors import ValidationFailed
 
@@ -71,8 +72,6 @@ class _Re2Module:
 def _install() -> None:
     # jsonschema's keyword implementations call `re.search(pattern, …)` on module globals; pointing
     # those globals at RE2 covers every keyword that evaluates a caller's pattern, in every draft.
-    from jsonschema import _keywords, _legacy_keywords, _utils
-
     shim = _Re2Module()
     for module in (_keywords, _legacy_keywords, _utils):
         module.re = shim
@@ -109,8 +108,6 @@ def validator_class(schema: Any, default=Draft202012Validator):
 def check_schema(schema: Any, default=Draft202012Validator) -> None:
     """Check `schema` against its draft's metaschema (SchemaError), judging `format: regex` (the
     `pattern` keyword's own format) with RE2, then every pattern: UnsupportedPattern → SchemaError."""
-    from jsonschema.exceptions import SchemaError
-
     cls = validator_class(schema, default)
     cls.check_schema(schema, format_checker=format_checker(cls.FORMAT_CHECKER))
     problems = schema_pattern_problems(schema)

@@ -24,9 +24,11 @@ import threading
 import time
 from dataclasses import dataclass
 
+import redis
 from flask import Flask, current_app, g
 
 from app.errors import RateLimited
+from app.tenancy import current_tenant
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +105,6 @@ class RateLimiter:
         self._redis_down_until = 0.0
         url = app.config.get("REDIS_URL")
         if url:
-            import redis
-
             self._redis = redis.Redis.from_url(url, socket_timeout=0.25, socket_connect_timeout=0.25,
                                                retry_on_timeout=False)
 
@@ -144,8 +144,6 @@ def init_app(app: Flask) -> None:
 
 def check(group: str) -> None:
     """Count one request of the current organization against `group`; 429 RATE_LIMITED when over."""
-    from app.tenancy import current_tenant
-
     limiter: RateLimiter | None = current_app.extensions.get("ratelimit")
     checked = g.setdefault("_rate_limit_groups", set())
     if limiter is None or group in checked:  # one request counts once per group

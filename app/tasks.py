@@ -15,64 +15,31 @@ re-queue jobs whose worker died (see `app.entities.bulk.requeue_orphaned_jobs`).
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import random
+import secrets
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg.errors
 from celery import Celery, Task
 from flask import Flask, current_app, g, has_app_context
-from sqlalchemy import event
+from sqlalchemy import delete, event, select, text, update
+from sqlalchemy.exc import ProgrammingError
 from sqlalchemy.orm import Session
 
+import celeryconfig
+from app.broker import configure_broker
+from app.db import db
+from app.extensions import celery_app
+from app.platform_models import OutboxMessage, Product
+from app.wire import new_id
+
 log = logging.getLogger(__name__)
-
-MAX_RETRY_COUNTDOWN = 300  # the longest retry countdown of any task (embeddings), seconds
-
-
-def visibility_timeout(time_limit: int) -> int:
-    """Seconds before Redis hands a message taken by a worker to another one: above the longest a live
-    task may hold its message (its time limit, or the longest retry countdown of a message waiting for
-    its ETA), else a running task
-    would be delivered twice; never below celeryconfig's 900 s. Without a time limit nothing bounds a
-    task: the 900 s stand, and a task running longer is delivered again (leased jobs refuse the
-    second delivery; unleased tasks are idempotent)."""
-    import celeryconfig
-
-    default = int(celeryconfig.broker_transport_options["visibility_timeout"])
-    return max(default, max(time_limit, MAX_RETRY_COUNTDOWN) + 60) if time_limit else default
-
-
-def configure_broker(celery: Celery, config) -> None:
-    """celeryconfig + the deployment's broker (REDIS_URL, CELERY_KEY_PREFIX) on `celery`; eager
-    in-process execution without REDIS_URL. Shared by `init_celery` and `app.celery_probe` (the
-    worker health check, which must not build the Flask app)."""
-    import celeryconfig
-
-    celery.config_from_object(celeryconfig)
-    redis_url = config.get("REDIS_URL")
-    if redis_url:
-        celery.conf.update(broker_url=redis_url, result_backend=redis_url,
-                           task_always_eager=False, task_eager_propagates=False)
-        # the time limits are settings (a test sets a tiny one); the visibility timeout stays above them
-        hard, soft = int(config["CELERY_TASK_TIME_LIMIT"]), int(config["CELERY_TASK_SOFT_TIME_LIMIT"])
-        if hard and soft and soft >= hard:
-            raise RuntimeError(f"CELERY_TASK_SOFT_TIME_LIMIT ({soft}) must be below CELERY_TASK_TIME_LIMIT ({hard})")
-        celery.conf.update(task_time_limit=hard or None, task_soft_time_limit=soft or None)
-        transport = {**celeryconfig.broker_transport_options,
-                     "visibility_timeout": visibility_timeout(hard or soft)}
-        prefix = config.get("CELERY_KEY_PREFIX")
-        if prefix:  # every queue, unacked and result key of this deployment lives under the prefix
-            transport["global_keyprefix"] = prefix
-            celery.conf.result_backend_transport_options = {
-                **celeryconfig.result_backend_transport_options, "global_keyprefix": prefix}
-        celery.conf.broker_transport_options = transport
-    else:  # embedded default: no broker, tasks run in-process
-        celery.conf.update(task_always_eager=True, task_eager_propagates=True,
-                           broker_url="memory://", result_backend="cache+memory://")
-
 
 def init_celery(celery: Celery, app: Flask) -> None:
     """Configure the Celery app from celeryconfig + REDIS_URL and run tasks in an app context."""
@@ -116,22 +83,46 @@ def _drop_cached_connections(celery: Celery) -> None:
         del celery._local.backend
 
 
-def enqueue_after_commit(session: Session, task: Task, *args: Any, **kwargs: Any) -> str:
-    """Send `task` once `session`'s current transaction commits; drop it if it rolls back. With a
-    broker the task is recorded in the outbox in the same transaction, so it survives a broker outage.
-    Returns the task id the message will carry (the outbox row id), for a 202's status link."""
-    from app.wire import new_id
+def _celery() -> Celery:
+    """The Celery app every task is registered with (create_app configures it: init_celery)."""
+    return celery_app
 
+
+def task_named(name: str) -> Task:
+    """The registered task called `name`. Services send their tasks by name (`enqueue_after_commit(session,
+    "email.bulk_send", ...)`): a task module imports its service, and the service never imports it back.
+    The task modules (celeryconfig.include) are imported here if nothing did yet (init_celery does)."""
+    celery = _celery()
+    if name not in celery.tasks:
+        for module in celeryconfig.include:
+            importlib.import_module(module)
+    try:
+        return celery.tasks[name]
+    except KeyError:
+        raise LookupError(f"no Celery task named {name!r} (is its module in celeryconfig.include?)") from None
+
+
+def uses_outbox() -> bool:
+    """True with a broker: tasks go through the outbox (and leased jobs have rows); False in eager mode,
+    where a task runs in this process right after the commit."""
+    return not _celery().conf.task_always_eager
+
+
+def enqueue_after_commit(session: Session, task: Task | str, *args: Any, **kwargs: Any) -> str:
+    """Send `task` (a task or its registered name) once `session`'s current transaction commits; drop it
+    if it rolls back. With a broker the task is recorded in the outbox in the same transaction, so it
+    survives a broker outage. Returns the task id the message will carry (the outbox row id), for a 202's
+    status link."""
     return enqueue_message_after_commit(session, task, new_id(), args, kwargs)
 
 
-def enqueue_message_after_commit(session: Session, task: Task, message_id: str, args=(), kwargs=None) -> str:
+def enqueue_message_after_commit(session: Session, task: Task | str, message_id: str, args=(), kwargs=None) -> str:
     """`enqueue_after_commit` under a given task id (a leased job's `lease_message_id`)."""
+    if isinstance(task, str):
+        task = task_named(task)
     args, kwargs = tuple(args), dict(kwargs or {})
     in_outbox = not task.app.conf.task_always_eager
     if in_outbox:
-        from app.platform_models import OutboxMessage
-
         session.add(OutboxMessage(id=message_id, key_prefix=_key_prefix(), task_name=task.name, args=list(args),
                                   kwargs=dict(kwargs)))
     pending = session.info.setdefault("_pending_tasks", [])
@@ -153,8 +144,6 @@ def enqueue_message_after_commit(session: Session, task: Task, message_id: str, 
 
 
 def lease_message_id(job_id: str, token: int) -> str:
-    import secrets
-
     return f"{job_id}~{int(token)}~{secrets.token_hex(4)}"
 
 
@@ -173,10 +162,6 @@ def job_lock(lock_class: int, job_id: str, wait_seconds: float = 0.0) -> Iterato
     """A job's session advisory lock (`lock_class`, the job id's hash), tried for up to `wait_seconds`,
     on a connection of its own: it ends with that connection, so `kill -9` of the worker frees it. A
     lease reaper takes the same lock (`pg_try_advisory_xact_lock`) to know no live worker runs the job."""
-    from sqlalchemy import text
-
-    from app.db import db
-
     with db.engine.connect() as conn:
         deadline = time.monotonic() + wait_seconds
         while True:
@@ -241,11 +226,6 @@ def _key_prefix() -> str:
 
 
 def _forget_sent(message_ids: list[str]) -> None:
-    from sqlalchemy import delete
-
-    from app.db import db
-    from app.platform_models import OutboxMessage
-
     try:
         with db.engine.begin() as conn:
             conn.execute(delete(OutboxMessage).where(OutboxMessage.id.in_(message_ids)))
@@ -259,13 +239,6 @@ def dispatch_outbox(celery: Celery | None = None, *, min_age_seconds: float | No
     wrote a row normally sends it itself) and delete them. Rows are locked SKIP LOCKED, so several
     workers dispatch side by side without sending a row twice. Stops at the first broker error.
     Returns the number of tasks sent."""
-    from datetime import UTC, datetime, timedelta
-
-    from sqlalchemy import delete, select, update
-
-    from app.db import db
-    from app.platform_models import OutboxMessage
-
     celery = celery or current_app.extensions["celery"]
     if min_age_seconds is None:
         min_age_seconds = float(current_app.config["OUTBOX_DISPATCH_AFTER_SECONDS"])
@@ -306,13 +279,6 @@ def reap_each_product(label: str, reap) -> int:
     again. A product whose schema is not migrated yet (`create_product` registers the product, then
     migrates it; seeding does that at runtime, and a failed migration leaves it so) is skipped with a
     warning, so one such product never stops the reaper for the others; any other error is raised."""
-    import psycopg.errors
-    from sqlalchemy import select
-    from sqlalchemy.exc import ProgrammingError
-
-    from app.db import db
-    from app.platform_models import Product
-
     with db.engine.connect() as conn:
         products = list(conn.scalars(select(Product.slug)))
     total = 0

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import click
 
+from app.config import load_config
+from app.tokens import mint_token, signing_secret
+
 token_cli = click.Group("token", help="Access tokens for development and operations.")
 
 
@@ -21,9 +24,6 @@ token_cli = click.Group("token", help="Access tokens for development and operati
 def token_mint(org, user, email, scopes, role, product, ttl) -> None:
     """Print a bearer token signed with this deployment's JWT_SECRET (or its development secret in
     VAR_DIR/jwt-secret, as the server reads it)."""
-    from app.config import load_config
-    from app.tokens import mint_token, signing_secret
-
     try:
         config = load_config()
         secret = signing_secret(config)

@@ -18,6 +18,8 @@ from typing import Any
 
 import jwt
 
+from app.embedded_pg import refuse_new_state
+
 log = logging.getLogger(__name__)
 ALGORITHM = "HS256"
 MIN_SECRET_BYTES = 32
@@ -31,8 +33,6 @@ def signing_secret(config: Mapping[str, Any]) -> str:
         path = os.path.join(var_dir, "jwt-secret")
         exists = os.path.exists(path)
         if not exists or not config.get("DATABASE_URL"):
-            from app.embedded_pg import refuse_new_state
-
             refuse_new_state(config, "the development JWT secret" if exists else "a new development JWT secret")
         os.makedirs(var_dir, exist_ok=True)
         try:

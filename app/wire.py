@@ -19,7 +19,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from flask import Response
+from flask import Response, request
 
 SUCCESS = {"success": True}  # the spec's "success indicator"
 
@@ -46,6 +46,21 @@ def iso(moment: datetime | None) -> str | None:
     return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
+def parse_instant(value: str) -> datetime:
+    """A caller's ISO 8601 date or instant (analytics event times and windows) as an aware UTC datetime
+    (no offset = UTC); ValueError otherwise."""
+    text = (value or "").strip()
+    if not text or len(text) > 64 or not text[:4].isdigit():
+        raise ValueError(value)
+    try:
+        moment = datetime.fromisoformat(text)
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        return moment.astimezone(UTC)
+    except (OverflowError, ValueError):
+        raise ValueError(value) from None
+
+
 def metadata(success: bool) -> dict[str, Any]:
     return {"success": success, "timestamp": int(time.time())}
 
@@ -62,8 +77,6 @@ def json_text(body: str, status: int = 200) -> Response:
 
 def preferences() -> list[str]:
     """The tokens of the request's Prefer headers (RFC 7240), lower-cased, parameters dropped."""
-    from flask import request
-
     prefer = ",".join(request.headers.getlist("Prefer"))
     return [token.strip().split(";")[0].strip().lower() for token in prefer.split(",") if token.strip()]
 

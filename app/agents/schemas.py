@@ -15,7 +15,7 @@ import functools
 from flask import current_app
 from marshmallow import INCLUDE, Schema, ValidationError, fields, pre_load, validate, validates, validates_schema
 
-from app.agents.fields import (
+from app.fields import (
     SERVER_FIELDS,
     NulFree,
     QueryInt,

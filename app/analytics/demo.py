@@ -10,7 +10,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import click
+from flask import current_app
 from flask.cli import with_appcontext
+
+from app.analytics import services, tasks
+from app.analytics.schemas import AnalyticsEventSchema
+from app.db import product_slug
+from app.tenancy import Tenant, products
 
 AGENTS = [("support-bot", "Support Bot", "gpt-4o-mini", 0.15, 0.60),
           ("sales-assistant", "Sales Assistant", "gpt-4o", 2.50, 10.00),
@@ -70,12 +76,6 @@ def _ts(moment: datetime) -> str:
 
 def ingest_bodies(bodies: list[dict[str, Any]], org: str, product: str) -> int:
     """Validate and ingest AnalyticsEvent bodies as POST /events would for a token of `org`."""
-    from flask import current_app
-
-    from app.analytics import services, tasks
-    from app.analytics.schemas import AnalyticsEventSchema
-    from app.tenancy import Tenant
-
     tenant = Tenant(org_id=org, user_id="demo", email=None, role=None, product=product)
     schema = AnalyticsEventSchema()
     events = [services.normalise_event(schema.load(body), tenant) for body in bodies]
@@ -98,11 +98,6 @@ analytics_cli = click.Group("analytics", help="Analytics tools.")
 @with_appcontext
 def demo(org: str, days: int, chats: int, product: str | None, seed: int | None) -> None:
     """Generate realistic chat, message, CSAT and page-view facts through the real ingest path."""
-    from flask import current_app
-
-    from app.db import product_slug
-    from app.tenancy import products
-
     product = product_slug(product or current_app.config["DEFAULT_PRODUCT"])
     products.require(product)
     bodies = demo_events(org, days, chats, seed)

@@ -10,8 +10,9 @@ from typing import Any
 
 from marshmallow import EXCLUDE, RAISE, Schema, ValidationError, fields, pre_load, validate, validates_schema
 
-from app.agents.fields import NulFree, QueryInt, text
+from app.fields import NulFree, QueryInt, text
 from app.jsonbody import json_bytes
+from app.wire import parse_instant
 
 MAX_PROPERTIES_BYTES = 32 * 1024
 CHAT_DIRECTIONS = ("inbound", "outbound")
@@ -110,8 +111,6 @@ class AnalyticsEventSchema(NulFree):
 
     @validates_schema
     def _check(self, data: dict[str, Any], **_: Any) -> None:
-        from app.analytics.services import parse_instant
-
         errors: dict[str, list[str]] = {}
         if data.get("timestamp") is not None:
             try:
@@ -149,8 +148,6 @@ _TEXT_FIELDS = (("sessionId", 256), ("userId", 256), ("eventType", 128), ("event
 
 
 def _fast_event(data: dict) -> dict | None:
-    from app.analytics.services import parse_instant
-
     out: dict[str, Any] = {}
     for name, limit in _TEXT_FIELDS:
         value = data.get(name)

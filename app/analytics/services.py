@@ -45,11 +45,13 @@ from app.analytics.rollup import (
     ROLLUP_COLUMNS,
     USAGE_COLUMNS,
 )
+from app.analytics.writer import encode, write_lines
 from app.db import db
 from app.errors import InvalidInput
 from app.images.models import ImageUsage
+from app.platform_models import Organization
 from app.tenancy import Tenant
-from app.wire import iso, new_id, utcnow
+from app.wire import iso, new_id, parse_instant, utcnow
 
 E = AnalyticsEvent.__table__
 C = AnalyticsChat.__table__
@@ -66,20 +68,6 @@ _ONE_US = timedelta(microseconds=1)
 
 
 # --- time ------------------------------------------------------------------------------------------
-
-def parse_instant(value: str) -> datetime:
-    """An ISO 8601 date or instant as an aware UTC datetime (no offset = UTC); ValueError otherwise."""
-    text = (value or "").strip()
-    if not text or len(text) > 64 or not text[:4].isdigit():
-        raise ValueError(value)
-    try:
-        moment = datetime.fromisoformat(text)
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=UTC)
-        return moment.astimezone(UTC)
-    except (OverflowError, ValueError):
-        raise ValueError(value) from None
-
 
 def midnight(day: date) -> datetime:
     return datetime.combine(day, time.min, tzinfo=UTC)
@@ -171,8 +159,6 @@ def write_batch(session: Session, events: Iterable[dict[str, Any]]) -> int:
     """Store one batch of normalised events (one product) in the session's transaction and fold the
     newly stored ones into the rollups (`app.analytics.writer`). Returns how many were new; duplicates
     change nothing."""
-    from app.analytics.writer import encode, write_lines
-
     stored, _ = write_lines(session, encode(events))
     return stored
 
@@ -399,8 +385,6 @@ def events(org: str, window: Window, filters: dict[str, str], limit: int, offset
 # --- global (every org of the token's product) -----------------------------------------------------
 
 def _org_names(org_ids: Iterable[str]) -> dict[str, str]:
-    from app.platform_models import Organization
-
     ids = sorted(set(org_ids))
     if not ids:
         return {}

@@ -28,9 +28,11 @@ import uuid
 from collections import defaultdict
 from typing import Any
 
+import redis
 from flask import current_app
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from app.analytics.writer import encode, write_lines
 from app.db import db
 from app.extensions import celery_app
 from app.registry import find_service
@@ -72,8 +74,6 @@ def build_redis_client(config):
     url = config.get("REDIS_URL")
     if not url:
         return None
-    import redis
-
     return redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
 
 
@@ -113,8 +113,6 @@ def _schedule_flush(client) -> None:
 
 
 def write_inline(events: list[dict[str, Any]]) -> int:
-    from app.analytics.writer import encode
-
     stored, _ = write_lines_by_product(encode(events))
     return stored
 
@@ -136,8 +134,6 @@ def _product_of(line: bytes) -> str | None:
 
 def write_lines_by_product(lines: list[bytes]) -> tuple[int, list[bytes]]:
     """Store buffer lines, one transaction per product (sorted). Returns (stored, unusable lines)."""
-    from app.analytics.writer import write_lines
-
     stored, dead = 0, []
     by_product: dict[str, list[bytes]] = defaultdict(list)
     for line in lines:

@@ -21,7 +21,10 @@ from app.console.services import (
     open_session,
     read_session,
 )
+from app.db import product_slug
 from app.errors import Forbidden, Unauthorized, ValidationFailed
+from app.jsonbody import loads, require_json_body
+from app.tenancy import products
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # Swagger UI's own build, shipped inside the flask-swagger-ui wheel (we use only its files)
@@ -128,8 +131,6 @@ def _require_dev_sign_in() -> None:
 
 
 def _identity_from_body() -> ConsoleIdentity:
-    from app.jsonbody import loads, require_json_body
-
     # the API's one JSON layer: 415 for another type, 400 for bad JSON (depth, digits, surrogates)
     body = loads(request.get_data(cache=True)) if require_json_body(request) else None
     if not isinstance(body, dict):
@@ -145,9 +146,6 @@ def _identity_from_body() -> ConsoleIdentity:
 
 
 def _require_product(name: str) -> None:
-    from app.db import product_slug
-    from app.tenancy import products
-
     try:
         slug = product_slug(name)
     except ValueError as exc:

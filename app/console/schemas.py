@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import re
+
 from marshmallow import RAISE, Schema, ValidationError, fields, validate
 
-from app.console.services import ROLES, valid_name
+ROLES = ("admin", "super_admin")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@:-]{0,127}")
+
+
+def valid_name(value: str) -> bool:
+    """Org, user and product names a console session accepts (the characters ids use)."""
+    return _NAME.fullmatch(value) is not None  # fullmatch: `$` would let a trailing newline in
 
 
 def _name(value: str) -> None:

@@ -14,7 +14,6 @@ Elsewhere the page takes a token pasted by an operator (`flask token mint`).
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -28,8 +27,6 @@ COOKIE_PATH = "/console"
 # The console only reads dashboards; its tokens carry nothing more (spec: analytics reads need
 # `read` or `read:analytics`; the global view is granted by the role, not a scope).
 TOKEN_SCOPES = ("read:analytics",)
-ROLES = ("admin", "super_admin")
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@:-]{0,127}")
 
 
 @dataclass(frozen=True)
@@ -41,11 +38,6 @@ class ConsoleIdentity:
     role: str | None = None
     product: str | None = None
     email: str | None = None
-
-
-def valid_name(value: str) -> bool:
-    """Org, user and product names a console session accepts (the characters ids use)."""
-    return _NAME.fullmatch(value) is not None  # fullmatch: `$` would let a trailing newline in
 
 
 def _serializer(secret: str) -> URLSafeTimedSerializer:

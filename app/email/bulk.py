@@ -42,7 +42,16 @@ from app.email.models import EmailDelivery, EmailJob
 from app.email.senders import Delivery, NotSent
 from app.email.services import build_message, get_sender, unique_addresses
 from app.errors import NotFound
-from app.tasks import enqueue_message_after_commit, job_lock, lease_message_id, retry_countdown
+from app.tasks import (
+    _key_prefix,
+    enqueue_message_after_commit,
+    interrupted_reason,
+    job_lock,
+    lease_message_id,
+    out_of_attempts,
+    reap_each_product,
+    retry_countdown,
+)
 from app.tenancy import Tenant, current_tenant, tenant_select
 from app.wire import iso, new_id, utcnow
 
@@ -52,6 +61,7 @@ LOST = ("The worker was lost while handing this message to the SMTP server (it m
         "not resent, to never deliver twice.")
 JOB_LOCK = 0x454D_4A42
 LOCK_WAIT_SECONDS = 10.0
+SEND_TASK = "email.bulk_send"  # app.email.tasks.bulk_send, sent by name
 
 
 # --------------------------------------------------------------------------- creating jobs
@@ -60,8 +70,6 @@ LOCK_WAIT_SECONDS = 10.0
 def create_job(*, kind: str, deliveries: list[dict[str, Any]], subject: str | None = None,
                body: str | None = None) -> EmailJob:
     """A queued job with one `pending` row per delivery; its task is sent once this commits."""
-    from app.tasks import _key_prefix
-
     tenant = current_tenant()
     session = db.session
     job = EmailJob(id=new_id(), org_id=tenant.org_id, kind=kind, status="queued", subject=subject,
@@ -175,8 +183,6 @@ def _run_locked(session, product: str, job_id: str, token: int, slice_size: int 
     job.attempts = (job.attempts or 0) + 1  # a run started; one that records deliveries sets it back to 0
     # This message came through this deployment's broker, so the job is this deployment's: a job of the
     # previous release (m0002 left key_prefix empty; it could not know) comes under this reaper.
-    from app.tasks import _key_prefix
-
     job.key_prefix = _key_prefix()
     session.commit()
     config = current_app.config
@@ -262,10 +268,9 @@ def _run_locked(session, product: str, job_id: str, token: int, slice_size: int 
 def _dispatch(session, product: str, job_id: str, token: int) -> None:
     """The job's next message, sent once `session` commits. The token travels in the task id
     (app.tasks.lease_message_id), not as an argument: a worker of the release before slices runs the
-    message (it sends the whole job), so a rollback strands no job mid-chain."""
-    from app.email.tasks import bulk_send
-
-    enqueue_message_after_commit(session, bulk_send, lease_message_id(job_id, token), (product, job_id))
+    message (it sends the whole job), so a rollback strands no job mid-chain. Sent by name: app.email.tasks
+    imports this module."""
+    enqueue_message_after_commit(session, SEND_TASK, lease_message_id(job_id, token), (product, job_id))
 
 
 def _renew(session, job_id: str) -> None:
@@ -302,14 +307,10 @@ def requeue_stalled_jobs() -> int:
     A job a worker is sending (lock held) is left alone; its slice renews the lease. Only this
     deployment's jobs (CELERY_KEY_PREFIX, as the outbox dispatch): another one sharing the database has
     its own broker and settings."""
-    from app.tasks import reap_each_product
-
     return reap_each_product("email lease reaper", _requeue_stalled)
 
 
 def _requeue_stalled(product: str) -> int:
-    from app.tasks import _key_prefix, out_of_attempts
-
     requeued = 0
     with db.product_session(product) as session:
         stalled = list(session.scalars(
@@ -339,8 +340,6 @@ def _give_up(session, job: EmailJob, product: str) -> None:
     """End a job whose last JOB_MAX_ATTEMPTS runs were each lost before sending anything: its rows not
     sent yet fail with the reason (rows caught at their point of no return: LOST), and the reason is the
     job's `error`. Called under the job's lock (the reaper's transaction)."""
-    from app.tasks import interrupted_reason
-
     reason = interrupted_reason(job.attempts)
     log.error("email job %s (product %s): %s", job.id, product, reason)
     _recover_lost_rows(session, job.id)

@@ -23,7 +23,7 @@ from app.db import db
 from app.email.bulk import create_job
 from app.email.models import EmailJob, NewsletterSubscriber
 from app.errors import NotFound, Unauthorized, ValidationFailed
-from app.tenancy import current_tenant, tenant_select
+from app.tenancy import current_tenant, products, tenant_select
 from app.wire import iso, new_id, utcnow
 
 UNSUBSCRIBE_PATH = "/api/v1/newsletter/unsubscribe"
@@ -129,8 +129,6 @@ def unsubscribe_url(product: str, org_id: str, subscriber_id: str) -> str:
 
 def subscriber_by_token(token: str, *, unsubscribe: bool = False) -> NewsletterSubscriber:
     """The subscriber a signed link names (no login); with `unsubscribe`, unsubscribed (idempotent)."""
-    from app.tenancy import products
-
     product, org_id, subscriber_id = read_token(token)
     products.require(product)
     with db.product_session(product) as session:

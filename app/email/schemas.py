@@ -3,7 +3,7 @@
 from marshmallow import RAISE, Schema, ValidationError, fields, validate, validates_schema
 
 # NulFree: no NUL characters anywhere in the input (PostgreSQL cannot store them)
-from app.agents.fields import NulFree, QueryInt
+from app.fields import NulFree, QueryInt
 
 MAX_RECIPIENTS = 50
 MAX_BODY_CHARS = 1_000_000

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import logging
 
+import redis
 from flask import current_app
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from app.embeddings.base import (
     Embedder,
@@ -19,6 +22,8 @@ from app.embeddings.base import (
     Vector,
 )
 from app.embeddings.cache import QueryEmbeddingCache
+from app.embeddings.local import LocalEmbedder
+from app.embeddings.openai_compat import OpenAICompatibleEmbedder
 from app.embeddings.text import build_embedding_text, embedding_content_hash
 from app.registry import find_service
 
@@ -43,15 +48,11 @@ def build_embedder(config, *, model: str | None = None, dimensions: int | None =
     """
     backend = (config.get("EMBEDDINGS_BACKEND") or "local").strip().lower()
     if backend == "local":
-        from app.embeddings.local import LocalEmbedder
-
         embedder = LocalEmbedder.from_config(config)
         if model and model != embedder.model:
             log.debug("local embedder serves %s in place of requested model %s", embedder.model, model)
         return embedder
     if backend == "openai":
-        from app.embeddings.openai_compat import OpenAICompatibleEmbedder
-
         return OpenAICompatibleEmbedder.from_config(config, model=model, dimensions=dimensions)
     raise EmbedderConfigError(f"unknown EMBEDDINGS_BACKEND {backend!r} (use {' or '.join(BACKENDS)})")
 
@@ -88,9 +89,5 @@ def redis_cache_client(url: str | None):
     """A Redis client for the query cache (None without a URL): fails fast rather than retrying."""
     if not url:
         return None
-    import redis
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
-
     # Short timeouts and no retries: a slow cache must cost less than the embedding it saves.
     return redis.Redis.from_url(url, socket_timeout=0.25, socket_connect_timeout=0.25, retry=Retry(NoBackoff(), 0))

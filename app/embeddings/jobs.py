@@ -29,7 +29,6 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from celery import Task
 from flask import current_app, has_app_context
 from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.orm import Session
@@ -37,7 +36,17 @@ from sqlalchemy.orm import Session
 from app.config import SETTINGS
 from app.db import db
 from app.embeddings.models import EmbeddingJob
-from app.tasks import _key_prefix, enqueue_after_commit, enqueue_message_after_commit, lease_message_id
+from app.platform_models import FailedTask
+from app.tasks import (
+    _key_prefix,
+    enqueue_after_commit,
+    enqueue_message_after_commit,
+    interrupted_reason,
+    lease_message_id,
+    out_of_attempts,
+    reap_each_product,
+    uses_outbox,
+)
 from app.wire import new_id, utcnow
 
 log = logging.getLogger(__name__)
@@ -45,6 +54,9 @@ log = logging.getLogger(__name__)
 LOCK_CLASS = 0x454D_4244  # "EMBD": the advisory lock class of embedding jobs (app.tasks.job_lock)
 # A reaper holds a job's lock for the few milliseconds of its transaction; a message arriving then waits.
 LOCK_WAIT_SECONDS = 5.0
+# The tasks (app.embeddings.tasks, which imports this module), sent by name.
+RECORDS_TASK = "embeddings.records"
+BACKFILL_TASK = "embeddings.backfill"
 
 
 def _lease_seconds() -> float:
@@ -57,19 +69,13 @@ def lease_end(extra_seconds: float = 0.0):
     return utcnow() + timedelta(seconds=_lease_seconds() + extra_seconds)
 
 
-def _leased(task: Task) -> bool:
-    return not task.app.conf.task_always_eager  # eager: the task runs in this process right after commit
-
-
 def _send(session: Session, job: EmbeddingJob, product: str) -> None:
     """The job's message under its current token, sent once `session` commits."""
-    from app.embeddings.tasks import backfill, embed_records
-
     if job.kind == "records":
-        enqueue_message_after_commit(session, embed_records, lease_message_id(job.id, job.dispatch_token),
+        enqueue_message_after_commit(session, RECORDS_TASK, lease_message_id(job.id, job.dispatch_token),
                                      (product, job.org_id, job.entity_id, list(job.record_ids or ())))
     else:
-        enqueue_message_after_commit(session, backfill, lease_message_id(job.id, job.dispatch_token),
+        enqueue_message_after_commit(session, BACKFILL_TASK, lease_message_id(job.id, job.dispatch_token),
                                      (product, job.org_id, job.entity_id, job.fingerprint or "", job.after_id or ""))
 
 
@@ -77,10 +83,8 @@ def _send(session: Session, job: EmbeddingJob, product: str) -> None:
 
 def queue_records(session: Session, product: str, org_id: str, entity_id: str, record_ids: list[str]) -> None:
     """Embed these records once the caller's transaction commits (a leased job with a broker)."""
-    from app.embeddings.tasks import embed_records
-
-    if not _leased(embed_records):
-        enqueue_after_commit(session, embed_records, product, org_id, entity_id, list(record_ids))
+    if not uses_outbox():  # eager: the task runs in this process right after commit
+        enqueue_after_commit(session, RECORDS_TASK, product, org_id, entity_id, list(record_ids))
         return
     job = EmbeddingJob(id=new_id(), kind="records", org_id=org_id, entity_id=entity_id, record_ids=list(record_ids),
                        dispatch_token=0, lease_expires_at=lease_end(), key_prefix=_key_prefix(), created_at=utcnow())
@@ -91,10 +95,8 @@ def queue_records(session: Session, product: str, org_id: str, entity_id: str, r
 def queue_backfill(session: Session, product: str, org_id: str, entity_id: str, fingerprint: str,
                    after_id: str = "") -> None:
     """Walk the definition's records from `after_id` once the caller's transaction commits."""
-    from app.embeddings.tasks import backfill
-
-    if not _leased(backfill):
-        enqueue_after_commit(session, backfill, product, org_id, entity_id, fingerprint, after_id)
+    if not uses_outbox():
+        enqueue_after_commit(session, BACKFILL_TASK, product, org_id, entity_id, fingerprint, after_id)
         return
     job = EmbeddingJob(id=new_id(), kind="backfill", org_id=org_id, entity_id=entity_id, fingerprint=fingerprint,
                        after_id=after_id, dispatch_token=0, lease_expires_at=lease_end(), key_prefix=_key_prefix(),
@@ -160,14 +162,10 @@ def requeue_stalled_jobs() -> int:
     """Lease reaper (app.lease_reapers, run by every worker's maintenance loop): send again, under its
     current token and with a renewed lease, every embedding job of this deployment (CELERY_KEY_PREFIX)
     past its lease whose advisory lock is free (no live worker runs it). Returns how many were sent."""
-    from app.tasks import reap_each_product
-
     return reap_each_product("embedding lease reaper", _requeue_stalled)
 
 
 def _requeue_stalled(product: str) -> int:
-    from app.tasks import out_of_attempts
-
     requeued, given_up = 0, []
     with db.product_session(product) as session:
         stalled = list(session.scalars(
@@ -206,9 +204,6 @@ def _message_args(job: EmbeddingJob, product: str) -> list:
 def _record_given_up(job_id: str, kind: str, attempts: int, args: list, product: str) -> None:
     """A job the reaper stopped sending lands in platform.failed_tasks with the reason (where every task
     that failed for good is), so an operator can re-run it (`flask embeddings backfill`)."""
-    from app.platform_models import FailedTask
-    from app.tasks import interrupted_reason
-
     reason = interrupted_reason(attempts)
     log.error("embedding job %s (%s, product %s): %s", job_id, kind, product, reason)
     try:

@@ -58,6 +58,7 @@ def _offline_environment() -> None:
 def _load(path: str, threads: int) -> _LoadedModel:
     _offline_environment()
     started = time.perf_counter()
+    # torch and sentence-transformers (seconds to import, hundreds of MB): only in the process that embeds
     import torch
     from sentence_transformers import SentenceTransformer
     from transformers.utils import logging as hf_logging

@@ -75,7 +75,7 @@ def _drop(product: str, job) -> None:
         log.warning("embedding job %s: could not drop its lease row", job.id)
 
 
-@celery_app.task(name="embeddings.records", bind=True, acks_late=True, reject_on_worker_lost=True)
+@celery_app.task(name=jobs.RECORDS_TASK, bind=True, acks_late=True, reject_on_worker_lost=True)
 def embed_records(self, product: str, org_id: str, entity_id: str, record_ids: list[str]) -> dict:
     """Embed (or re-stamp) these records of one definition after they were created or updated."""
 
@@ -94,7 +94,7 @@ def embed_records(self, product: str, org_id: str, entity_id: str, record_ids: l
     return _leased(self, product, "records", work, org_id=org_id, entity_id=entity_id, record_ids=list(record_ids))
 
 
-@celery_app.task(name="embeddings.backfill", bind=True, acks_late=True, reject_on_worker_lost=True)
+@celery_app.task(name=jobs.BACKFILL_TASK, bind=True, acks_late=True, reject_on_worker_lost=True)
 def backfill(self, product: str, org_id: str, entity_id: str, fingerprint: str = "", after_id: str = "") -> dict:
     """Re-embed a definition's records after embeddings were enabled or their setup changed.
 

@@ -52,6 +52,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.elements import ColumnElement
 
 from app.db import db
+from app.entities.aggregation_schemas import FUNCTIONS
 from app.entities.fieldtypes import (
     KIND_ARRAY,
     KIND_BOOL,
@@ -80,7 +81,6 @@ from app.entities.services.context import definition_context
 from app.errors import ValidationFailed
 
 BUCKETS = ("hour", "day", "week", "month", "quarter", "year")
-FUNCTIONS = ("count", "sum", "avg", "min", "max", "distinct_count", "percentile")
 NUMERIC_FUNCTIONS = ("sum", "avg", "percentile")
 HAVING_OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$between", "$exists")
 ALIAS = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")

@@ -5,9 +5,10 @@ from __future__ import annotations
 from marshmallow import RAISE, Schema, validate
 from marshmallow import fields as ma
 
-from app.agents.fields import StrictFloat, StrictInt
-from app.entities.aggregation import FUNCTIONS
 from app.entities.schemas import AnyJson, SortOrderField
+from app.fields import StrictFloat, StrictInt
+
+FUNCTIONS = ("count", "sum", "avg", "min", "max", "distinct_count", "percentile")  # the aggregation service's
 
 
 class AggregateFieldSchema(Schema):

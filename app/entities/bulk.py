@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from flask import current_app
@@ -36,12 +37,14 @@ from app.entities.services.records import (
     records_written,
 )
 from app.errors import ApiError, NotFound, ValidationFailed
+from app.tasks import _key_prefix, enqueue_after_commit, interrupted_reason, out_of_attempts, reap_each_product
 from app.tenancy import current_tenant, get_owned
 from app.wire import iso, new_id, utcnow
 
 log = logging.getLogger(__name__)
 T = EntityRecord.__table__
 OPERATIONS = ("create", "update", "delete")
+RUN_TASK = "bulk.entity_records"  # app.entities.tasks.run_bulk_job, sent by name (that module imports this one)
 MAX_DETAILED = 100  # records whose errors are spelled out in details (all indexes are listed)
 BULK_WORK_MEM = "32MB"  # for the INSERT … SELECT of a bulk create (the trigger's transition rows)
 _STAGING = sql_table("_entity_bulk_rows", column("id", String), column("name", Text), column("fields", JSONB),
@@ -266,8 +269,6 @@ def create_job(definition: EntityDefinition, operation: str, items: list[Any]) -
             unstorable[index] = problems
     if unstorable:  # JSONB cannot hold U+0000, so such a payload cannot even be queued
         raise _reject(unstorable, len(items))
-    from app.tasks import _key_prefix
-
     tenant = current_tenant()
     job = BulkJob(id=new_id(), org_id=tenant.org_id, entity_id=definition.id, entity_name=definition.name,
                   operation=operation, status="pending", payload={"items": items}, user_id=tenant.user_id,
@@ -287,11 +288,6 @@ def requeue_orphaned_jobs() -> int:
     A second delivery of the same job is a no-op (`claim_job`).
     A job that already used JOB_MAX_ATTEMPTS runs (each killed, e.g. by the task time limit) is failed
     with the reason instead (`error`, GET /jobs/{id}): it would be killed the same way again."""
-    from datetime import timedelta
-
-    from app.entities.tasks import run_bulk_job
-    from app.tasks import _key_prefix, enqueue_after_commit, interrupted_reason, out_of_attempts, reap_each_product
-
     cutoff = utcnow() - timedelta(seconds=float(current_app.config["JOB_LEASE_SECONDS"]))
 
     def reap(product: str) -> int:
@@ -310,7 +306,7 @@ def requeue_orphaned_jobs() -> int:
                     continue
                 log.warning("bulk job %s (product %s) lost its worker; re-queued", job.id, product)
                 job.status, job.started_at = "pending", None
-                enqueue_after_commit(session, run_bulk_job, job.id, product)
+                enqueue_after_commit(session, RUN_TASK, job.id, product)
                 requeued += 1
             return requeued
 
@@ -324,8 +320,6 @@ def claim_job(job_id: str, product: str, *, new_run: bool = True) -> bool:
         job = session.get(BulkJob, job_id, with_for_update=True)
         if job is None or job.status in ("succeeded", "failed"):
             return False
-        from app.tasks import _key_prefix
-
         # the message came through this deployment's broker: the job is this deployment's (a job of the
         # previous release has no prefix; its reaper is now this one's)
         job.status, job.started_at, job.key_prefix = "running", utcnow(), _key_prefix()

@@ -10,6 +10,7 @@ records are validated against and the `FieldCatalog` the filter compiler types i
 from __future__ import annotations
 
 import copy
+import json
 import re
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -176,8 +177,6 @@ def compile_definition_schema(schema: Any) -> CompiledSchema:
 
 @lru_cache(maxsize=512)
 def _compile_cached(frozen: str) -> CompiledSchema:
-    import json
-
     schema = json.loads(frozen)
     errors: dict[str, list[str]] = {}
     compiled_props: dict[str, Any] = {}
@@ -330,8 +329,6 @@ def _format_check(fmt: str) -> Any:
 
 def _subvalidator(schema: Any):
     """The full validator of one property's schema (when it has no references to resolve)."""
-    import json
-
     if "$ref" in json.dumps(schema) or "$dynamicRef" in json.dumps(schema):
         return None
     return validator_for(schema, format_checker_base=FORMATS).is_valid
@@ -367,8 +364,6 @@ class QuickCheck:
 
 
 def _freeze(schema: dict) -> str:
-    import json
-
     try:
         return json.dumps(schema, sort_keys=True, allow_nan=False)
     except (TypeError, ValueError):

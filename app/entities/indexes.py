@@ -39,16 +39,27 @@ import logging
 from dataclasses import dataclass
 
 from flask import current_app
-from sqlalchemy import text
+from sqlalchemy import func, select, text
 from sqlalchemy.engine import Connection
 
+from app.db import db, schema_for
 from app.entities import projection
-from app.entities.fieldtypes import KIND_DATE, KIND_DATETIME, KIND_NUMBER, KIND_TEXT, FieldCatalog
+from app.entities.fieldtypes import (
+    KIND_DATE,
+    KIND_DATETIME,
+    KIND_NUMBER,
+    KIND_TEXT,
+    FieldCatalog,
+    compile_definition_schema,
+)
 from app.entities.filters import FieldResolver
+from app.entities.models import EntityDefinition, EntityRecord
 from app.entities.projection import _literal, _sql, definition_key  # one rendering for both
+from app.tasks import enqueue_after_commit
 
 log = logging.getLogger(__name__)
 PREFIX = "erx_"
+SYNC_TASK = "bulk.entity_indexes"  # app.entities.tasks.sync_definition_indexes, sent by name
 LONG_TEXT = ("text", "stringMultiline")
 
 
@@ -138,11 +149,9 @@ def sync_indexes(conn: Connection, schema: str, definition_id: str, catalog: Fie
 
 
 def schedule_sync(session, product: str, definition_id: str) -> None:
-    """Send the index task for this definition once `session` commits (the caller's transaction)."""
-    from app.entities.tasks import sync_definition_indexes
-    from app.tasks import enqueue_after_commit
-
-    enqueue_after_commit(session, sync_definition_indexes, product, definition_id)
+    """Send the index task for this definition once `session` commits (the caller's transaction). Sent by
+    name: app.entities.tasks imports this module."""
+    enqueue_after_commit(session, SYNC_TASK, product, definition_id)
 
 
 def sync_definition(product: str, definition_id: str, *, concurrently: bool | None = None) -> dict[str, list[str]]:
@@ -150,12 +159,6 @@ def sync_definition(product: str, definition_id: str, *, concurrently: bool | No
 
     `concurrently` defaults to True except for in-process (eager) tasks, which run inside the request
     that sent them: a concurrent build would wait for that request's own snapshot."""
-    from sqlalchemy import func, select
-
-    from app.db import db, schema_for
-    from app.entities.fieldtypes import compile_definition_schema
-    from app.entities.models import EntityDefinition, EntityRecord
-
     celery = current_app.extensions.get("celery")
     eager = bool(celery and celery.conf.task_always_eager)
     schema = schema_for(product)

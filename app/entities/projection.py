@@ -65,6 +65,7 @@ from sqlalchemy import Boolean, Column, Integer, MetaData, Numeric, Table, Text,
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import ARRAY, TIMESTAMP, TSVECTOR
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.sql.elements import ColumnElement
 
 from app.db import PRODUCT_PLACEHOLDER
@@ -76,6 +77,7 @@ from app.entities.fieldtypes import (
     KIND_NUMBER,
     KIND_TEXT,
     FieldCatalog,
+    compile_definition_schema,
 )
 from app.entities.filters import FieldRef, FieldResolver, NotProjected
 
@@ -459,8 +461,6 @@ def _retrying(conn: Connection, timeout: str, attempts: int, action) -> None:
     lock on entity_records (DROP TRIGGER, for the last projection of a schema or one built before the
     dispatcher, an ACCESS EXCLUSIVE one); waiting long would queue every request's writes (or reads)
     behind it."""
-    from sqlalchemy.exc import OperationalError
-
     conn.execute(text(f"SET lock_timeout = '{timeout}'"))
     try:
         for attempt in range(attempts):
@@ -526,8 +526,6 @@ def triggered(conn: Connection, schema: str, definition_id: str) -> set[str]:
 def _point_at(engine, schema: str, definition_id: str, plan: Plan | None) -> bool:
     """Set the definition's `projection` to `plan`'s table if its current schema still plans that table
     (else, or with no plan, to NULL), under the definition's row lock. True when it points at it."""
-    from app.entities.fieldtypes import compile_definition_schema
-
     q = _quote(schema)
     with engine.begin() as conn:
         row = conn.execute(text(f"SELECT schema, is_active, projection FROM {q}.entity_definitions WHERE id = :d "
@@ -594,6 +592,4 @@ def follow_schema(definition) -> None:
 
 
 def _catalog(definition) -> FieldCatalog:
-    from app.entities.fieldtypes import compile_definition_schema
-
     return compile_definition_schema(definition.schema or {}).catalog

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import weakref
 from typing import Any
@@ -129,8 +130,6 @@ def planned_count(where: list, table=T) -> int:
     """The planner's estimate of the matching rows (PostgREST's `count=planned`): no scan at all."""
     plan = db.session.scalar(_ExplainJson(select(literal(1)).select_from(table).where(*where)))
     if isinstance(plan, str):
-        import json
-
         plan = json.loads(plan)
     return max(0, int(round(plan[0]["Plan"]["Plan Rows"])))
 

@@ -6,8 +6,8 @@ from flask import current_app
 from marshmallow import EXCLUDE, RAISE, Schema, ValidationError, pre_load, validate, validates
 from marshmallow import fields as ma
 
-from app.agents.fields import INT32_MAX, StrictInt
 from app.extensions import ExactDumpSchema
+from app.fields import INT32_MAX, StrictInt
 from app.jsonbody import BoundedJson
 
 ENTITY_NAME = r"^[a-z][a-z0-9_-]{0,63}$"

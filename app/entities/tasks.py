@@ -8,7 +8,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy.exc import OperationalError
 
 from app.db import db
-from app.entities import bulk
+from app.entities import bulk, indexes
 from app.entities.models import BulkJob, EntityDefinition
 from app.extensions import celery_app
 from app.tasks import enqueue_after_commit, retry_or_give_up
@@ -17,7 +17,7 @@ from app.tenancy import current_tenant
 log = logging.getLogger(__name__)
 
 
-@celery_app.task(name="bulk.entity_records", bind=True, acks_late=True, reject_on_worker_lost=True,
+@celery_app.task(name=bulk.RUN_TASK, bind=True, acks_late=True, reject_on_worker_lost=True,
                  max_retries=3)
 def run_bulk_job(self, job_id: str, product: str) -> str:
     """Run an asynchronous bulk job. Idempotent: a finished job is skipped, and the writes commit
@@ -43,12 +43,10 @@ def run_bulk_job(self, job_id: str, product: str) -> str:
         raise
 
 
-@celery_app.task(name="bulk.entity_indexes", acks_late=True, reject_on_worker_lost=True)
+@celery_app.task(name=indexes.SYNC_TASK, acks_late=True, reject_on_worker_lost=True)
 def sync_definition_indexes(product: str, definition_id: str) -> dict:
     """Create/drop a definition's per-field indexes (app.entities.indexes); idempotent."""
-    from app.entities.indexes import sync_definition
-
-    return sync_definition(product, definition_id)
+    return indexes.sync_definition(product, definition_id)
 
 
 def start_bulk_job(definition: EntityDefinition, operation: str, items: list) -> BulkJob:

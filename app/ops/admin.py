@@ -12,8 +12,8 @@ from __future__ import annotations
 from flask.views import MethodView
 from marshmallow import Schema, fields, validate
 
-from app.agents.fields import NulFree, QueryInt
 from app.extensions import Blueprint
+from app.fields import NulFree, QueryInt
 from app.ops import rollout as registry
 from app.tenancy import current_tenant
 

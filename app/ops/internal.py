@@ -10,9 +10,11 @@ from __future__ import annotations
 from flask import current_app, jsonify
 from flask.views import MethodView
 
-from app.extensions import Blueprint
+from app.errors import NotFound
+from app.extensions import Blueprint, db
 from app.ops.schemas import SeedQueuedSchema, SeedReportSchema, SeedStatusQuerySchema, SeedStatusSchema
-from app.ops.seeding import SeedRequestSchema
+from app.ops.seed_jobs import latest_request, queue_seed
+from app.ops.seeding import SeedRequestSchema, org_id_for, seed_org, seed_status
 from app.wire import wants_async
 
 blp = Blueprint("internal", __name__, url_prefix="/internal",
@@ -35,10 +37,6 @@ class Seed(MethodView):
         is the lower-cased `mainDomain`. A second call creates nothing and answers 200 with every
         artifact `existing`; another `product` provisions that product for the same org (201).
         With `Prefer: respond-async` the `seed.org` task is queued instead (202, follow `statusUrl`)."""
-        from app.extensions import db
-        from app.ops.seed_jobs import queue_seed
-        from app.ops.seeding import org_id_for, seed_org
-
         if wants_async():
             # a leased job through the outbox like every other 202: it survives a broker outage, a lost
             # worker and the task time limit (app.ops.seed_jobs)
@@ -64,10 +62,6 @@ class SeedStatus(MethodView):
         """What the org holds in `product` (default product when omitted): every registry artifact,
         `existing` (with the org's version and forkedFromVersion) or `missing`; and `lastRequest`, the
         org's latest asynchronous seed (queued, running, done or failed with its `error`)."""
-        from app.errors import NotFound
-        from app.ops.seed_jobs import latest_request
-        from app.ops.seeding import seed_status
-
         org_id, product = orgId.lower(), args.get("product") or current_app.config["DEFAULT_PRODUCT"]
         last = latest_request(org_id, product)
         try:

@@ -30,15 +30,25 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import timedelta
 from typing import Any
 
+from flask import current_app
 from marshmallow import ValidationError, fields, validate
 from sqlalchemy import Integer, func, select, text, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 
-from app.agents.fields import NulFree, StrictInt
+from app.agents.models import Agent, CatalogSkill
+from app.agents.schemas import AgentInputSchema
+from app.agents.services import agents as agent_service
+from app.agents.services import skills as skill_service
 from app.db import db
-from app.errors import ApiError, NotFound, ValidationFailed
+from app.entities.fieldtypes import compile_definition_schema
+from app.entities.models import EntityDefinition
+from app.entities.services import definitions
+from app.entities.services import views as view_service
+from app.errors import ApiError, Conflict, NotFound, ValidationFailed
+from app.fields import NulFree, StrictInt
 from app.ops.artifacts import KINDS, artifact_id
 from app.ops.seeding import (
     PROVISIONERS,
@@ -54,10 +64,13 @@ from app.ops.seeding import (
     tenant_context,
 )
 from app.platform_models import Artifact, OrgArtifact, Rollout, RolloutOutcome
+from app.storage import get_blob_store
+from app.tasks import _key_prefix, enqueue_message_after_commit, interrupted_reason, lease_message_id, out_of_attempts
 from app.wire import iso, utcnow
 
 log = logging.getLogger(__name__)
 OUTCOMES = ("updated", "forked", "added", "current", "missing", "failed")
+ROLLOUT_TASK = "seed.rollout"  # app.ops.tasks.rollout_task
 DEFAULT_BATCH = 100
 
 
@@ -92,8 +105,6 @@ def _invalid(fields: dict[str, list[str]]) -> ValidationFailed:
 
 def check_definition(kind: str, name: str, definition: dict, known_skills: set[str]) -> None:
     """The definition must be what the kind's own API would accept (400 naming the fields)."""
-    from app.entities.fieldtypes import compile_definition_schema
-
     def prefixed(messages) -> dict[str, list[str]]:
         return {f"definition.{k}": v for k, v in flatten_errors(messages).items()}
 
@@ -109,8 +120,6 @@ def check_definition(kind: str, name: str, definition: dict, known_skills: set[s
             if skill_input(definition, 1).get("name") != name:
                 raise _invalid({"definition.name": [f"must be '{name}'"]})
         elif kind == "agent":
-            from app.agents.schemas import AgentInputSchema
-
             skills = definition.get("skills") or []
             if not isinstance(skills, list) or not all(isinstance(s, dict) for s in skills):
                 raise _invalid({"definition.skills": ["must be a list of {skillName, enabled, order}"]})
@@ -152,8 +161,6 @@ def publish(doc: Any, *, created_by: str | None = None, rollout: bool = True) ->
 
     `doc` is `{kind, name, artifactVersion, definition}` (PublishSchema; the route has loaded it
     already, the CLI has not); artifactVersion must be above the current one (409 otherwise)."""
-    from app.errors import Conflict
-
     try:
         doc = _PUBLISH.load(doc if doc is not None else {})
     except ValidationError as exc:
@@ -196,20 +203,14 @@ def start_rollout(session, artifact: Artifact, *, created_by: str | None = None)
 
 
 def _lease_and_send(session, rollout: Rollout) -> None:
-    """Renew the rollout's lease and send its next batch under its current token once `session` commits."""
-    from app.ops.tasks import rollout_task
-    from app.tasks import _key_prefix, enqueue_message_after_commit, lease_message_id
-
+    """Renew the rollout's lease and send its next batch under its current token once `session` commits
+    (sent by name: app.ops.tasks imports this module)."""
     rollout.lease_expires_at, rollout.key_prefix = _lease_end(), _key_prefix()
-    enqueue_message_after_commit(session, rollout_task, lease_message_id(rollout.id, rollout.dispatch_token or 0),
+    enqueue_message_after_commit(session, ROLLOUT_TASK, lease_message_id(rollout.id, rollout.dispatch_token or 0),
                                  (rollout.id,))
 
 
 def _lease_end():
-    from datetime import timedelta
-
-    from flask import current_app
-
     return utcnow() + timedelta(seconds=float(current_app.config["JOB_LEASE_SECONDS"]))
 
 
@@ -310,10 +311,6 @@ def requeue_stalled_rollouts() -> int:
     worker was killed, the task hit its time limit, or the message was lost with Redis' memory) is sent
     again under its current token, or marked `failed` with the reason once JOB_MAX_ATTEMPTS runs were
     lost. Returns how many were sent again."""
-    from sqlalchemy import func
-
-    from app.tasks import _key_prefix, interrupted_reason, out_of_attempts
-
     session = db.session
     requeued = 0
     try:
@@ -401,8 +398,6 @@ def _decide_and_apply(artifact: Artifact, row: OrgArtifact | None, org_id: str, 
     if state == "edited":
         row.forked_from_version, row.updated_at = row.artifact_version, utcnow()
         if row.kind == "entity":
-            from app.entities.models import EntityDefinition
-
             session.execute(update(EntityDefinition).where(EntityDefinition.id == row.object_id)
                             .values(forked_from_version=row.artifact_version))
         detail = f"edited copy kept at version {row.artifact_version} (latest {target})"
@@ -421,14 +416,10 @@ def _copy_state(row: OrgArtifact) -> str:
     if row.kind in ("database", "storage"):
         return "unedited"
     if row.kind == "entity":
-        from app.entities.models import EntityDefinition
-
         definition = session.get(EntityDefinition, row.object_id)
         if definition is None:
             return "missing"
         return "unedited" if definition.updated_by == SYSTEM_USER and definition.is_active else "edited"
-    from app.agents.models import Agent, CatalogSkill
-
     model = Agent if row.kind == "agent" else CatalogSkill
     obj = session.get(model, row.object_id)
     if obj is None:
@@ -442,8 +433,6 @@ def _replace_database(artifact: Artifact, row: OrgArtifact) -> None:
 
 
 def _replace_storage(artifact: Artifact, row: OrgArtifact) -> None:
-    from app.storage import get_blob_store
-
     store = get_blob_store()
     prefix = storage_prefix(artifact, row.org_id)
     store.put(prefix + "README.txt", f"Files of organization {row.org_id}.\n".encode(), "text/plain")
@@ -452,10 +441,6 @@ def _replace_storage(artifact: Artifact, row: OrgArtifact) -> None:
 
 
 def _replace_entity(artifact: Artifact, row: OrgArtifact) -> None:
-    from app.entities.models import EntityDefinition
-    from app.entities.services import definitions
-    from app.entities.services import views as view_service
-
     data, views = entity_input(artifact.payload)
     data.update(artifactVersion=artifact.artifact_version, forkedFromVersion=None, source="platform")
     current = db.session.get(EntityDefinition, row.object_id)
@@ -467,19 +452,14 @@ def _replace_entity(artifact: Artifact, row: OrgArtifact) -> None:
 
 
 def _replace_skill(artifact: Artifact, row: OrgArtifact) -> None:
-    from app.agents.models import CatalogSkill
-    from app.agents.services import skills
-
     data = skill_input(artifact.payload, artifact.artifact_version)
-    skills.update_skill(db.session.get(CatalogSkill, row.object_id).name, data)
+    skill_service.update_skill(db.session.get(CatalogSkill, row.object_id).name, data)
 
 
 def _replace_agent(artifact: Artifact, row: OrgArtifact) -> None:
-    from app.agents.services import agents
-
     data = agent_input(artifact.payload, artifact.artifact_version, row.org_id)
     data.pop("isDefault", None)  # which agent is the default stays the org's choice
-    agents.update_agent(row.object_id, data)
+    agent_service.update_agent(row.object_id, data)
 
 
 REPLACERS = {"database": _replace_database, "storage": _replace_storage, "entity": _replace_entity,

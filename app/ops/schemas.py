@@ -2,8 +2,8 @@
 
 from marshmallow import Schema, fields, validate
 
-from app.agents.fields import NulFree
 from app.extensions import ExactDumpSchema
+from app.fields import NulFree
 
 
 class IdentitySchema(ExactDumpSchema):

@@ -22,12 +22,25 @@ from flask import current_app
 from sqlalchemy import func, select, text
 
 from app.db import db
+from app.ops.seeding import org_id_for
 from app.platform_models import SeedJob
+from app.tasks import (
+    _key_prefix,
+    enqueue_after_commit,
+    enqueue_message_after_commit,
+    interrupted_reason,
+    job_lock,
+    lease_message_id,
+    lease_of,
+    out_of_attempts,
+    uses_outbox,
+)
 from app.wire import iso, new_id, utcnow
 
 log = logging.getLogger(__name__)
 LOCK_CLASS = 0x5345_4A42  # "SEJB": the advisory lock class of seed jobs (app.tasks.job_lock)
 LOCK_WAIT_SECONDS = 5.0
+SEED_TASK = "seed.org"  # app.ops.tasks.SEED_TASK, sent by name (that module imports this one)
 
 
 def _lease_end():
@@ -36,24 +49,18 @@ def _lease_end():
 
 def queue_seed(session, data: dict[str, Any]) -> str:
     """Seed `data` (a loaded SeedRequestSchema body) once `session` commits; returns the task id."""
-    from app.ops.seeding import org_id_for
-    from app.ops.tasks import seed_org_task
-    from app.tasks import _key_prefix, enqueue_after_commit, enqueue_message_after_commit, lease_message_id
-
-    if seed_org_task.app.conf.task_always_eager:
-        return enqueue_after_commit(session, seed_org_task, **data)
+    if not uses_outbox():
+        return enqueue_after_commit(session, SEED_TASK, **data)
     job = SeedJob(id=new_id(), org_id=org_id_for(data["org"]["mainDomain"]), product=data["org"]["product"],
                   body=data, status="queued", dispatch_token=0, lease_expires_at=_lease_end(),
                   key_prefix=_key_prefix(), attempts=0, created_at=utcnow())
     session.add(job)
-    return enqueue_message_after_commit(session, seed_org_task, lease_message_id(job.id, 0), (), data)
+    return enqueue_message_after_commit(session, SEED_TASK, lease_message_id(job.id, 0), (), data)
 
 
 def run_leased(task_id: str | None, work) -> dict:
     """Run `work()` (the seed) under the lease of the job `task_id` names; `work()` alone for an unleased
     message (the previous release's, an operator's `celery call`). A duplicate does nothing."""
-    from app.tasks import job_lock, lease_of
-
     lease = lease_of(task_id)
     if lease is None:
         return work()
@@ -91,15 +98,6 @@ def requeue_stalled_seed_jobs() -> int:
     """Lease reaper (app.lease_reapers, run by every worker's maintenance loop): a queued or running seed
     of this deployment past its lease whose lock is free is sent again under its token, or `failed` with
     the reason once JOB_MAX_ATTEMPTS runs were lost. Returns how many were sent again."""
-    from app.ops.tasks import seed_org_task
-    from app.tasks import (
-        _key_prefix,
-        enqueue_message_after_commit,
-        interrupted_reason,
-        lease_message_id,
-        out_of_attempts,
-    )
-
     session = db.session
     requeued = 0
     try:
@@ -119,7 +117,7 @@ def requeue_stalled_seed_jobs() -> int:
             log.warning("seed job %s (%s/%s) past its lease with no worker; dispatched again", job.id, job.org_id,
                         job.product)
             job.lease_expires_at = _lease_end()
-            enqueue_message_after_commit(session, seed_org_task, lease_message_id(job.id, job.dispatch_token), (),
+            enqueue_message_after_commit(session, SEED_TASK, lease_message_id(job.id, job.dispatch_token), (),
                                          job.body)
             requeued += 1
         session.commit()

@@ -21,11 +21,19 @@ from marshmallow import RAISE, ValidationError, fields, validate, validates
 from sqlalchemy import func, select, text, tuple_
 from sqlalchemy.dialects.postgresql import insert
 
-from app.agents.fields import NulFree
+from app.agents.models import Agent, CatalogSkill
+from app.agents.schemas import AgentInputSchema, SkillInputSchema
+from app.agents.services import agents, skills
 from app.db import db, product_slug, schema_for
-from app.errors import ApiError, ValidationFailed
+from app.entities.schemas import DefinitionInputSchema
+from app.entities.services import definitions
+from app.entities.services import views as view_service
+from app.errors import ApiError, NotFound, ValidationFailed
+from app.fields import NulFree
 from app.ops.artifacts import BUILTIN, artifact_id
 from app.platform_models import Artifact, Organization, OrgArtifact, User
+from app.storage import get_blob_store
+from app.storage.keys import org_segment
 from app.tenancy import Tenant
 from app.wire import new_id, utcnow
 
@@ -180,7 +188,7 @@ def org_lock(org_id: str, product: str) -> Iterator[None]:
 
 def ensure_product(product: str) -> None:
     """Register the product and migrate its schema (idempotent; one migrator at a time)."""
-    from migrations.runner import ADVISORY_LOCK, create_product
+    from migrations.runner import ADVISORY_LOCK, create_product  # alembic: imported only where a migration runs
 
     with db.engine.connect() as conn:
         known = conn.scalar(text("SELECT 1 FROM platform.products WHERE slug = :s"), {"s": product})
@@ -243,8 +251,6 @@ def seed_org(payload: Any) -> dict[str, Any]:
 def seed_status(org_id: str, product: str) -> dict[str, Any]:
     """What an org holds in a product: every registry artifact, `existing` or `missing` (not yet
     provisioned), with the org's version and fork marker."""
-    from app.errors import NotFound
-
     session = db.session
     org = session.get(Organization, org_id)
     if org is None:
@@ -303,14 +309,10 @@ def _provision_database(artifact: Artifact, org_id: str, product: str) -> str:
 
 
 def storage_prefix(artifact: Artifact, org_id: str) -> str:
-    from app.storage.keys import org_segment
-
     return f"{(artifact.payload or {}).get('prefix') or 'orgs'}/{org_segment(org_id)}/"
 
 
 def _provision_storage(artifact: Artifact, org_id: str, product: str) -> str:
-    from app.storage import get_blob_store
-
     store = get_blob_store()
     prefix = storage_prefix(artifact, org_id)
     store.put(prefix + "README.txt", f"Files of organization {org_id}.\n".encode(), "text/plain")
@@ -321,16 +323,11 @@ def _provision_storage(artifact: Artifact, org_id: str, product: str) -> str:
 
 
 def entity_input(definition: dict) -> tuple[dict, list[dict]]:
-    from app.entities.schemas import DefinitionInputSchema
-
     body = {k: v for k, v in definition.items() if k != "views"}
     return DefinitionInputSchema().load(body), list(definition.get("views") or [])
 
 
 def _provision_entity(artifact: Artifact, org_id: str, product: str) -> str:
-    from app.entities.services import definitions
-    from app.entities.services import views as view_service
-
     data, views = entity_input(artifact.payload)
     data.update(artifactVersion=artifact.artifact_version, forkedFromVersion=None, source="platform")
     definition = definitions.create_definition(data, provenance=True, commit=False)
@@ -343,16 +340,12 @@ def _provision_entity(artifact: Artifact, org_id: str, product: str) -> str:
 
 
 def skill_input(definition: dict, version: int) -> dict:
-    from app.agents.schemas import SkillInputSchema
-
     data = SkillInputSchema().load(definition)
     data["artifactVersion"] = version
     return data
 
 
 def _provision_skill(artifact: Artifact, org_id: str, product: str) -> str:
-    from app.agents.services import skills
-
     data = skill_input(artifact.payload, artifact.artifact_version)
     data["id"] = new_id()
     record(artifact, org_id, product, data["id"])
@@ -362,9 +355,6 @@ def _provision_skill(artifact: Artifact, org_id: str, product: str) -> str:
 
 def agent_input(definition: dict, version: int, org_id: str) -> dict:
     """The agent body with embedded skills named by `skillName` resolved to the org's catalog ids."""
-    from app.agents.models import CatalogSkill
-    from app.agents.schemas import AgentInputSchema
-
     body = dict(definition)
     wanted = [s for s in body.get("skills") or []]
     names = [s.get("skillName") for s in wanted if s.get("skillName")]
@@ -379,9 +369,6 @@ def agent_input(definition: dict, version: int, org_id: str) -> dict:
 
 
 def _provision_agent(artifact: Artifact, org_id: str, product: str) -> str:
-    from app.agents.models import Agent
-    from app.agents.services import agents
-
     data = agent_input(artifact.payload, artifact.artifact_version, org_id)
     if data.get("isDefault") and db.session.scalar(select(Agent.id).where(
             Agent.org_id == org_id, Agent.is_default.is_(True))):

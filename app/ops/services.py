@@ -5,10 +5,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import redis
 from flask import current_app
 from sqlalchemy import text
 
 from app.db import db
+from app.storage import get_blob_store
 
 
 def _timed(check: Callable[[], None]) -> dict:
@@ -26,8 +28,6 @@ def _check_database() -> None:
 
 
 def _check_redis() -> None:
-    import redis
-
     client = redis.Redis.from_url(current_app.config["REDIS_URL"], socket_timeout=1,
                                   socket_connect_timeout=1)
     try:
@@ -37,8 +37,6 @@ def _check_redis() -> None:
 
 
 def _check_blob_storage() -> None:
-    from app.storage import get_blob_store
-
     get_blob_store().check()
 
 

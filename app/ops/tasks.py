@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import logging
 
+from celery.exceptions import SoftTimeLimitExceeded
+
+from app.db import db
+from app.errors import ApiError
 from app.extensions import celery_app
+from app.ops.rollout import ROLLOUT_TASK, chain_next_batch, run_rollout
+from app.ops.seed_jobs import SEED_TASK, run_leased
+from app.ops.seeding import seed_org
+from app.platform_models import FailedTask, Rollout
+from app.tasks import lease_of
+from app.wire import utcnow
 
 log = logging.getLogger(__name__)
 
@@ -17,9 +28,6 @@ def ping(value: str = "pong") -> str:
 
 def record_failed_task(sender=None, task_id=None, exception=None, args=None, kwargs=None, **_):
     """A task that failed for good (retries exhausted or not retryable) lands in platform.failed_tasks."""
-    from app.db import db
-    from app.platform_models import FailedTask
-
     try:
         with db.product_session(db.default_product) as session:
             session.add(FailedTask(task_id=str(task_id), task_name=getattr(sender, "name", str(sender)),
@@ -30,8 +38,6 @@ def record_failed_task(sender=None, task_id=None, exception=None, args=None, kwa
 
 
 def _jsonable(value):
-    import json
-
     try:
         json.dumps(value)
         return value
@@ -39,15 +45,11 @@ def _jsonable(value):
         return json.loads(json.dumps(value, default=str))
 
 
-@celery_app.task(name="seed.org", bind=True, ignore_result=False)
+@celery_app.task(name=SEED_TASK, bind=True, ignore_result=False)
 def seed_org_task(self, org: dict | None = None, admin: dict | None = None) -> dict:
     """Seed one organization (the same service as POST /internal/seed); idempotent, so a redelivered
     task reports everything as existing. A message of an accepted async seed is leased (its job in the
     task id: app.ops.seed_jobs); an operator's `celery -A workers call seed.org --kwargs '{...}'` is not."""
-    from app.errors import ApiError
-    from app.ops.seed_jobs import run_leased
-    from app.ops.seeding import seed_org
-
     def work() -> dict:
         try:
             report = seed_org({"org": org, "admin": admin})
@@ -60,7 +62,7 @@ def seed_org_task(self, org: dict | None = None, admin: dict | None = None) -> d
     return run_leased(self.request.id, work)
 
 
-@celery_app.task(name="seed.rollout", bind=True, ignore_result=True)
+@celery_app.task(name=ROLLOUT_TASK, bind=True, ignore_result=True)
 def rollout_task(self, rollout_id: str, batch_size: int = 100) -> str:
     """One batch of orgs per message, then the next batch's message is written to the outbox (before the
     batch lets go of the rollout: app.ops.rollout.chain_next_batch): other seed tasks interleave, and a
@@ -68,14 +70,6 @@ def rollout_task(self, rollout_id: str, batch_size: int = 100) -> str:
     sends the batch again (it resumes from the rollout's cursor). The message's dispatch token comes
     with its task id (app.tasks.lease_message_id); a message without one (the previous release's, an
     operator's `celery call`) runs unleased and hands the rest to a leased chain."""
-    from celery.exceptions import SoftTimeLimitExceeded
-
-    from app.db import db
-    from app.ops.rollout import chain_next_batch, run_rollout
-    from app.platform_models import Rollout
-    from app.tasks import lease_of
-    from app.wire import utcnow
-
     lease = lease_of(self.request.id)
     token = lease[1] if lease is not None and lease[0] == rollout_id else None
     try:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from app.registry import find_service
 from app.storage.base import BlobNotFound, BlobStore, BlobStoreError
+from app.storage.gcs import GcsBlobStore
+from app.storage.local import LocalBlobStore
 
 __all__ = ["BlobStore", "BlobStoreError", "BlobNotFound", "get_blob_store", "build_blob_store"]
 
@@ -11,12 +13,8 @@ __all__ = ["BlobStore", "BlobStoreError", "BlobNotFound", "get_blob_store", "bui
 def build_blob_store(config) -> BlobStore:
     backend = config["BLOB_BACKEND"]
     if backend == "local":
-        from app.storage.local import LocalBlobStore
-
         return LocalBlobStore.from_config(config)
     if backend == "gcs":
-        from app.storage.gcs import GcsBlobStore
-
         return GcsBlobStore.from_config(config)
     raise RuntimeError(f"unknown BLOB_BACKEND {backend!r} (use local or gcs)")
 

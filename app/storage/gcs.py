@@ -43,7 +43,7 @@ class GcsBlobStore(BlobStore):
         return self._client
 
     def _make_client(self):
-        from google.cloud import storage
+        from google.cloud import storage  # google-cloud-storage loads only with BLOB_BACKEND=gcs
 
         if self.endpoint:
             # An emulator (tests, local development): no Google credentials involved.
@@ -56,7 +56,7 @@ class GcsBlobStore(BlobStore):
     def _retry(self, seconds: float | None = None):
         """google's default retry keeps trying for 120 s; ours stops within the store's timeout, so a
         GCS outage cannot eat the whole image budget."""
-        from google.cloud.storage.retry import DEFAULT_RETRY
+        from google.cloud.storage.retry import DEFAULT_RETRY  # google-cloud-storage: as in _make_client
 
         return DEFAULT_RETRY.with_timeout(seconds or self.timeout)
 
@@ -75,7 +75,7 @@ class GcsBlobStore(BlobStore):
         return self.public_url(key)
 
     def get(self, key: str) -> bytes:
-        from google.api_core.exceptions import NotFound as GcsNotFound
+        from google.api_core.exceptions import NotFound as GcsNotFound  # as in _make_client
 
         try:
             return self._blob(key).download_as_bytes(timeout=self.timeout, retry=self._retry())

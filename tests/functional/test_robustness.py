@@ -275,7 +275,7 @@ def test_every_request_integer_field_is_the_strict_32_bit_one(app):
     query string) is `StrictInt` (`QueryInt` in the query string) bounded within PostgreSQL `integer`."""
     from marshmallow import fields
 
-    from app.agents.fields import INT32_MAX, INT32_MIN, QueryInt, StrictInt
+    from app.fields import INT32_MAX, INT32_MIN, QueryInt, StrictInt
 
     found, wrong = [], []
 

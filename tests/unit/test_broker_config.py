@@ -4,8 +4,8 @@ second worker (visibility timeout above the time limit), and a soft limit must c
 import pytest
 from celery import Celery
 
+from app.broker import configure_broker
 from app.config import load_config
-from app.tasks import configure_broker
 
 
 def _configured(**settings) -> Celery:

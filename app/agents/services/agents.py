@@ -13,7 +13,6 @@ from typing import Any
 
 from sqlalchemy import update
 
-from app.agents.fields import schema_errors
 from app.agents.models import Agent, SubAgent
 from app.agents.services import paging
 from app.agents.services.common import (
@@ -30,6 +29,7 @@ from app.agents.services.prompts import apply_system_prompt
 from app.agents.services.skills import attach_skills
 from app.db import db
 from app.errors import Conflict
+from app.fields import schema_errors
 from app.tenancy import current_tenant, tenant_select
 
 # Allowed status changes (staying in the same status is always allowed). A draft is published

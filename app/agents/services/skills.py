@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.agents.fields import schema_errors
 from app.agents.models import CatalogSkill
 from app.agents.services.common import invalid, merge, prune
 from app.agents.services.documents import DocumentStore
 from app.db import db
 from app.errors import NotFound
+from app.fields import schema_errors
 from app.tenancy import tenant_select
 
 store = DocumentStore(CatalogSkill, key="skill", many_key="skills", what="Skill",

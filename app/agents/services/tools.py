@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.agents.fields import schema_errors
 from app.agents.models import ToolDefinition
 from app.agents.services import paging
 from app.agents.services.common import dumps, invalid, merge, titled
 from app.agents.services.documents import DocumentStore
 from app.db import db
+from app.fields import schema_errors
 from app.tenancy import tenant_select
 
 store = DocumentStore(ToolDefinition, key="toolDefinition", many_key="toolDefinitions", what="Tool definition",

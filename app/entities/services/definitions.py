@@ -14,9 +14,11 @@ from sqlalchemy import Integer, Text, bindparam, delete, func, literal_column, s
 from sqlalchemy import inspect as sa_inspect
 
 from app.db import db, schema_for
-from app.entities import hooks
+from app.entities import hooks, indexes
 from app.entities.fieldtypes import CompiledSchema, compile_definition_schema
 from app.entities.models import EntityDefinition, EntityRecord, EntityView
+from app.entities.projection import follow_schema
+from app.entities.schemas import DefinitionInputSchema
 from app.entities.services.common import (
     check_version,
     flatten_messages,
@@ -282,13 +284,10 @@ def update_definition(name: str, data: dict, *, provenance: bool = False, commit
     if changed is not None:
         changed(db.session, current_tenant().product, definition, previous_embeddings)
     if definition.schema != previous_schema or "isActive" in data:
-        from app.entities.indexes import schedule_sync
-        from app.entities.projection import follow_schema
-
         follow_schema(definition)  # a projection of another schema stops answering queries now
 
         # per-field indexes follow the schema (built off the request path)
-        schedule_sync(db.session, current_tenant().product, definition.id)
+        indexes.schedule_sync(db.session, current_tenant().product, definition.id)
     # Records are not re-validated against a changed schema: they are checked when next written.
     if commit:
         db.session.commit()
@@ -318,16 +317,12 @@ def delete_definition(name: str, *, delete_records: bool = False, hard_delete: b
         definition.projection = None
         definition.version += 1
         definition.updated_at = utcnow()
-    from app.entities.indexes import schedule_sync
-
-    schedule_sync(db.session, current_tenant().product, definition.id)  # drops the per-field indexes
+    indexes.schedule_sync(db.session, current_tenant().product, definition.id)  # drops the per-field indexes
     db.session.commit()
 
 
 def upsert_definitions(items: list[dict]) -> dict[str, Any]:
     """Admin: create or update each definition by name; one readable error per rejected one."""
-    from app.entities.schemas import DefinitionInputSchema
-
     created = updated = 0
     errors: list[str] = []
     for index, raw in enumerate(items):

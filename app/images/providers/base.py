@@ -9,6 +9,7 @@ one retry, only after a connection failure or a 5xx, only when the budget still 
 from __future__ import annotations
 
 import email.utils
+import json
 import logging
 import math
 import os
@@ -84,8 +85,6 @@ class UpstreamResponse:
     body: bytes
 
     def json(self) -> Any:
-        import json
-
         try:
             return json.loads(self.body)
         except ValueError:

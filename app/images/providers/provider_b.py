@@ -78,6 +78,7 @@ class TokenSource:
         """A valid access token; a refresh (token endpoint call) is bounded by `timeout` seconds."""
         if not self.credentials_path:
             return self.access_token
+        # google-auth loads only for a service-account credentials file
         from google.auth.exceptions import GoogleAuthError
         from google.auth.transport.requests import Request
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import jwt
 import pytest
 
-from app.console.services import ConsoleIdentity, issue_token, open_session, read_session, valid_name
+from app.console.schemas import valid_name
+from app.console.services import ConsoleIdentity, issue_token, open_session, read_session
 
 SECRET = "s" * 40
 CONFIG = {"JWT_SECRET": SECRET, "JWT_ISSUER": "iss", "JWT_AUDIENCE": "aud", "CONSOLE_TOKEN_TTL_SECONDS": 900}

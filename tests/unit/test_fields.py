@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from marshmallow import Schema, ValidationError, validate
 
-from app.agents.fields import (
+from app.fields import (
     QueryInt,
     StrictBool,
     StrictFloat,
@@ -94,7 +94,7 @@ def test_unresolvable_ref_is_a_validation_message_not_a_crash():
 
 
 def test_nul_characters_are_found_anywhere():
-    from app.agents.fields import contains_nul
+    from app.fields import contains_nul
 
     assert contains_nul({"a": ["ok", {"b\x00": 1}]}) and contains_nul("x\x00")
     assert not contains_nul({"a": ["ok", {"b": 1}], "n": None})
