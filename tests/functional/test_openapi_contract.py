@@ -39,11 +39,14 @@ ACCEPTANCE_CHECKED = ("/api/v1/agents", "/api/v1/skills", "/api/v1/tool-definiti
                       "/api/v1/widgets", "/api/v1/entities", "/api/v1/admin/entities")
 # 400 messages of the rules stated in prose: data-dependent references and field names, JSON Schema
 # validity, uniqueness by key (a skillId once per agent, a record id once per bulk update, an aggregate
-# alias once per request), a cursor that
+# alias once per request), the aggregate rules that depend on the definition's field types or on the
+# request's own aliases (sortBy/having name an alias; a function's field type; percentile), a cursor that
 # must be a `nextCursor` this API issued, a byte limit of a JSON field (stated as `x-maxBytes`)
 PROSE_RULES = re.compile(r"Unknown sub-agent id|unknown field|record not found|Not a valid JSON Schema|"
                          r"is not valid under any of the given schemas|unknown time zone|lookup|unknown view|"
-                         r"attached twice|appears more than once in this batch|bytes as JSON \(|is used twice")
+                         r"attached twice|appears more than once in this batch|bytes as JSON \(|is used twice|"
+                         r"unknown alias|cannot group by|needs a (field|numeric|number|single-valued|datetime)|"
+                         r"bucket suffix needs|percentile function|takes a percentile")
 PROSE_PATHS = re.compile(r"\.(config|defaultConfig)$|\.(fields|schema)(\.|$)|^\.cursor$")
 
 
