@@ -565,7 +565,9 @@ def test_job_whose_every_run_hits_the_time_limit_ends_with_the_reason(make_app, 
                                                           controller.port, rcpts, JOB_MAX_ATTEMPTS="2")
     finally:
         controller.stop()
-    assert handler.held == 2 and handler.messages == []  # two runs, each stopped at hold0; nothing sent
+    # two counted runs, each stopped at hold0, nothing sent; under load a third delivery can reach the SMTP
+    # server before its run is counted (it is killed by the same limit), so the count is a lower bound
+    assert handler.held >= 2 and handler.messages == []
     assert job["counts"] == {"pending": 0, "sending": 0, "sent": 0, "failed": 3}
     assert "time limit" in job["error"] and "2 interrupted run" in job["error"], job
     rows = _recipients(client, job["id"], headers)
