@@ -4,6 +4,7 @@ recipients, transient 4xx, a server that drops the connection mid-batch, redeliv
 from __future__ import annotations
 
 import email
+import re
 import threading
 import uuid
 from collections import Counter
@@ -569,7 +570,10 @@ def test_job_whose_every_run_hits_the_time_limit_ends_with_the_reason(make_app, 
     # server before its run is counted (it is killed by the same limit), so the count is a lower bound
     assert handler.held >= 2 and handler.messages == []
     assert job["counts"] == {"pending": 0, "sending": 0, "sent": 0, "failed": 3}
-    assert "time limit" in job["error"] and "2 interrupted run" in job["error"], job
+    # JOB_MAX_ATTEMPTS=2 with a 1 s lease: under load the reaper can send the job again while its message
+    # still waits in the queue, and that run is counted too, so the job may end after a third run
+    runs = re.search(r"Stopped after (\d+) interrupted run", job["error"])
+    assert "time limit" in job["error"] and runs and int(runs.group(1)) >= 2, job
     rows = _recipients(client, job["id"], headers)
     assert {r["error"] for r in rows} == {job["error"]}
 

@@ -47,7 +47,7 @@ PROSE_RULES = re.compile(r"Unknown sub-agent id|unknown field|record not found|N
                          r"attached twice|appears more than once in this batch|bytes as JSON \(|is used twice|"
                          r"unknown alias|cannot group by|needs a (field|numeric|number|single-valued|datetime)|"
                          r"bucket suffix needs|percentile function|takes a percentile")
-PROSE_PATHS = re.compile(r"\.(config|defaultConfig)$|\.(fields|schema)(\.|$)|^\.cursor$")
+PROSE_PATHS = re.compile(r"\.(config|defaultConfig)$|\.(fields|schema)(\.|$)|\.cursor$")
 
 
 def no_internal_error(ctx, response, case):
