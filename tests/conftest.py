@@ -200,12 +200,12 @@ def celery_worker(database_url, redis_url, app):
     stop_worker(proc)
 
 
-def wait_for(predicate, timeout: float = 30.0, interval: float = 0.2):
-    """Poll `predicate` until it returns a truthy value (async tests); fails on timeout."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
+def wait_for(predicate, timeout: float = 30.0, what: str = "condition", interval: float = 0.2):
+    """Poll `predicate` until it returns a truthy value (async tests); fails on timeout, naming `what`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(interval)
-    pytest.fail(f"condition not met within {timeout}s")
+    pytest.fail(f"{what}: not met within {timeout} s")

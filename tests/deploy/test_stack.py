@@ -16,17 +16,8 @@ import uuid
 
 import pytest
 
+from tests.conftest import wait_for
 from tests.deploy.conftest import record_figure
-
-
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    pytest.fail(f"{what}: not within {timeout} s")
 
 
 def domain() -> str:
