@@ -28,7 +28,7 @@ from typing import Any
 import psycopg.errors
 from celery import Celery, Task
 from flask import Flask, current_app, g, has_app_context
-from sqlalchemy import delete, event, select, text, update
+from sqlalchemy import delete, event, func, select, text, update
 from sqlalchemy.exc import ProgrammingError
 from sqlalchemy.orm import Session
 
@@ -197,6 +197,29 @@ def out_of_attempts(attempts: int | None) -> bool:
 def interrupted_reason(attempts: int | None) -> str:
     return (f"Stopped after {attempts or 0} interrupted run(s): the worker running it was lost or it exceeded the "
             f"task time limit each time (JOB_MAX_ATTEMPTS); not run again.")
+
+
+def reap_stalled(session: Session, model, lock_class: int, *where, give_up, resend, limit: int = 100) -> int:
+    """The lease reaper's one rule, for every leased job kind: rows of `model` of this deployment
+    (`key_prefix`: another deployment sharing the database has its own broker) past their lease and
+    matching `where`, each taken with SKIP LOCKED, whose advisory lock (`lock_class`, id) is free (the
+    lock a worker holds while it runs the job: free means no live worker runs it). `give_up(row)` once
+    JOB_MAX_ATTEMPTS runs were lost, else `resend(row)` (same token, renewed lease, through the outbox).
+    Returns how many were sent again; the caller owns the transaction."""
+    stalled = session.scalars(
+        select(model).where(model.key_prefix == _key_prefix(), model.lease_expires_at < func.now(), *where)
+        .order_by(model.lease_expires_at).limit(limit).with_for_update(skip_locked=True)).all()
+    requeued = 0
+    for row in stalled:
+        if not session.scalar(text("SELECT pg_try_advisory_xact_lock(:c, hashtext(:k))"),
+                              {"c": lock_class, "k": row.id}):
+            continue  # a worker runs it right now
+        if out_of_attempts(row.attempts):
+            give_up(row)
+        else:
+            resend(row)
+            requeued += 1
+    return requeued
 
 
 def _flush_pending(session: Session) -> None:

@@ -35,7 +35,7 @@ from datetime import timedelta
 from typing import Any
 
 from flask import current_app
-from sqlalchemy import bindparam, func, insert, select, text, update
+from sqlalchemy import bindparam, func, insert, select, update
 
 from app.db import db
 from app.email.models import EmailDelivery, EmailJob
@@ -48,8 +48,8 @@ from app.tasks import (
     interrupted_reason,
     job_lock,
     lease_message_id,
-    out_of_attempts,
     reap_each_product,
+    reap_stalled,
     retry_countdown,
 )
 from app.tenancy import Tenant, current_tenant, tenant_select
@@ -311,20 +311,8 @@ def requeue_stalled_jobs() -> int:
 
 
 def _requeue_stalled(product: str) -> int:
-    requeued = 0
     with db.product_session(product) as session:
-        stalled = list(session.scalars(
-            select(EmailJob).where(EmailJob.key_prefix == _key_prefix(), EmailJob.status != "done",
-                                   EmailJob.lease_expires_at < func.now())
-            .order_by(EmailJob.lease_expires_at).limit(100).with_for_update(skip_locked=True)))
-        for job in stalled:
-            free = session.scalar(text("SELECT pg_try_advisory_xact_lock(:c, hashtext(:k))"),
-                                  {"c": JOB_LOCK, "k": job.id})
-            if not free:  # a worker is sending it right now
-                continue
-            if out_of_attempts(job.attempts):
-                _give_up(session, job, product)
-                continue
+        def resend(job: EmailJob) -> None:
             log.warning("email job %s (product %s) past its lease with no worker; dispatched again",
                         job.id, product)
             # The same token, not a new one: the job's message may only be waiting in a busy queue
@@ -332,8 +320,9 @@ def _requeue_stalled(product: str) -> int:
             # slice and moves the token on, the other then does nothing.
             job.lease_expires_at = _lease_end()
             _dispatch(session, product, job.id, job.dispatch_token)
-            requeued += 1
-    return requeued
+
+        return reap_stalled(session, EmailJob, JOB_LOCK, EmailJob.status != "done",
+                            give_up=lambda job: _give_up(session, job, product), resend=resend)
 
 
 def _give_up(session, job: EmailJob, product: str) -> None:

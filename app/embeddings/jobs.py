@@ -30,7 +30,7 @@ import logging
 from datetime import timedelta
 
 from flask import current_app, has_app_context
-from sqlalchemy import delete, func, select, text, update
+from sqlalchemy import delete, update
 from sqlalchemy.orm import Session
 
 from app.config import SETTINGS
@@ -43,8 +43,8 @@ from app.tasks import (
     enqueue_message_after_commit,
     interrupted_reason,
     lease_message_id,
-    out_of_attempts,
     reap_each_product,
+    reap_stalled,
     uses_outbox,
 )
 from app.wire import new_id, utcnow
@@ -166,21 +166,13 @@ def requeue_stalled_jobs() -> int:
 
 
 def _requeue_stalled(product: str) -> int:
-    requeued, given_up = 0, []
+    given_up = []
     with db.product_session(product) as session:
-        stalled = list(session.scalars(
-            select(EmbeddingJob).where(EmbeddingJob.key_prefix == _key_prefix(),
-                                       EmbeddingJob.lease_expires_at < func.now())
-            .order_by(EmbeddingJob.lease_expires_at).limit(500).with_for_update(skip_locked=True)))
-        for job in stalled:
-            free = session.scalar(text("SELECT pg_try_advisory_xact_lock(:c, hashtext(:k))"),
-                                  {"c": LOCK_CLASS, "k": job.id})
-            if not free:  # a worker runs it right now
-                continue
-            if out_of_attempts(job.attempts):
-                given_up.append((job.id, job.kind, job.attempts, _message_args(job, product)))
-                session.delete(job)
-                continue
+        def give_up(job: EmbeddingJob) -> None:
+            given_up.append((job.id, job.kind, job.attempts, _message_args(job, product)))
+            session.delete(job)
+
+        def resend(job: EmbeddingJob) -> None:
             log.warning("embedding job %s (%s, product %s) past its lease with no worker; dispatched again",
                         job.id, job.kind, product)
             # The same token, not a new one (as the email reaper): the job's message may only be waiting
@@ -189,7 +181,8 @@ def _requeue_stalled(product: str) -> int:
             # the walk's token on) under the job's lock; the other is then a no-op read.
             job.lease_expires_at = lease_end()
             _send(session, job, product)
-            requeued += 1
+
+        requeued = reap_stalled(session, EmbeddingJob, LOCK_CLASS, give_up=give_up, resend=resend, limit=500)
     for job_id, kind, attempts, args in given_up:  # after the commit that dropped them
         _record_given_up(job_id, kind, attempts, args, product)
     return requeued

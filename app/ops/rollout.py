@@ -65,7 +65,7 @@ from app.ops.seeding import (
 )
 from app.platform_models import Artifact, OrgArtifact, Rollout, RolloutOutcome
 from app.storage import get_blob_store
-from app.tasks import _key_prefix, enqueue_message_after_commit, interrupted_reason, lease_message_id, out_of_attempts
+from app.tasks import _key_prefix, enqueue_message_after_commit, interrupted_reason, lease_message_id, reap_stalled
 from app.wire import iso, utcnow
 
 log = logging.getLogger(__name__)
@@ -312,26 +312,20 @@ def requeue_stalled_rollouts() -> int:
     again under its current token, or marked `failed` with the reason once JOB_MAX_ATTEMPTS runs were
     lost. Returns how many were sent again."""
     session = db.session
-    requeued = 0
+
+    def give_up(rollout: Rollout) -> None:
+        reason = interrupted_reason(rollout.attempts)
+        log.error("rollout %s: %s", rollout.id, reason)
+        rollout.status, rollout.error, rollout.updated_at = "failed", reason, utcnow()
+        rollout.lease_expires_at = None
+
+    def resend(rollout: Rollout) -> None:
+        log.warning("rollout %s past its lease with no worker; dispatched again", rollout.id)
+        _lease_and_send(session, rollout)
+
     try:
-        stalled = list(session.scalars(
-            select(Rollout).where(Rollout.key_prefix == _key_prefix(), Rollout.status.in_(("pending", "running")),
-                                  Rollout.lease_expires_at < func.now())
-            .order_by(Rollout.lease_expires_at).limit(100).with_for_update(skip_locked=True)))
-        for rollout in stalled:
-            free = session.scalar(text("SELECT pg_try_advisory_xact_lock(:c, hashtext(:k))"),
-                                  {"c": ROLLOUT_LOCK, "k": rollout.id})
-            if not free:  # a worker runs a batch right now
-                continue
-            if out_of_attempts(rollout.attempts):
-                reason = interrupted_reason(rollout.attempts)
-                log.error("rollout %s: %s", rollout.id, reason)
-                rollout.status, rollout.error, rollout.updated_at = "failed", reason, utcnow()
-                rollout.lease_expires_at = None
-                continue
-            log.warning("rollout %s past its lease with no worker; dispatched again", rollout.id)
-            _lease_and_send(session, rollout)
-            requeued += 1
+        requeued = reap_stalled(session, Rollout, ROLLOUT_LOCK, Rollout.status.in_(("pending", "running")),
+                                give_up=give_up, resend=resend)
         session.commit()
     except BaseException:
         session.rollback()

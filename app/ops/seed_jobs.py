@@ -19,7 +19,7 @@ from datetime import timedelta
 from typing import Any
 
 from flask import current_app
-from sqlalchemy import func, select, text
+from sqlalchemy import select
 
 from app.db import db
 from app.ops.seeding import org_id_for
@@ -32,7 +32,7 @@ from app.tasks import (
     job_lock,
     lease_message_id,
     lease_of,
-    out_of_attempts,
+    reap_stalled,
     uses_outbox,
 )
 from app.wire import iso, new_id, utcnow
@@ -99,27 +99,21 @@ def requeue_stalled_seed_jobs() -> int:
     of this deployment past its lease whose lock is free is sent again under its token, or `failed` with
     the reason once JOB_MAX_ATTEMPTS runs were lost. Returns how many were sent again."""
     session = db.session
-    requeued = 0
+
+    def give_up(job: SeedJob) -> None:
+        job.status, job.error = "failed", interrupted_reason(job.attempts)
+        job.finished_at, job.lease_expires_at = utcnow(), None
+        log.error("seed job %s (%s/%s): %s", job.id, job.org_id, job.product, job.error)
+
+    def resend(job: SeedJob) -> None:
+        log.warning("seed job %s (%s/%s) past its lease with no worker; dispatched again", job.id, job.org_id,
+                    job.product)
+        job.lease_expires_at = _lease_end()
+        enqueue_message_after_commit(session, SEED_TASK, lease_message_id(job.id, job.dispatch_token), (), job.body)
+
     try:
-        stalled = list(session.scalars(
-            select(SeedJob).where(SeedJob.key_prefix == _key_prefix(), SeedJob.status.in_(("queued", "running")),
-                                  SeedJob.lease_expires_at < func.now())
-            .order_by(SeedJob.lease_expires_at).limit(100).with_for_update(skip_locked=True)))
-        for job in stalled:
-            if not session.scalar(text("SELECT pg_try_advisory_xact_lock(:c, hashtext(:k))"),
-                                  {"c": LOCK_CLASS, "k": job.id}):
-                continue  # a worker runs it right now
-            if out_of_attempts(job.attempts):
-                job.status, job.error = "failed", interrupted_reason(job.attempts)
-                job.finished_at, job.lease_expires_at = utcnow(), None
-                log.error("seed job %s (%s/%s): %s", job.id, job.org_id, job.product, job.error)
-                continue
-            log.warning("seed job %s (%s/%s) past its lease with no worker; dispatched again", job.id, job.org_id,
-                        job.product)
-            job.lease_expires_at = _lease_end()
-            enqueue_message_after_commit(session, SEED_TASK, lease_message_id(job.id, job.dispatch_token), (),
-                                         job.body)
-            requeued += 1
+        requeued = reap_stalled(session, SeedJob, LOCK_CLASS, SeedJob.status.in_(("queued", "running")),
+                                give_up=give_up, resend=resend)
         session.commit()
     except BaseException:
         session.rollback()
