@@ -7,7 +7,8 @@ Two kinds of tables:
   happens here and nowhere else (`Database.engine_for`).
 
 `db.session` is one SQLAlchemy Session per app context (request or task), bound to the product's
-engine view. Celery tasks open their own context with `db.product_session(product)`.
+engine view; the edge (a view, a task, a CLI command) owns its transaction with `db.unit_of_work()`.
+A job's step that commits on its own opens `db.product_session(product)`.
 """
 
 from __future__ import annotations
@@ -257,8 +258,36 @@ class Database:
         return session.connection().exec_driver_sql(shaped.sql, params)
 
     @contextlib.contextmanager
+    def unit_of_work(self) -> Iterator[None]:
+        """The unit of work of the current app context (a request, a task, a CLI command): commits the
+        context's session (`db.session`) when the block ends normally, rolls it back when it raises.
+        Only the edge opens it: every API view (app.extensions.Blueprint), every task
+        (app.tasks.init_celery) and the CLI commands that write; services add and flush, never commit.
+        Nested blocks belong to the outermost one (it alone commits). A read-only context
+        (`reads_only()`: autocommit) has nothing to commit; a session never created is not created."""
+        depth = g.get("_db_uow_depth", 0)
+        g._db_uow_depth = depth + 1
+        try:
+            yield
+        except BaseException:
+            if depth == 0:
+                session = g.get("_db_session")
+                if session is not None:
+                    session.rollback()
+            raise
+        else:
+            session = g.get("_db_session")
+            if depth == 0 and session is not None and not g.get("_db_reads_only"):
+                # also with no transaction begun (no statement ran: no round trip): after_commit sends
+                # the tasks it enqueued (app.tasks, eager mode writes no outbox row)
+                session.commit()
+        finally:
+            g._db_uow_depth = depth
+
+    @contextlib.contextmanager
     def product_session(self, product: str) -> Iterator[Session]:
-        """A standalone session for `product` (tasks, CLI); commits on success."""
+        """A standalone session for `product` that is its own unit of work (a task's or job's step, a
+        CLI command): commits when the block ends normally, rolls back when it raises."""
         session = Session(bind=self.engine_for(product), expire_on_commit=False)
         try:
             yield session

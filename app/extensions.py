@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+
 from apispec import BasePlugin
 from celery import Celery
+from flask import Blueprint as _FlaskBlueprint
 from flask_smorest import Api as _Api
 from flask_smorest import Blueprint as _Blueprint
 from flask_smorest.arguments import ArgumentsMixin
@@ -185,8 +188,33 @@ class SafeParser(FlaskParser):
         return loads(req.get_data(cache=True))
 
 
-class Blueprint(_Blueprint):
-    """flask-smorest's Blueprint, plus who may call each operation: enforced and documented at once.
+def in_unit_of_work(view):
+    """`view` run as the request's unit of work (`db.unit_of_work()`): its writes commit when it returns
+    (the tasks it enqueued are sent then), and roll back when it raises. functools.wraps keeps the
+    markers app.auth and the OpenAPI document read (`view_class`, `_required_scopes`, …)."""
+
+    @functools.wraps(view)
+    def edge(*args, **kwargs):
+        with db.unit_of_work():
+            return view(*args, **kwargs)
+
+    return edge
+
+
+class _UnitOfWorkAtTheEdge(_FlaskBlueprint):
+    """Below flask-smorest's Blueprint in the MRO (see Blueprint): every view function it registers with
+    Flask (a MethodView's `as_view` function included) runs in the request's unit of work."""
+
+    def add_url_rule(self, rule, endpoint=None, view_func=None, provide_automatic_options=None, **options):
+        if view_func is not None:
+            view_func = in_unit_of_work(view_func)
+        super().add_url_rule(rule, endpoint, view_func, provide_automatic_options, **options)
+
+
+class Blueprint(_Blueprint, _UnitOfWorkAtTheEdge):
+    """flask-smorest's Blueprint, plus who may call each operation: enforced and documented at once;
+    and the unit of work at the edge: every view runs in `db.unit_of_work()` (one commit when it
+    returns, a rollback when it raises), so routes and services never commit.
 
     `@blp.requires(*scopes, roles=..., star_bypasses=..., internal_token=...)` (app.auth.require)
     enforces; every operation of an API blueprint is documented with the bearer security (and the

@@ -55,10 +55,13 @@ def init_celery(celery: Celery, app: Flask) -> None:
             # A worker has no app context: use the app Celery was bound to. An eager task called
             # inside a request or CLI command runs in a fresh context of *that* app (its own `g`, so
             # it never shares the request's session), which keeps several apps in one process apart.
+            # The task is the edge: its context's session is its unit of work (db.unit_of_work), committed
+            # when it returns; a job that commits step by step opens its steps' own sessions.
             target = current_app._get_current_object() if has_app_context() else app
             with target.app_context():
                 g._celery_inline = True
-                return self.run(*args, **kwargs)
+                with db.unit_of_work():
+                    return self.run(*args, **kwargs)
 
     celery.Task = AppContextTask
     celery.set_default()
