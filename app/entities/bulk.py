@@ -38,7 +38,7 @@ from app.entities.services.records import (
 )
 from app.errors import ApiError, NotFound, ValidationFailed
 from app.tasks import _key_prefix, enqueue_after_commit, interrupted_reason, out_of_attempts, reap_each_product
-from app.tenancy import current_tenant, get_owned
+from app.tenancy import Tenant, get_owned
 from app.wire import iso, new_id, utcnow
 
 log = logging.getLogger(__name__)
@@ -81,6 +81,21 @@ def _reject(errors: dict[int, dict[str, list[str]]], total: int) -> ValidationFa
                             {"indexes": indexes, "records": shown})
 
 
+def _valid_tags(tags: Any) -> bool:
+    return isinstance(tags, list) and len(tags) <= 100 and all(isinstance(t, str) and 0 < len(t) <= 200 for t in tags)
+
+
+# The wire shape of a Partial EntityRecord's members, in the order errors name them: (key, null allowed,
+# check, message); a member that is absent (or null where null is allowed) is not checked.
+_SHAPE_RULES = (
+    ("name", False, lambda v: isinstance(v, str) and len(v) <= 1000, "must be a string of at most 1000 characters"),
+    ("fields", False, lambda v: isinstance(v, dict), "must be an object"),
+    ("tags", True, _valid_tags, "must be a list of at most 100 non-empty strings"),
+    ("metadata", True, lambda v: isinstance(v, dict), "must be an object"),
+    ("version", False, lambda v: isinstance(v, int) and not isinstance(v, bool), "must be an integer"),
+)
+
+
 def _shape_errors(item: Any, *, needs_id: bool = False) -> dict[str, list[str]]:
     """The wire shape of one Partial EntityRecord (cheap checks; the schema check comes after)."""
     if not isinstance(item, dict):
@@ -88,18 +103,9 @@ def _shape_errors(item: Any, *, needs_id: bool = False) -> dict[str, list[str]]:
     errors: dict[str, list[str]] = {}
     if needs_id and not _usable_id(item.get("id")):
         errors["id"] = ["a record id (a non-empty string without NUL) is required"]
-    if "name" in item and not (isinstance(item["name"], str) and len(item["name"]) <= 1000):
-        errors["name"] = ["must be a string of at most 1000 characters"]
-    if "fields" in item and not isinstance(item["fields"], dict):
-        errors["fields"] = ["must be an object"]
-    tags = item.get("tags")
-    if tags is not None and not (isinstance(tags, list) and len(tags) <= 100
-                                 and all(isinstance(t, str) and 0 < len(t) <= 200 for t in tags)):
-        errors["tags"] = ["must be a list of at most 100 non-empty strings"]
-    if item.get("metadata") is not None and not isinstance(item["metadata"], dict):
-        errors["metadata"] = ["must be an object"]
-    if "version" in item and (isinstance(item["version"], bool) or not isinstance(item["version"], int)):
-        errors["version"] = ["must be an integer"]
+    for key, nullable, valid, message in _SHAPE_RULES:
+        if key in item and not (nullable and item[key] is None) and not valid(item[key]):
+            errors[key] = [message]
     return errors
 
 
@@ -180,6 +186,25 @@ def _duplicates(ids: list[Any]) -> set[int]:
     return dupes
 
 
+def _updated_row(compiled, item: dict, current) -> tuple[dict[str, list[str]], dict[str, Any] | None]:
+    """One well-shaped update merged over its stored record (`current`, None when there is none): the
+    problems that reject it, or the executemany parameters of its UPDATE."""
+    if current is None:
+        return {"id": ["record not found"]}, None
+    if item.get("version") is not None and item["version"] != current.version:
+        return {"version": [f"stale: the record is at version {current.version}"]}, None
+    merged = {"name": item.get("name", current.name),
+              "fields": merge_fields(current.fields, item.get("fields") or {}),
+              "tags": item["tags"] if "tags" in item else current.tags,
+              "metadata": item["metadata"] if "metadata" in item else current.metadata}
+    problems = record_errors(compiled, merged)
+    if problems:
+        return problems, None
+    return {}, {"b_id": item["id"], "b_name": merged["name"], "b_fields": merged["fields"],
+                "b_tags": merged["tags"] or [], "b_metadata": merged["metadata"],
+                "b_doc": search_document(merged["name"], merged["fields"], compiled.catalog)}
+
+
 def bulk_update(ctx: BulkContext, definition: EntityDefinition, items: list[Any]) -> dict[str, Any]:
     """Merge and validate every record (all must exist), then update them all in one executemany."""
     check_batch_size(len(items))
@@ -192,26 +217,10 @@ def bulk_update(ctx: BulkContext, definition: EntityDefinition, items: list[Any]
                             [T.c.id, T.c.name, T.c.fields, T.c.tags, T.c.metadata, T.c.version])
     params = []
     for index, item in enumerate(items):
-        if errors[index]:
-            continue
-        current = existing.get(item["id"])
-        if current is None:
-            errors[index]["id"] = ["record not found"]
-            continue
-        if item.get("version") is not None and item["version"] != current.version:
-            errors[index]["version"] = [f"stale: the record is at version {current.version}"]
-            continue
-        merged = {"name": item.get("name", current.name),
-                  "fields": merge_fields(current.fields, item.get("fields") or {}),
-                  "tags": item["tags"] if "tags" in item else current.tags,
-                  "metadata": item["metadata"] if "metadata" in item else current.metadata}
-        problems = record_errors(compiled, merged)
-        if problems:
-            errors[index] = problems
-            continue
-        params.append({"b_id": item["id"], "b_name": merged["name"], "b_fields": merged["fields"],
-                       "b_tags": merged["tags"] or [], "b_metadata": merged["metadata"],
-                       "b_doc": search_document(merged["name"], merged["fields"], compiled.catalog)})
+        if not errors[index]:
+            errors[index], row = _updated_row(compiled, item, existing.get(item["id"]))
+            if row is not None:
+                params.append(row)
     errors = {i: e for i, e in errors.items() if e}
     if errors:
         raise _reject(errors, len(items))
@@ -247,19 +256,27 @@ def bulk_delete(ctx: BulkContext, definition: EntityDefinition, record_ids: list
 RUNNERS = {"create": bulk_create, "update": bulk_update, "delete": bulk_delete}
 
 
-def run_bulk(definition: EntityDefinition, operation: str, items: list[Any]) -> dict[str, Any]:
-    """Synchronous bulk operation in the request's transaction."""
-    tenant = current_tenant()
-    ctx = BulkContext(db.session, tenant.product, tenant.org_id, tenant.user_id)
-    result = RUNNERS[operation](ctx, definition, items)
-    db.session.commit()
-    return result
+def run_bulk(session: Session, tenant: Tenant, definition: EntityDefinition, operation: str,
+             items: list[Any]) -> dict[str, Any]:
+    """Synchronous bulk operation in the caller's unit of work (the request's)."""
+    ctx = BulkContext(session, tenant.product, tenant.org_id, tenant.user_id)
+    return RUNNERS[operation](ctx, definition, items)
 
 
 # --- asynchronous jobs ------------------------------------------------------------------------------
 
-def create_job(definition: EntityDefinition, operation: str, items: list[Any]) -> BulkJob:
-    """Add the request as a pending job to the session (app.entities.tasks.start_bulk_job queues and commits it)."""
+def start_job(session: Session, tenant: Tenant, definition: EntityDefinition, operation: str,
+              items: list[Any]) -> BulkJob:
+    """Store the request as a pending job in the caller's unit of work; its task (RUN_TASK, queue `bulk`)
+    is sent once that commits."""
+    job = _create_job(session, tenant, definition, operation, items)
+    enqueue_after_commit(session, RUN_TASK, job.id, tenant.product)
+    return job
+
+
+def _create_job(session: Session, tenant: Tenant, definition: EntityDefinition, operation: str,
+                items: list[Any]) -> BulkJob:
+    """Add the request as a pending job to `session`."""
     check_batch_size(len(items))
     unstorable: dict[int, dict[str, list[str]]] = {}
     for index, item in enumerate(items):
@@ -269,11 +286,10 @@ def create_job(definition: EntityDefinition, operation: str, items: list[Any]) -
             unstorable[index] = problems
     if unstorable:  # JSONB cannot hold U+0000, so such a payload cannot even be queued
         raise _reject(unstorable, len(items))
-    tenant = current_tenant()
     job = BulkJob(id=new_id(), org_id=tenant.org_id, entity_id=definition.id, entity_name=definition.name,
                   operation=operation, status="pending", payload={"items": items}, user_id=tenant.user_id,
                   created_at=utcnow(), key_prefix=_key_prefix())
-    db.session.add(job)
+    session.add(job)
     return job
 
 

@@ -7,7 +7,7 @@ from flask.views import MethodView
 
 from app.auth import require_role, require_scopes
 from app.db import db
-from app.entities import bulk, query, reads, tasks
+from app.entities import bulk, query, reads
 from app.entities.aggregation_routes import blp as aggregation_blp
 from app.entities.schemas import (
     AdminUpsertResultSchema,
@@ -43,6 +43,7 @@ from app.entities.services import common, definitions, records, relationships, v
 from app.errors import InvalidInput
 from app.extensions import Blueprint, SuccessSchema
 from app.ratelimit import may_be_rate_limited, rate_limited
+from app.tenancy import current_tenant
 from app.wire import SUCCESS, preferences, wants_async
 
 READ, WRITE = "read:entities", "write:entities"
@@ -92,7 +93,7 @@ class Definitions(MethodView):
     @require_scopes(WRITE)
     def post(self, data):
         """Create an entity definition; its schema is checked; the name is unique per org (409)."""
-        return {"id": definitions.create_definition(data).id}
+        return {"id": definitions.create_definition(db.session, current_tenant(), data).id}
 
 
 @blp.route("/definitions/<string:entityName>")
@@ -109,7 +110,7 @@ class Definition(MethodView):
     @require_scopes(WRITE)
     def put(self, data, entityName):
         """Update a definition (partial); bumps `version`; a stale `version` is 409."""
-        definitions.update_definition(entityName, data)
+        definitions.update_definition(db.session, current_tenant(), entityName, data)
         return SUCCESS
 
     @blp.arguments(DefinitionDeleteArgsSchema, location="query")
@@ -117,8 +118,8 @@ class Definition(MethodView):
     @require_scopes(WRITE)
     def delete(self, args, entityName):
         """Delete a definition: soft by default; `deleteRecords`, `hardDelete` flags."""
-        definitions.delete_definition(entityName, delete_records=args["deleteRecords"],
-                                   hard_delete=args["hardDelete"])
+        definitions.delete_definition(db.session, current_tenant(), entityName,
+                                      delete_records=args["deleteRecords"], hard_delete=args["hardDelete"])
         return SUCCESS
 
 
@@ -129,7 +130,7 @@ class AdminUpsert(MethodView):
     @require_role("admin", "super_admin")
     def post(self, data):
         """Create or update definitions by name in the caller's org (role admin)."""
-        return definitions.upsert_definitions(data["definitions"])
+        return definitions.upsert_definitions(db.session, current_tenant(), data["definitions"])
 
 
 # --- views ----------------------------------------------------------------------------------------
@@ -141,14 +142,14 @@ class Views(MethodView):
     def get(self, entityName):
         """List the views of a definition."""
         definition = definitions.find_definition(entityName)
-        return {"views": [views.view_to_wire(v, definition) for v in views.list_views(definition)]}
+        return {"views": [views.view_to_wire(v, definition) for v in views.list_views(db.session, definition)]}
 
     @blp.arguments(ViewCreateSchema)
     @blp.response(201, IdSchema)
     @require_scopes(WRITE)
     def post(self, data, entityName):
         """Create a view (columns, filters, sort are checked against the definition)."""
-        return {"id": views.create_view(definitions.find_definition(entityName), data).id}
+        return {"id": views.create_view(db.session, current_tenant(), definitions.find_definition(entityName), data).id}
 
 
 @blp.route("/definitions/<string:entityName>/views/<string:viewId>")
@@ -158,14 +159,14 @@ class View(MethodView):
     @require_scopes(WRITE)
     def put(self, data, entityName, viewId):
         """Update a view (partial)."""
-        views.update_view(definitions.find_definition(entityName), viewId, data)
+        views.update_view(db.session, current_tenant(), definitions.find_definition(entityName), viewId, data)
         return SUCCESS
 
     @blp.response(200, SuccessSchema)
     @require_scopes(WRITE)
     def delete(self, entityName, viewId):
         """Delete a view."""
-        views.delete_view(definitions.find_definition(entityName), viewId)
+        views.delete_view(db.session, definitions.find_definition(entityName), viewId)
         return SUCCESS
 
 
@@ -178,7 +179,7 @@ class Records(MethodView):
     @require_scopes(WRITE)
     def post(self, data, entityName):
         """Create a record; `fields` are validated against the definition's schema."""
-        record = records.create_record(definitions.find_definition(entityName), data)
+        record = records.create_record(db.session, current_tenant(), definitions.find_definition(entityName), data)
         return records.record_to_wire(record)
 
 
@@ -232,7 +233,7 @@ class Record(MethodView):
     @require_scopes(WRITE)
     def put(self, data, entityName, recordId):
         """Update a record: `fields` merge (null removes a key), validated whole; stale `version` is 409."""
-        records.update_record(definitions.find_definition(entityName), recordId, data)
+        records.update_record(db.session, current_tenant(), definitions.find_definition(entityName), recordId, data)
         return SUCCESS
 
     @blp.arguments(RecordDeleteArgsSchema, location="query")
@@ -240,7 +241,8 @@ class Record(MethodView):
     @require_scopes(WRITE)
     def delete(self, args, entityName, recordId):
         """Delete a record: soft by default (relationships deactivated); `hardDelete=true` removes it."""
-        records.delete_record(definitions.find_definition(entityName), recordId, hard_delete=args["hardDelete"])
+        records.delete_record(db.session, current_tenant(), definitions.find_definition(entityName), recordId,
+                              hard_delete=args["hardDelete"])
         return SUCCESS
 
 
@@ -269,13 +271,13 @@ def _count_applied(how: str) -> dict[str, str]:
 def _bulk(entityName: str, operation: str, items: list):
     definition = definitions.find_definition(entityName)
     if wants_async():
-        job = tasks.start_bulk_job(definition, operation, items)
+        job = bulk.start_job(db.session, current_tenant(), definition, operation, items)
         response = jsonify({"jobId": job.id})
         response.status_code = 202
         response.headers["Location"] = f"/api/v1/jobs/{job.id}"
         response.headers["Preference-Applied"] = "respond-async"
         return response
-    return bulk.run_bulk(definition, operation, items)
+    return bulk.run_bulk(db.session, current_tenant(), definition, operation, items)
 
 
 def _bulk_route(operation: str, body_schema, key: str, summary: str) -> None:
@@ -329,7 +331,8 @@ class Relationships(MethodView):
     @require_scopes(WRITE)
     def post(self, data, entityName, recordId):
         """Link this record to another record of the org."""
-        return relationships.create_relationship(definitions.find_definition(entityName), recordId, data)
+        return relationships.create_relationship(db.session, current_tenant(), definitions.find_definition(entityName),
+                                                recordId, data)
 
 
 @blp.route("/<string:entityName>/records/<string:recordId>/relationships/<string:relationshipId>")
@@ -338,5 +341,5 @@ class Relationship(MethodView):
     @require_scopes(WRITE)
     def delete(self, entityName, recordId, relationshipId):
         """Delete a relationship of this record."""
-        relationships.delete_relationship(definitions.find_definition(entityName), recordId, relationshipId)
+        relationships.delete_relationship(db.session, definitions.find_definition(entityName), recordId, relationshipId)
         return SUCCESS

@@ -7,12 +7,9 @@ import logging
 from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy.exc import OperationalError
 
-from app.db import db
 from app.entities import bulk, indexes
-from app.entities.models import BulkJob, EntityDefinition
 from app.extensions import celery_app
-from app.tasks import enqueue_after_commit, retry_or_give_up
-from app.tenancy import current_tenant
+from app.tasks import retry_or_give_up
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +44,3 @@ def run_bulk_job(self, job_id: str, product: str) -> str:
 def sync_definition_indexes(product: str, definition_id: str) -> dict:
     """Create/drop a definition's per-field indexes (app.entities.indexes); idempotent."""
     return indexes.sync_definition(product, definition_id)
-
-
-def start_bulk_job(definition: EntityDefinition, operation: str, items: list) -> BulkJob:
-    """Store the request as a pending job and send it to the `bulk` queue once committed."""
-    job = bulk.create_job(definition, operation, items)
-    enqueue_after_commit(db.session, run_bulk_job, job.id, current_tenant().product)
-    db.session.commit()
-    return job

@@ -7,8 +7,8 @@ import math
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
-from app.db import db
 from app.errors import Conflict, ValidationFailed
 
 
@@ -27,11 +27,11 @@ def check_version(sent: Any, current: int, what: str) -> None:
                        "reload and retry.", {"currentVersion": current})
 
 
-def flush_unique(message: str) -> None:
+def flush_unique(session: Session, message: str) -> None:
     try:
-        db.session.flush()
+        session.flush()
     except IntegrityError:
-        raise Conflict(message) from None  # the request (or the upsert's savepoint) rolls back
+        raise Conflict(message) from None  # the unit of work (or the upsert's savepoint) rolls back
 
 def unstorable_errors(value: Any, path: str, out: dict[str, list[str]]) -> None:
     """PostgreSQL text and JSONB cannot hold U+0000, JSONB no NaN/Infinity: name each place."""

@@ -12,6 +12,7 @@ from flask import current_app, g
 from marshmallow import ValidationError
 from sqlalchemy import Integer, Text, bindparam, delete, func, literal_column, select, update
 from sqlalchemy import inspect as sa_inspect
+from sqlalchemy.orm import Session
 
 from app.db import db, schema_for
 from app.entities import hooks, indexes
@@ -31,7 +32,7 @@ from app.entities.services.records import (
 )
 from app.entities.services.views import owned_view
 from app.errors import ApiError, Conflict, NotFound, ValidationFailed
-from app.tenancy import current_org, current_tenant, tenant_select
+from app.tenancy import Tenant, current_org, tenant_select
 from app.wire import iso, utcnow
 
 
@@ -56,15 +57,17 @@ def list_definitions(module: str | None = None, status: str | None = None) -> li
     return list(db.session.scalars(stmt))
 
 
-def find_definition(name: str, *, include_inactive: bool = False, lock: bool = False) -> EntityDefinition:
-    """The org's active definition named `name` (or, if asked, its latest soft-deleted one); else 404."""
-    stmt = tenant_select(EntityDefinition).where(EntityDefinition.name == name)
+def find_definition(name: str, *, include_inactive: bool = False, lock: bool = False, session: Session | None = None,
+                    org_id: str | None = None) -> EntityDefinition:
+    """The org's active definition named `name` (or, if asked, its latest soft-deleted one); else 404.
+    Read with `session` for org `org_id` (a write's); by default the request's session and tenant."""
+    stmt = tenant_select(EntityDefinition, org_id).where(EntityDefinition.name == name)
     if not include_inactive:
         stmt = stmt.where(EntityDefinition.is_active.is_(True))
     stmt = stmt.order_by(EntityDefinition.is_active.desc(), EntityDefinition.updated_at.desc()).limit(1)
     if lock:
         stmt = stmt.with_for_update()
-    definition = db.session.scalars(stmt).first()
+    definition = (session or db.session).scalars(stmt).first()
     if definition is None:
         raise NotFound(f"Entity '{name}' not found.")
     return definition
@@ -222,7 +225,7 @@ _PROVENANCE_ATTRS = {"artifactVersion": "artifact_version", "forkedFromVersion":
                      "source": "source"}
 
 
-def _apply_definition(definition: EntityDefinition, data: dict, *, provenance: bool) -> None:
+def _apply_definition(session: Session, definition: EntityDefinition, data: dict, *, provenance: bool) -> None:
     if "schema" in data:
         compiled = compile_definition_schema(data["schema"])
         definition.schema = data["schema"]
@@ -237,22 +240,22 @@ def _apply_definition(definition: EntityDefinition, data: dict, *, provenance: b
         definition.name = data["name"]
     if "defaultViewId" in data and data["defaultViewId"] is not None:
         try:
-            owned_view(definition, data["defaultViewId"])
+            owned_view(session, definition, data["defaultViewId"])
         except NotFound:
             raise ValidationFailed("defaultViewId does not name a view of this entity.",
                                    {"fields": {"defaultViewId": ["unknown view"]}}) from None
     if "defaultViewId" in data and definition.id is not None:  # keep the views' isDefault in step
-        db.session.execute(update(EntityView).where(
+        session.execute(update(EntityView).where(
             EntityView.org_id == definition.org_id, EntityView.entity_id == definition.id)
             .values(is_default=EntityView.id == data["defaultViewId"] if data["defaultViewId"] else False))
 
 
-def create_definition(data: dict, *, provenance: bool = False, commit: bool = True) -> EntityDefinition:
-    """A new definition of the caller's org; the name is unique among the org's active ones (409)."""
+def create_definition(session: Session, tenant: Tenant, data: dict, *, provenance: bool = False) -> EntityDefinition:
+    """A new definition of `tenant`'s org, added to `session` (flushed: the caller's unit of work commits
+    it); the name is unique among the org's active ones (409)."""
     if not data.get("name"):
         raise ValidationFailed("Request validation failed.", {"fields": {"name": ["Missing data for required "
                                                                                  "field."]}})
-    tenant = current_tenant()
     data = dict(data)
     data.setdefault("schema", {"type": "object", "properties": {}})
     data.pop("defaultViewId", None)  # no views exist yet
@@ -260,69 +263,68 @@ def create_definition(data: dict, *, provenance: bool = False, commit: bool = Tr
                                   product=tenant.product, created_by=tenant.user_id, updated_by=tenant.user_id,
                                   is_active=True, version=1, created_at=utcnow())
     definition.updated_at = definition.created_at
-    _apply_definition(definition, data, provenance=provenance)
+    _apply_definition(session, definition, data, provenance=provenance)
     if definition.is_active is False:
         raise ValidationFailed("A definition is created active.", {"fields": {"isActive": ["must be true"]}})
-    db.session.add(definition)
-    flush_unique(f"An entity named '{definition.name}' already exists.")
-    if commit:
-        db.session.commit()
+    session.add(definition)
+    flush_unique(session, f"An entity named '{definition.name}' already exists.")
     return definition
 
 
-def update_definition(name: str, data: dict, *, provenance: bool = False, commit: bool = True) -> EntityDefinition:
-    """Apply a partial definition; bumps `version`; a stale numeric `version` is 409."""
-    definition = find_definition(name, include_inactive=True, lock=True)
+def update_definition(session: Session, tenant: Tenant, name: str, data: dict, *,
+                      provenance: bool = False) -> EntityDefinition:
+    """Apply a partial definition as `tenant`, in `session`; bumps `version`; a stale numeric `version` is 409."""
+    definition = find_definition(name, include_inactive=True, lock=True, session=session, org_id=tenant.org_id)
     check_version(data.get("version"), definition.version, "definition")
     previous_embeddings, previous_schema = definition.embeddings_config, definition.schema
-    _apply_definition(definition, data, provenance=provenance)
+    _apply_definition(session, definition, data, provenance=provenance)
     definition.version += 1
     definition.updated_at = utcnow()
-    definition.updated_by = current_tenant().user_id
-    flush_unique(f"An entity named '{definition.name}' already exists.")
+    definition.updated_by = tenant.user_id
+    flush_unique(session, f"An entity named '{definition.name}' already exists.")
     changed = hooks.current().definition_changed
     if changed is not None:
-        changed(db.session, current_tenant().product, definition, previous_embeddings)
+        changed(session, tenant.product, definition, previous_embeddings)
     if definition.schema != previous_schema or "isActive" in data:
         follow_schema(definition)  # a projection of another schema stops answering queries now
 
         # per-field indexes follow the schema (built off the request path)
-        indexes.schedule_sync(db.session, current_tenant().product, definition.id)
+        indexes.schedule_sync(session, tenant.product, definition.id)
     # Records are not re-validated against a changed schema: they are checked when next written.
-    if commit:
-        db.session.commit()
     return definition
 
 
-def delete_definition(name: str, *, delete_records: bool = False, hard_delete: bool = False) -> None:
+def delete_definition(session: Session, tenant: Tenant, name: str, *, delete_records: bool = False,
+                      hard_delete: bool = False) -> None:
     """Soft delete (isActive false) by default; `deleteRecords` deletes (or soft-deletes) the records
     too; `hardDelete` removes the definition row, and refuses (409) while records would be orphaned."""
-    definition = find_definition(name, include_inactive=hard_delete, lock=True)
+    definition = find_definition(name, include_inactive=hard_delete, lock=True, session=session, org_id=tenant.org_id)
     records = select(EntityRecord.id).where(EntityRecord.org_id == definition.org_id,
                                             EntityRecord.entity_id == definition.id)
     if hard_delete:
-        if not delete_records and db.session.scalar(select(func.count()).select_from(records.subquery())):
+        if not delete_records and session.scalar(select(func.count()).select_from(records.subquery())):
             raise Conflict(f"Entity '{name}' still has records; pass deleteRecords=true to delete them too.")
-        delete_relationships_of(records)
-        db.session.execute(delete(EntityRecord).where(EntityRecord.org_id == definition.org_id,
-                                                      EntityRecord.entity_id == definition.id))
-        db.session.delete(definition)
+        delete_relationships_of(records, session)
+        session.execute(delete(EntityRecord).where(EntityRecord.org_id == definition.org_id,
+                                                   EntityRecord.entity_id == definition.id))
+        session.delete(definition)
     else:
         if delete_records:
-            deactivate_relationships_of(records)
-            db.session.execute(update(EntityRecord).where(
+            deactivate_relationships_of(records, session)
+            session.execute(update(EntityRecord).where(
                 EntityRecord.org_id == definition.org_id, EntityRecord.entity_id == definition.id,
                 EntityRecord.is_active.is_(True)).values(is_active=False, updated_at=utcnow()))
         definition.is_active = False
         definition.projection = None
         definition.version += 1
         definition.updated_at = utcnow()
-    indexes.schedule_sync(db.session, current_tenant().product, definition.id)  # drops the per-field indexes
-    db.session.commit()
+    indexes.schedule_sync(session, tenant.product, definition.id)  # drops the per-field indexes
+    session.flush()
 
 
-def upsert_definitions(items: list[dict]) -> dict[str, Any]:
-    """Admin: create or update each definition by name; one readable error per rejected one."""
+def upsert_definitions(session: Session, tenant: Tenant, items: list[dict]) -> dict[str, Any]:
+    """Admin: create or update each definition by name, each in a savepoint of the caller's unit of work;
+    one readable error per rejected one."""
     created = updated = 0
     errors: list[str] = []
     for index, raw in enumerate(items):
@@ -335,19 +337,18 @@ def upsert_definitions(items: list[dict]) -> dict[str, Any]:
                 raise ValidationFailed("name is required.", {"fields": {"name": ["Missing data for required "
                                                                                 "field."]}})
             data.pop("version", None)
-            with db.session.begin_nested():
-                exists = db.session.scalar(tenant_select(EntityDefinition).where(
+            with session.begin_nested():
+                exists = session.scalar(tenant_select(EntityDefinition, tenant.org_id).where(
                     EntityDefinition.name == data["name"], EntityDefinition.is_active.is_(True)))
                 if exists:
-                    update_definition(data["name"], data, provenance=True, commit=False)
+                    update_definition(session, tenant, data["name"], data, provenance=True)
                     updated += 1
                 else:
-                    create_definition(data, provenance=True, commit=False)
+                    create_definition(session, tenant, data, provenance=True)
                     created += 1
         except ValidationError as exc:
             errors.append(f"{label}: {flatten_messages(exc.messages)}")
         except ApiError as exc:
             errors.append(f"{label}: {exc.message}" + (f" {flatten_messages(exc.details['fields'])}"
                                                        if exc.details and "fields" in exc.details else ""))
-    db.session.commit()
     return {"created": created, "updated": updated, "errors": errors}

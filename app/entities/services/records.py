@@ -21,7 +21,7 @@ from app.entities.services.common import (
 )
 from app.entities.services.context import compiled_schema
 from app.errors import NotFound, ValidationFailed
-from app.tenancy import current_tenant, tenant_select
+from app.tenancy import Tenant, tenant_select
 from app.wire import iso, new_id, utcnow
 
 RECORD_COLUMNS = ("id", "entity_id", "name", "fields", "tags", "metadata", "created_at", "updated_at",
@@ -107,25 +107,27 @@ def default_name(item: dict) -> str:
     return ""
 
 
-def find_record(definition: EntityDefinition, record_id: str, *, lock: bool = False) -> EntityRecord:
-    stmt = tenant_select(EntityRecord).where(EntityRecord.id == record_id,
+def find_record(definition: EntityDefinition, record_id: str, *, lock: bool = False,
+                session: Session | None = None) -> EntityRecord:
+    """The definition's active record `record_id` (404 otherwise), read with `session` (by default the
+    request's)."""
+    stmt = tenant_select(EntityRecord, definition.org_id).where(EntityRecord.id == record_id,
                                              EntityRecord.entity_id == definition.id,
                                              EntityRecord.is_active.is_(True))
     if lock:
         stmt = stmt.with_for_update()
-    record = db.session.scalars(stmt).first()
+    record = (session or db.session).scalars(stmt).first()
     if record is None:
         raise NotFound("Record not found.")
     return record
 
 
-def create_record(definition: EntityDefinition, data: dict) -> EntityRecord:
+def create_record(session: Session, tenant: Tenant, definition: EntityDefinition, data: dict) -> EntityRecord:
     """Validate `fields` against the definition's schema (every violation listed) and store it."""
     compiled = compiled_schema(definition)
     errors = record_errors(compiled, data)
     if errors:
         raise ValidationFailed("Record does not match the entity schema.", {"fields": errors})
-    tenant = current_tenant()
     name, fields = default_name(data), data.get("fields", {})
     now = utcnow()
     record = EntityRecord(id=new_id(), org_id=tenant.org_id, entity_id=definition.id, name=name, fields=fields,
@@ -133,9 +135,9 @@ def create_record(definition: EntityDefinition, data: dict) -> EntityRecord:
                           tags=data.get("tags") or [], metadata_=data.get("metadata"), is_active=True, version=1,
                           created_by=tenant.user_id, updated_by=tenant.user_id)
     record.search_vector = func.to_tsvector(SEARCH_CONFIG, search_document(name, fields, compiled.catalog))
-    db.session.add(record)
-    records_written(db.session, current_tenant().product, definition, [record.id])
-    db.session.commit()
+    session.add(record)
+    records_written(session, tenant.product, definition, [record.id])
+    session.flush()
     return record
 
 
@@ -150,9 +152,10 @@ def merge_fields(current: dict, patch: dict) -> dict:
     return merged
 
 
-def update_record(definition: EntityDefinition, record_id: str, data: dict) -> EntityRecord:
+def update_record(session: Session, tenant: Tenant, definition: EntityDefinition, record_id: str,
+                  data: dict) -> EntityRecord:
     """Merge `fields`, validate the whole result, bump `version`; a stale `version` is 409."""
-    record = find_record(definition, record_id, lock=True)
+    record = find_record(definition, record_id, lock=True, session=session)
     check_version(data.get("version"), record.version, "record")
     compiled = compiled_schema(definition)
     merged = dict(data)
@@ -160,11 +163,11 @@ def update_record(definition: EntityDefinition, record_id: str, data: dict) -> E
     errors = record_errors(compiled, merged)
     if errors:
         raise ValidationFailed("Record does not match the entity schema.", {"fields": errors})
-    apply_record_update(record, merged, compiled, current_tenant().user_id)
+    apply_record_update(record, merged, compiled, tenant.user_id)
     if data.get("isActive") is False:
-        deactivate_relationships_of(select(EntityRecord.id).where(EntityRecord.id == record.id))
-    records_written(db.session, current_tenant().product, definition, [record.id])
-    db.session.commit()
+        deactivate_relationships_of(select(EntityRecord.id).where(EntityRecord.id == record.id), session)
+    records_written(session, tenant.product, definition, [record.id])
+    session.flush()
     return record
 
 
@@ -185,32 +188,33 @@ def apply_record_update(record: EntityRecord, merged: dict, compiled: CompiledSc
     record.updated_by = user_id
 
 
-def delete_record(definition: EntityDefinition, record_id: str, *, hard_delete: bool = False) -> None:
+def delete_record(session: Session, tenant: Tenant, definition: EntityDefinition, record_id: str, *,
+                  hard_delete: bool = False) -> None:
     """Soft delete (hidden from reads, relationships deactivated) or, with hardDelete, remove both."""
-    record = find_record(definition, record_id, lock=True)
+    record = find_record(definition, record_id, lock=True, session=session)
     ids = select(EntityRecord.id).where(EntityRecord.id == record.id)
     if hard_delete:
-        delete_relationships_of(ids)
-        db.session.delete(record)
+        delete_relationships_of(ids, session)
+        session.delete(record)
     else:
-        deactivate_relationships_of(ids)
+        deactivate_relationships_of(ids, session)
         record.is_active = False
         record.updated_at = utcnow()
-        record.updated_by = current_tenant().user_id
-    db.session.commit()
+        record.updated_by = tenant.user_id
+    session.flush()
 
 
 def _touching(record_ids):
     return or_(EntityRelationship.from_record_id.in_(record_ids), EntityRelationship.to_record_id.in_(record_ids))
 
 
-def deactivate_relationships_of(record_ids, session=None) -> None:
-    (session or db.session).execute(update(EntityRelationship).where(
+def deactivate_relationships_of(record_ids, session: Session) -> None:
+    session.execute(update(EntityRelationship).where(
         _touching(record_ids), EntityRelationship.is_active.is_(True)).values(is_active=False))
 
 
-def delete_relationships_of(record_ids, session=None) -> None:
-    (session or db.session).execute(delete(EntityRelationship).where(_touching(record_ids)))
+def delete_relationships_of(record_ids, session: Session) -> None:
+    session.execute(delete(EntityRelationship).where(_touching(record_ids)))
 
 
 def records_written(session: Session, product: str, definition: EntityDefinition, record_ids: list[str]) -> None:

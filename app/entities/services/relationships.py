@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import and_, or_, select
-from sqlalchemy.orm import aliased
+from sqlalchemy.orm import Session, aliased
 
 from app.db import db
 from app.entities.models import EntityDefinition, EntityRelationship
@@ -18,28 +18,27 @@ from app.entities.services.records import (
     find_record,
 )
 from app.errors import NotFound, ValidationFailed
-from app.tenancy import current_tenant, tenant_select
+from app.tenancy import Tenant, tenant_select
 from app.wire import iso, utcnow
 
 
-def create_relationship(definition: EntityDefinition, record_id: str, data: dict) -> dict[str, Any]:
+def create_relationship(session: Session, tenant: Tenant, definition: EntityDefinition, record_id: str,
+                        data: dict) -> dict[str, Any]:
     """Link a record to another record of the same org (both must exist and be active)."""
-    source = find_record(definition, record_id)
-    target_definition = find_definition(data["toEntityName"])
-    target = find_record(target_definition, data["toRecordId"])
+    source = find_record(definition, record_id, session=session)
+    target_definition = find_definition(data["toEntityName"], session=session, org_id=tenant.org_id)
+    target = find_record(target_definition, data["toRecordId"], session=session)
     errors: dict[str, list[str]] = {}
     unstorable_errors(data.get("fields"), "fields", errors)
     unstorable_errors(data["relationshipType"], "relationshipType", errors)
     if errors:
         raise ValidationFailed("Invalid relationship.", {"fields": errors})
-    tenant = current_tenant()
     relationship = EntityRelationship(
         org_id=tenant.org_id, from_entity_id=definition.id, from_record_id=source.id,
         to_entity_id=target_definition.id, to_record_id=target.id, relationship_type=data["relationshipType"],
         fields=data.get("fields"), is_active=True, created_by=tenant.user_id, created_at=utcnow())
-    db.session.add(relationship)
-    flush_unique("This relationship already exists.")
-    db.session.commit()
+    session.add(relationship)
+    flush_unique(session, "This relationship already exists.")
     return relationship_to_wire(relationship, definition.name, target_definition.name)
 
 
@@ -68,12 +67,12 @@ def list_relationships(definition: EntityDefinition, record_id: str, *, directio
     return [relationship_to_wire(r, f, t) for r, f, t in db.session.execute(stmt)]
 
 
-def delete_relationship(definition: EntityDefinition, record_id: str, relationship_id: str) -> None:
-    record = find_record(definition, record_id)
-    relationship = db.session.scalar(tenant_select(EntityRelationship).where(
+def delete_relationship(session: Session, definition: EntityDefinition, record_id: str, relationship_id: str) -> None:
+    record = find_record(definition, record_id, session=session)
+    relationship = session.scalar(tenant_select(EntityRelationship, definition.org_id).where(
         EntityRelationship.id == relationship_id,
         or_(EntityRelationship.from_record_id == record.id, EntityRelationship.to_record_id == record.id)))
     if relationship is None:
         raise NotFound("Relationship not found.")
-    db.session.delete(relationship)
-    db.session.commit()
+    session.delete(relationship)
+    session.flush()

@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import update
+from sqlalchemy.orm import Session
 
-from app.db import db
 from app.entities.filters import FieldResolver, parse_filters
 from app.entities.models import EntityDefinition, EntityView
 from app.entities.services.context import filter_context
 from app.errors import NotFound, ValidationFailed
-from app.tenancy import current_tenant, tenant_select
+from app.tenancy import Tenant, tenant_select
 from app.wire import iso, new_id, utcnow
 
 
@@ -23,15 +23,15 @@ def view_to_wire(v: EntityView, definition: EntityDefinition) -> dict[str, Any]:
             "updatedBy": v.updated_by}
 
 
-def list_views(definition: EntityDefinition) -> list[EntityView]:
-    stmt = tenant_select(EntityView).where(EntityView.entity_id == definition.id).order_by(
+def list_views(session: Session, definition: EntityDefinition) -> list[EntityView]:
+    stmt = tenant_select(EntityView, definition.org_id).where(EntityView.entity_id == definition.id).order_by(
         EntityView.created_at, EntityView.id)
-    return list(db.session.scalars(stmt))
+    return list(session.scalars(stmt))
 
 
-def owned_view(definition: EntityDefinition, view_id: str) -> EntityView:
-    view = db.session.scalar(tenant_select(EntityView).where(EntityView.id == view_id,
-                                                             EntityView.entity_id == definition.id))
+def owned_view(session: Session, definition: EntityDefinition, view_id: str) -> EntityView:
+    view = session.scalar(tenant_select(EntityView, definition.org_id).where(EntityView.id == view_id,
+                                                                             EntityView.entity_id == definition.id))
     if view is None:
         raise NotFound("View not found.")
     return view
@@ -63,15 +63,16 @@ _VIEW_ATTRS = {"name": "name", "type": "type", "description": "description", "co
                "config": "config"}
 
 
-def _apply_view(definition: EntityDefinition, view: EntityView, data: dict) -> None:
+def _apply_view(session: Session, tenant: Tenant, definition: EntityDefinition, view: EntityView,
+                data: dict) -> None:
     _check_view(definition, data)
     for key, attr in _VIEW_ATTRS.items():
         if key in data:
             setattr(view, attr, data[key])
     view.updated_at = utcnow()
-    view.updated_by = current_tenant().user_id
+    view.updated_by = tenant.user_id
     if data.get("isDefault") is True:
-        db.session.execute(update(EntityView).where(
+        session.execute(update(EntityView).where(
             EntityView.org_id == definition.org_id, EntityView.entity_id == definition.id,
             EntityView.id != view.id).values(is_default=False))
         view.is_default = True
@@ -82,31 +83,30 @@ def _apply_view(definition: EntityDefinition, view: EntityView, data: dict) -> N
             definition.default_view_id = None
 
 
-def create_view(definition: EntityDefinition, data: dict) -> EntityView:
+def create_view(session: Session, tenant: Tenant, definition: EntityDefinition, data: dict) -> EntityView:
     """A saved view of the definition; `isDefault` makes it the definition's defaultViewId."""
     if not data.get("name"):
         raise ValidationFailed("Request validation failed.", {"fields": {"name": ["Missing data for required "
                                                                                  "field."]}})
-    tenant = current_tenant()
     _check_view(definition, data)
     view = EntityView(id=new_id(), org_id=tenant.org_id, entity_id=definition.id, name=data["name"], type="table",
                       columns=[], filters={}, sort_order=-1, config={}, is_default=False, created_by=tenant.user_id,
                       created_at=utcnow())
-    db.session.add(view)
-    _apply_view(definition, view, data)
-    db.session.commit()
+    session.add(view)
+    _apply_view(session, tenant, definition, view, data)
+    session.flush()
     return view
 
 
-def update_view(definition: EntityDefinition, view_id: str, data: dict) -> None:
-    view = owned_view(definition, view_id)
-    _apply_view(definition, view, data)
-    db.session.commit()
+def update_view(session: Session, tenant: Tenant, definition: EntityDefinition, view_id: str, data: dict) -> None:
+    view = owned_view(session, definition, view_id)
+    _apply_view(session, tenant, definition, view, data)
+    session.flush()
 
 
-def delete_view(definition: EntityDefinition, view_id: str) -> None:
-    view = owned_view(definition, view_id)
+def delete_view(session: Session, definition: EntityDefinition, view_id: str) -> None:
+    view = owned_view(session, definition, view_id)
     if definition.default_view_id == view.id:
         definition.default_view_id = None
-    db.session.delete(view)
-    db.session.commit()
+    session.delete(view)
+    session.flush()
