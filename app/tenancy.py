@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from flask import current_app, g, has_app_context, request
 from sqlalchemy import Select, select
+from sqlalchemy.orm import Session
 
 from app.db import db
 from app.errors import Forbidden, NotFound, Unauthorized
@@ -68,12 +69,14 @@ def tenant_select(model: type[T], org_id: str | None = None) -> Select:
     return select(model).where(model.org_id == (org_id or current_org()))  # type: ignore[attr-defined]
 
 
-def get_owned(model: type[T], object_id: Any, what: str | None = None, *, extra=None) -> T:
-    """Load one object of the caller's org by primary key, or raise 404 (never 403)."""
-    stmt = tenant_select(model).where(model.id == object_id)  # type: ignore[attr-defined]
+def get_owned(model: type[T], object_id: Any, what: str | None = None, *, extra=None, session: Session | None = None,
+              org_id: str | None = None) -> T:
+    """Load one object of org `org_id` (by default the caller's) by primary key with `session` (by default
+    the request's), or raise 404 (never 403)."""
+    stmt = tenant_select(model, org_id).where(model.id == object_id)  # type: ignore[attr-defined]
     if extra is not None:
         stmt = stmt.where(extra)
-    obj = db.session.scalars(stmt).first()
+    obj = (session or db.session).scalars(stmt).first()
     if obj is None:
         raise NotFound(f"{what or model.__name__} not found.")
     return obj

@@ -13,7 +13,9 @@ from app.agents import schemas as s
 from app.agents.services import agents, skills, subagents, tools, widgets
 from app.agents.services.common import dumps
 from app.auth import require_scopes
+from app.db import db
 from app.extensions import Blueprint, SuccessSchema
+from app.tenancy import current_tenant
 from app.wire import json_text
 
 # Path variables keep the spec's names (agentId, toolDefId, …) so the OpenAPI paths match it.
@@ -51,7 +53,7 @@ class Agents(MethodView):
     @require_scopes(WRITE)
     def post(self, data):
         """Create an agent (bare Partial Agent or `{agent}`); missing fields get documented defaults."""
-        return _json(agents.create_agent(data), 201)
+        return _json(agents.create_agent(db.session, current_tenant(), data), 201)
 
 
 @agents_blp.route("/summary")
@@ -92,7 +94,7 @@ class AgentImport(MethodView):
     @require_scopes(WRITE)
     def post(self, query, data):
         """Import an exported Agent; a taken name is 409 unless `?overwrite=true` replaces that agent."""
-        body, created = agents.import_agent(data, overwrite=query["overwrite"])
+        body, created = agents.import_agent(db.session, current_tenant(), data, overwrite=query["overwrite"])
         return _json(body, 201 if created else 200)
 
 
@@ -109,13 +111,13 @@ class AgentById(MethodView):
     @require_scopes(WRITE)
     def put(self, data, agentId):
         """Update an agent: named top-level fields replace the stored ones (null clears an optional one)."""
-        return _json(agents.update_agent(agentId, data))
+        return _json(agents.update_agent(db.session, current_tenant(), agentId, data))
 
     @agents_blp.response(200, SuccessSchema)
     @require_scopes(WRITE)
     def delete(self, agentId):
         """Delete an agent and its widgets."""
-        return agents.delete_agent(agentId)
+        return agents.delete_agent(db.session, current_tenant(), agentId)
 
 
 @agents_blp.route("/<string:agentId>/export")
@@ -144,7 +146,7 @@ class Skills(MethodView):
     @require_scopes(WRITE)
     def post(self, data):
         """Create a catalog skill (bare or `{skill}`); the name is unique in the org."""
-        return _json(skills.create_skill(data), 201)
+        return _json(skills.create_skill(db.session, current_tenant(), data), 201)
 
 
 @skills_blp.route("/categories")
@@ -171,14 +173,14 @@ class SkillByName(MethodView):
     @require_scopes(WRITE)
     def put(self, query, data):
         """Update the catalog skill with this name (agents keep their snapshots)."""
-        return _json(skills.update_skill(query["name"], data))
+        return _json(skills.update_skill(db.session, current_tenant(), query["name"], data))
 
     @skills_blp.arguments(s.ByNameQuerySchema, location="query")
     @skills_blp.response(200, SuccessSchema)
     @require_scopes(WRITE)
     def delete(self, query):
         """Delete the catalog skill with this name (agents keep their snapshots)."""
-        return skills.delete_skill(query["name"])
+        return skills.delete_skill(db.session, current_tenant(), query["name"])
 
 
 @skills_blp.route("/<string:skillId>")
@@ -207,7 +209,7 @@ class ToolDefinitions(MethodView):
     @require_scopes(WRITE)
     def post(self, body):
         """Create a tool definition from `{toolDefinition}`."""
-        return _json(tools.create_tool_definition(body["toolDefinition"]), 201)
+        return _json(tools.create_tool_definition(db.session, current_tenant(), body["toolDefinition"]), 201)
 
 
 @tools_blp.route("/by-ids")
@@ -234,13 +236,13 @@ class ToolDefinitionById(MethodView):
     @require_scopes(WRITE)
     def put(self, body, toolDefId):
         """Update a tool definition from `{toolDefinition}` (named fields replace the stored ones)."""
-        return _json(tools.update_tool_definition(toolDefId, body["toolDefinition"]))
+        return _json(tools.update_tool_definition(db.session, current_tenant(), toolDefId, body["toolDefinition"]))
 
     @tools_blp.response(200, SuccessSchema)
     @require_scopes(WRITE)
     def delete(self, toolDefId):
         """Delete a tool definition (agents keep their customised copies)."""
-        return tools.delete_tool_definition(toolDefId)
+        return tools.delete_tool_definition(db.session, current_tenant(), toolDefId)
 
 
 # --------------------------------------------------------------------------- sub-agents
@@ -260,7 +262,7 @@ class SubAgents(MethodView):
     @require_scopes(WRITE)
     def post(self, body):
         """Create a sub-agent from `{subAgent}`."""
-        return _json(subagents.create_sub_agent(body["subAgent"]), 201)
+        return _json(subagents.create_sub_agent(db.session, current_tenant(), body["subAgent"]), 201)
 
 
 @subagents_blp.route("/<string:subAgentId>")
@@ -276,14 +278,14 @@ class SubAgentById(MethodView):
     @require_scopes(WRITE)
     def put(self, body, subAgentId):
         """Update a sub-agent from `{subAgent}`."""
-        return _json(subagents.update_sub_agent(subAgentId, body["subAgent"]))
+        return _json(subagents.update_sub_agent(db.session, current_tenant(), subAgentId, body["subAgent"]))
 
     @subagents_blp.arguments(s.ForceQuerySchema, location="query")
     @subagents_blp.response(200, SuccessSchema)
     @require_scopes(WRITE)
     def delete(self, query, subAgentId):
         """Delete a sub-agent; 409 while agents reference it, unless `?force=true` removes the references."""
-        return subagents.delete_sub_agent(subAgentId, force=query["force"])
+        return subagents.delete_sub_agent(db.session, current_tenant(), subAgentId, force=query["force"])
 
 
 # --------------------------------------------------------------------------- widgets
@@ -303,7 +305,7 @@ class AgentWidgets(MethodView):
     @require_scopes(WRITE)
     def post(self, body, agentId):
         """Create a widget for the agent from `{widget}`."""
-        return _json(widgets.create_widget(agentId, body["widget"]), 201)
+        return _json(widgets.create_widget(db.session, current_tenant(), agentId, body["widget"]), 201)
 
 
 @widgets_blp.route("/agents/<string:agentId>/widgets/default")
@@ -328,13 +330,13 @@ class WidgetById(MethodView):
     @require_scopes(WRITE)
     def put(self, body, widgetId):
         """Update a widget from `{widget}`."""
-        return _json(widgets.update_widget(widgetId, body["widget"]))
+        return _json(widgets.update_widget(db.session, current_tenant(), widgetId, body["widget"]))
 
     @widgets_blp.response(200, SuccessSchema)
     @require_scopes(WRITE)
     def delete(self, widgetId):
         """Delete a widget."""
-        return widgets.delete_widget(widgetId)
+        return widgets.delete_widget(db.session, current_tenant(), widgetId)
 
 
 @widgets_blp.route("/widgets/<string:widgetId>/default")
@@ -344,4 +346,4 @@ class WidgetDefault(MethodView):
     @require_scopes(WRITE)
     def post(self, body, widgetId):
         """Make this widget its agent's only default (`{agentId}` must be the widget's agent)."""
-        return widgets.make_default_widget(widgetId, body["agentId"])
+        return widgets.make_default_widget(db.session, current_tenant(), widgetId, body["agentId"])

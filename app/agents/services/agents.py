@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import update
+from sqlalchemy.orm import Session
 
 from app.agents.models import Agent, SubAgent
 from app.agents.services import paging
@@ -27,10 +28,9 @@ from app.agents.services.common import (
 from app.agents.services.documents import DocumentStore
 from app.agents.services.prompts import apply_system_prompt
 from app.agents.services.skills import attach_skills
-from app.db import db
 from app.errors import Conflict
 from app.fields import schema_errors
-from app.tenancy import current_tenant, tenant_select
+from app.tenancy import Tenant, tenant_select
 
 # Allowed status changes (staying in the same status is always allowed). A draft is published
 # (active) or discarded (archived); active and inactive toggle; only an inactive agent is archived;
@@ -99,33 +99,34 @@ def get_default_agent() -> str:
 # --------------------------------------------------------------------------- writes
 
 
-def create_agent(data: dict[str, Any]) -> str:
+def create_agent(session: Session, tenant: Tenant, data: dict[str, Any]) -> str:
     """Create an agent from a validated Partial Agent (schema defaults already applied)."""
-    lock_org(_LOCK)
-    doc = _prepare(dict(data), previous=None, prompt_sent=bool(data.get("systemPrompt")))
-    _set_skills(doc, data.get("skills"), attach_skills(data.get("skills"), []))
-    return store.create(doc, before=_single_default(None))
+    lock_org(session, tenant, _LOCK)
+    doc = _prepare(session, tenant, dict(data), previous=None, prompt_sent=bool(data.get("systemPrompt")))
+    _set_skills(doc, data.get("skills"), attach_skills(session, tenant.org_id, data.get("skills"), []))
+    return store.create(session, tenant, doc, before=_single_default(session, tenant, None))
 
 
-def update_agent(agent_id: str, changes: dict[str, Any]) -> str:
+def update_agent(session: Session, tenant: Tenant, agent_id: str, changes: dict[str, Any]) -> str:
     """Apply a Partial Agent: named top-level fields replace the stored ones, null clears."""
-    lock_org(_LOCK)
-    row = store.lock(agent_id)
+    lock_org(session, tenant, _LOCK)
+    row = store.lock(session, tenant.org_id, agent_id)
     previous = row.doc
     doc = merge(previous, changes)
     _check_transition(previous["status"], doc["status"])
     if "type" in changes and "subType" not in changes and previous.get("subType") == previous["type"]:
         doc["subType"] = doc["type"]  # subType followed type: keep following it
-    doc = _prepare(doc, previous=previous, prompt_sent="systemPrompt" in changes)
+    doc = _prepare(session, tenant, doc, previous=previous, prompt_sent="systemPrompt" in changes)
     if "skills" in changes:
-        _set_skills(doc, changes.get("skills"), attach_skills(changes.get("skills"), previous.get("skills")))
-    return store.save(row, doc, before=_single_default(row))
+        _set_skills(doc, changes.get("skills"),
+                    attach_skills(session, tenant.org_id, changes.get("skills"), previous.get("skills")))
+    return store.save(session, tenant, row, doc, before=_single_default(session, tenant, row))
 
 
-def delete_agent(agent_id: str) -> dict:
+def delete_agent(session: Session, tenant: Tenant, agent_id: str) -> dict:
     """Delete an agent; its widgets go with it (ON DELETE CASCADE)."""
-    store.lock(agent_id)
-    return store.remove(agent_id)
+    store.lock(session, tenant.org_id, agent_id)
+    return store.remove(session, tenant.org_id, agent_id)
 
 
 def export_agent(agent_id: str) -> str:
@@ -133,7 +134,7 @@ def export_agent(agent_id: str) -> str:
     return get_agent(agent_id)
 
 
-def import_agent(data: dict[str, Any], *, overwrite: bool) -> tuple[str, bool]:
+def import_agent(session: Session, tenant: Tenant, data: dict[str, Any], *, overwrite: bool) -> tuple[str, bool]:
     """Create an agent from a full Agent; its name taken → 409, or replaced with `overwrite`.
     Returns the `{agent}` body and whether a new agent was created.
 
@@ -142,27 +143,29 @@ def import_agent(data: dict[str, Any], *, overwrite: bool) -> tuple[str, bool]:
     as exported: they are self-contained, so the importing org needs no matching catalog skills or
     tool definitions (only `subAgentIds` must name sub-agents of the org).
     """
-    lock_org(_LOCK)
-    existing = db.session.scalars(tenant_select(Agent).where(Agent.name == data["name"]).with_for_update()).first()
+    lock_org(session, tenant, _LOCK)
+    existing = session.scalars(tenant_select(Agent, tenant.org_id).where(Agent.name == data["name"])
+                               .with_for_update()).first()
     if existing is not None and not overwrite:
         raise Conflict(f"An agent named '{data['name']}' already exists; use ?overwrite=true to replace it.",
                        {"agentId": existing.id})
-    doc = _prepare(dict(data), previous=data, prompt_sent=False)
-    _set_skills(doc, data.get("skills"), attach_skills(data.get("skills"), [], restore=True))
+    doc = _prepare(session, tenant, dict(data), previous=data, prompt_sent=False)
+    _set_skills(doc, data.get("skills"), attach_skills(session, tenant.org_id, data.get("skills"), [], restore=True))
     if existing is None:
-        return store.create(doc, before=_single_default(None)), True
-    return store.save(existing, doc, before=_single_default(existing)), False
+        return store.create(session, tenant, doc, before=_single_default(session, tenant, None)), True
+    return store.save(session, tenant, existing, doc, before=_single_default(session, tenant, existing)), False
 
 
 # --------------------------------------------------------------------------- helpers
 
 
-def lock_agents() -> None:
+def lock_agents(session: Session, tenant: Tenant) -> None:
     """Take the org's agent-write lock (other services that change agents or what they reference)."""
-    lock_org(_LOCK)
+    lock_org(session, tenant, _LOCK)
 
 
-def _prepare(doc: dict[str, Any], *, previous: dict[str, Any] | None, prompt_sent: bool) -> dict[str, Any]:
+def _prepare(session: Session, tenant: Tenant, doc: dict[str, Any], *, previous: dict[str, Any] | None,
+             prompt_sent: bool) -> dict[str, Any]:
     """Defaults that depend on other fields, cross-field rules and reference checks."""
     doc = prune(doc)
     doc.setdefault("subType", doc["type"])
@@ -171,7 +174,7 @@ def _prepare(doc: dict[str, Any], *, previous: dict[str, Any] | None, prompt_sen
                  "maxTokens": doc["maxTokens"], "maxIterations": 10}
         doc["reactConfig"] = {**react, **prune(doc.get("reactConfig") or {})}
     if doc["scope"] == "user" and not doc.get("scopeId"):
-        doc["scopeId"] = current_tenant().user_id
+        doc["scopeId"] = tenant.user_id
     if doc["scope"] in ("team", "custom") and not doc.get("scopeId"):
         raise invalid("scopeId", f"scopeId is required when scope is '{doc['scope']}'.")
     if doc["scope"] == "org":
@@ -179,7 +182,7 @@ def _prepare(doc: dict[str, Any], *, previous: dict[str, Any] | None, prompt_sen
     if doc["isDefault"] and doc["status"] == "archived":
         raise Conflict("An archived agent cannot be the default agent.")
     _check_config(doc)
-    _check_sub_agents(doc.get("subAgentIds"))
+    _check_sub_agents(session, tenant.org_id, doc.get("subAgentIds"))
     apply_system_prompt(doc, previous=previous, prompt_sent=prompt_sent, moment_iso=iso(utcnow()))
     return doc
 
@@ -199,12 +202,12 @@ def _check_config(doc: dict[str, Any]) -> None:
         raise invalid("config", errors)
 
 
-def _check_sub_agents(ids: list[str] | None) -> None:
+def _check_sub_agents(session: Session, org_id: str, ids: list[str] | None) -> None:
     ids = ids or []
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     if duplicates:
         raise invalid("subAgentIds", f"Sub-agent(s) listed twice: {', '.join(duplicates)}.")
-    missing = sorted(set(ids) - existing_ids(SubAgent, ids))
+    missing = sorted(set(ids) - existing_ids(session, org_id, SubAgent, ids))
     if missing:
         raise invalid("subAgentIds", f"Unknown sub-agent id(s): {', '.join(missing)}.", unknownSubAgentIds=missing)
 
@@ -225,36 +228,35 @@ def summary_of(doc: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
-def _clear_other_defaults(keep_id: str) -> None:
+def _clear_other_defaults(session: Session, org_id: str, keep_id: str) -> None:
     """Unset isDefault on every other agent of the org (under the org's agent lock)."""
-    others = db.session.scalars(tenant_select(Agent).where(Agent.is_default.is_(True), Agent.id != keep_id)
-                                .with_for_update()).all()
+    others = session.scalars(tenant_select(Agent, org_id).where(Agent.is_default.is_(True), Agent.id != keep_id)
+                             .with_for_update()).all()
     for other in others:
         doc = {**other.doc, "isDefault": False}
-        db.session.execute(update(Agent).where(Agent.org_id == other.org_id, Agent.id == other.id)
+        session.execute(update(Agent).where(Agent.org_id == other.org_id, Agent.id == other.id)
                            .values(is_default=False, doc=doc, summary=summary_of(doc)))
 
 
-def _single_default(previous: Agent | None):
+def _single_default(session: Session, tenant: Tenant, previous: Agent | None):
     """`before` hook: fill the tenant fields, and an agent becoming the default unsets the others
     first (under the org's agent lock, so two such requests cannot interleave)."""
 
     def hook(doc: dict[str, Any]) -> None:
-        tenant = current_tenant()
         doc.update(orgId=tenant.org_id, product=tenant.product)
         if doc["isDefault"] and not (previous is not None and previous.is_default):
-            _clear_other_defaults(doc["id"])
+            _clear_other_defaults(session, tenant.org_id, doc["id"])
 
     return hook
 
 
-def remove_sub_agent_references(sub_agent_id: str, moment: datetime) -> None:
+def remove_sub_agent_references(session: Session, tenant: Tenant, sub_agent_id: str, moment: datetime) -> None:
     """Drop `sub_agent_id` from every agent of the org that lists it (sub-agent force delete).
 
     The caller holds the org's agent lock (`lock_agents`)."""
-    rows = db.session.scalars(tenant_select(Agent).where(Agent.sub_agent_ids.contains([sub_agent_id]))
-                              .with_for_update()).all()
-    user = current_tenant().user_id
+    rows = session.scalars(tenant_select(Agent, tenant.org_id).where(Agent.sub_agent_ids.contains([sub_agent_id]))
+                           .with_for_update()).all()
+    user = tenant.user_id
     for row in rows:
         doc = {**row.doc, "subAgentIds": [i for i in row.doc.get("subAgentIds", []) if i != sub_agent_id],
                "updatedAt": iso(moment), "updatedBy": user}
@@ -263,7 +265,7 @@ def remove_sub_agent_references(sub_agent_id: str, moment: datetime) -> None:
         row.doc, row.updated_at = doc, moment
 
 
-def agents_referencing_sub_agent(sub_agent_id: str) -> list[dict[str, str]]:
-    stmt = (tenant_select(Agent).with_only_columns(Agent.id, Agent.name)
+def agents_referencing_sub_agent(session: Session, org_id: str, sub_agent_id: str) -> list[dict[str, str]]:
+    stmt = (tenant_select(Agent, org_id).with_only_columns(Agent.id, Agent.name)
             .where(Agent.sub_agent_ids.contains([sub_agent_id])).order_by(Agent.name))
-    return [{"id": row.id, "name": row.name} for row in db.session.execute(stmt)]
+    return [{"id": row.id, "name": row.name} for row in session.execute(stmt)]

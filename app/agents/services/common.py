@@ -10,10 +10,11 @@ from typing import Any
 
 from sqlalchemy import Text, cast, func, select
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from app.db import db
 from app.errors import Conflict, NotFound, ValidationFailed
-from app.tenancy import current_tenant, tenant_select
+from app.tenancy import Tenant, tenant_select
 from app.wire import SUCCESS, iso, new_id, utcnow
 
 # ids, the clock, the timestamp format and SUCCESS are the wire layer's (app.wire), used by every resource module
@@ -32,16 +33,15 @@ def titled(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def stamp_created(doc: dict[str, Any], moment: datetime) -> None:
-    """Fill the audit fields of a new document from the verified token."""
-    user = current_tenant().user_id
+def stamp_created(doc: dict[str, Any], moment: datetime, user: str) -> None:
+    """Fill the audit fields of a new document (`user`: the acting tenant's user)."""
     doc.update(createdAt=iso(moment), updatedAt=iso(moment), createdBy=user, updatedBy=user)
 
 
-def stamp_updated(doc: dict[str, Any], previous: dict[str, Any], moment: datetime) -> None:
-    """Keep the creation stamps of `previous`, refresh the update stamps."""
+def stamp_updated(doc: dict[str, Any], previous: dict[str, Any], moment: datetime, user: str) -> None:
+    """Keep the creation stamps of `previous`, refresh the update stamps (`user`: the acting tenant's user)."""
     doc.update(createdAt=previous["createdAt"], createdBy=previous["createdBy"],
-               updatedAt=iso(moment), updatedBy=current_tenant().user_id)
+               updatedAt=iso(moment), updatedBy=user)
 
 
 def merge(previous: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
@@ -79,38 +79,36 @@ def dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def load_for_update(model, object_id: str, what: str):
-    """The caller's object, row-locked for the rest of the transaction (404 for other orgs)."""
-    obj = db.session.scalars(tenant_select(model).where(model.id == object_id).with_for_update()).first()
+def load_for_update(session: Session, org_id: str, model, object_id: str, what: str):
+    """The org's object, row-locked for the rest of the transaction (404 for other orgs)."""
+    obj = session.scalars(tenant_select(model, org_id).where(model.id == object_id).with_for_update()).first()
     if obj is None:
         raise NotFound(f"{what} not found.")
     return obj
 
 
-def existing_ids(model, ids: Iterable[str]) -> set[str]:
+def existing_ids(session: Session, org_id: str, model, ids: Iterable[str]) -> set[str]:
     ids = list(ids)
     if not ids:
         return set()
-    return set(db.session.scalars(tenant_select(model).with_only_columns(model.id).where(model.id.in_(ids))))
+    return set(session.scalars(tenant_select(model, org_id).with_only_columns(model.id).where(model.id.in_(ids))))
 
 
-def lock_org(kind: str) -> None:
+def lock_org(session: Session, tenant: Tenant, kind: str) -> None:
     """Serialise writes of `kind` within the caller's org and product (transaction-scoped lock).
 
     The lock is taken before any row lock, so concurrent writers queue here instead of
     deadlocking on each other's rows.
     """
-    tenant = current_tenant()
     key = f"agent-registry:{kind}:{tenant.product}:{tenant.org_id}"
-    db.session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(key, 0))))
+    session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(key, 0))))
 
 
-def flush_or_conflict(messages: dict[str, str]) -> None:
+def flush_or_conflict(session: Session, messages: dict[str, str]) -> None:
     """Flush; a violated unique constraint named in `messages` becomes 409 with that message."""
     try:
-        db.session.flush()
-    except IntegrityError as exc:
-        db.session.rollback()
+        session.flush()
+    except IntegrityError as exc:  # the unit of work (the request's) rolls back
         constraint = getattr(getattr(exc.orig, "diag", None), "constraint_name", None)
         if constraint in messages:
             raise Conflict(messages[constraint]) from None

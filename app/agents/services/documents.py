@@ -11,6 +11,7 @@ from typing import Any
 
 from flask import current_app
 from sqlalchemy import delete
+from sqlalchemy.orm import Session
 
 from app.agents.services import paging
 from app.agents.services.common import (
@@ -25,15 +26,15 @@ from app.agents.services.common import (
     utcnow,
     wrap_one,
 )
-from app.db import db
 from app.errors import ValidationFailed
-from app.tenancy import current_org
+from app.tenancy import Tenant
 
 Hook = Callable[[dict[str, Any]], None]
 
 
 class DocumentStore:
-    """CRUD of one table of the registry, for the caller's org (and the request's product)."""
+    """CRUD of one table of the registry. Reads are the request's (its session and tenant); writes take
+    the session (the caller's unit of work: they flush, never commit) and the acting tenant."""
 
     def __init__(self, model, *, key: str, many_key: str, what: str, conflicts: dict[str, str],
                  columns: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
@@ -56,51 +57,47 @@ class DocumentStore:
         """`{key: doc}` of the first document matching `where`, or 404."""
         return wrap_one(self.key, one_doc_text(self.model, what or self.what, *where))
 
-    def lock(self, object_id: str):
+    def lock(self, session: Session, org_id: str, object_id: str):
         """The org's row, locked for this transaction (404 otherwise)."""
-        return load_for_update(self.model, object_id, self.what)
+        return load_for_update(session, org_id, self.model, object_id, self.what)
 
     # writes -----------------------------------------------------------------------------
 
-    def create(self, doc: dict[str, Any], *, before: Hook | None = None) -> str:
-        """Insert `doc` with a new id and creation stamps; `before` runs just before the insert."""
+    def create(self, session: Session, tenant: Tenant, doc: dict[str, Any], *, before: Hook | None = None) -> str:
+        """Insert `doc` for `tenant` with a new id and creation stamps; `before` runs just before the insert."""
         moment = utcnow()
         doc.setdefault("id", new_id())
-        stamp_created(doc, moment)
+        stamp_created(doc, moment, tenant.user_id)
         if before is not None:
             before(doc)
-        db.session.add(self.model(id=doc["id"], org_id=current_org(), doc=doc, created_at=moment,
-                                  updated_at=moment, **self.columns(doc)))
-        return self._commit(doc)
+        session.add(self.model(id=doc["id"], org_id=tenant.org_id, doc=doc, created_at=moment,
+                               updated_at=moment, **self.columns(doc)))
+        return self._flush(session, doc)
 
-    def save(self, row, doc: dict[str, Any], *, before: Hook | None = None) -> str:
+    def save(self, session: Session, tenant: Tenant, row, doc: dict[str, Any], *, before: Hook | None = None) -> str:
         """Replace `row`'s document with `doc` (creation stamps kept, update stamps refreshed)."""
         moment = utcnow()
-        stamp_updated(doc, row.doc, moment)
+        stamp_updated(doc, row.doc, moment, tenant.user_id)
         doc["id"] = row.id
         if before is not None:
             before(doc)
         for column, value in self.columns(doc).items():
             setattr(row, column, value)
         row.doc, row.updated_at = doc, moment
-        return self._commit(doc)
+        return self._flush(session, doc)
 
-    def remove(self, object_id: str) -> dict:
-        db.session.execute(delete(self.model).where(self.model.org_id == current_org(),
-                                                    self.model.id == object_id))
-        db.session.commit()
+    def remove(self, session: Session, org_id: str, object_id: str) -> dict:
+        session.execute(delete(self.model).where(self.model.org_id == org_id, self.model.id == object_id))
         return SUCCESS
 
-    def _commit(self, doc: dict[str, Any]) -> str:
+    def _flush(self, session: Session, doc: dict[str, Any]) -> str:
         text = dumps(doc)
         limit = int(current_app.config["REGISTRY_MAX_DOCUMENT_BYTES"])
         size = len(text.encode("utf-8", "surrogatepass"))
         if limit and size > limit:
-            db.session.rollback()
             raise ValidationFailed(
                 f"The {self.what.lower()} would be {size} bytes as JSON; at most {limit} "
                 "(REGISTRY_MAX_DOCUMENT_BYTES). Make its largest fields (tools, skills, configs, metadata) smaller.",
                 {"bytes": size, "maxBytes": limit})
-        flush_or_conflict(self.conflicts)
-        db.session.commit()
+        flush_or_conflict(session, self.conflicts)
         return wrap_one(self.key, text)

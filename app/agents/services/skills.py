@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from app.agents.models import CatalogSkill
 from app.agents.services.common import invalid, merge, prune
 from app.agents.services.documents import DocumentStore
 from app.db import db
 from app.errors import NotFound
 from app.fields import schema_errors
-from app.tenancy import tenant_select
+from app.tenancy import Tenant, tenant_select
 
 store = DocumentStore(CatalogSkill, key="skill", many_key="skills", what="Skill",
                       conflicts={"uq_skills_org_id_name": "A skill with this name already exists."},
@@ -49,8 +51,9 @@ def categories() -> list[str]:
     return list(db.session.scalars(stmt))
 
 
-def _locked_by_name(name: str) -> CatalogSkill:
-    skill = db.session.scalars(tenant_select(CatalogSkill).where(CatalogSkill.name == name).with_for_update()).first()
+def _locked_by_name(session: Session, org_id: str, name: str) -> CatalogSkill:
+    skill = session.scalars(tenant_select(CatalogSkill, org_id).where(CatalogSkill.name == name)
+                            .with_for_update()).first()
     if skill is None:
         raise NotFound(f"Skill '{name}' not found.")
     return skill
@@ -62,19 +65,19 @@ def _finish(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def create_skill(data: dict[str, Any]) -> str:
-    return store.create(_finish(data))
+def create_skill(session: Session, tenant: Tenant, data: dict[str, Any]) -> str:
+    return store.create(session, tenant, _finish(data))
 
 
-def update_skill(name: str, changes: dict[str, Any]) -> str:
+def update_skill(session: Session, tenant: Tenant, name: str, changes: dict[str, Any]) -> str:
     """Update the catalog skill `name`. Agents that attached it keep their snapshot."""
-    row = _locked_by_name(name)
-    return store.save(row, _finish(merge(row.doc, changes)))
+    row = _locked_by_name(session, tenant.org_id, name)
+    return store.save(session, tenant, row, _finish(merge(row.doc, changes)))
 
 
-def delete_skill(name: str) -> dict:
+def delete_skill(session: Session, tenant: Tenant, name: str) -> dict:
     """Delete the catalog skill `name`; agents keep their snapshots of it."""
-    return store.remove(_locked_by_name(name).id)
+    return store.remove(session, tenant.org_id, _locked_by_name(session, tenant.org_id, name).id)
 
 
 # --------------------------------------------------------------------------- snapshots
@@ -88,11 +91,11 @@ def snapshot_of(catalog: dict[str, Any]) -> dict[str, Any]:
     return snap
 
 
-def _catalog_docs(ids: set[str]) -> dict[str, dict]:
+def _catalog_docs(session: Session, org_id: str, ids: set[str]) -> dict[str, dict]:
     if not ids:
         return {}
-    rows = db.session.execute(tenant_select(CatalogSkill).with_only_columns(CatalogSkill.id, CatalogSkill.doc)
-                              .where(CatalogSkill.id.in_(ids))).all()
+    rows = session.execute(tenant_select(CatalogSkill, org_id).with_only_columns(CatalogSkill.id, CatalogSkill.doc)
+                           .where(CatalogSkill.id.in_(ids))).all()
     return {row.id: row.doc for row in rows}
 
 
@@ -112,7 +115,8 @@ def _customise_tools(base: list[dict], requested: list[dict], where: str) -> lis
     return out
 
 
-def attach_skills(requested: list[dict] | None, current: list[dict] | None, *, restore: bool = False) -> list[dict]:
+def attach_skills(session: Session, org_id: str, requested: list[dict] | None, current: list[dict] | None, *,
+                  restore: bool = False) -> list[dict]:
     """The agent's new `skills`, sorted by `order`.
 
     Each entry starts from a base: the agent's stored snapshot of that skill, else a fresh copy of
@@ -127,7 +131,7 @@ def attach_skills(requested: list[dict] | None, current: list[dict] | None, *, r
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     if duplicates:
         raise invalid("skills", f"Skill(s) attached twice: {', '.join(duplicates)}.")
-    catalog = _catalog_docs({i for i in ids if i not in current_by_id})
+    catalog = _catalog_docs(session, org_id, {i for i in ids if i not in current_by_id})
     result = []
     for index, entry in enumerate(requested):
         skill_id = entry["skillId"]

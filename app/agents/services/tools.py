@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from app.agents.models import ToolDefinition
 from app.agents.services import paging
 from app.agents.services.common import dumps, invalid, merge, titled
 from app.agents.services.documents import DocumentStore
 from app.db import db
 from app.fields import schema_errors
-from app.tenancy import tenant_select
+from app.tenancy import Tenant, tenant_select
 
 store = DocumentStore(ToolDefinition, key="toolDefinition", many_key="toolDefinitions", what="Tool definition",
                       conflicts={"uq_tool_definitions_org_id_name": "A tool definition with this name already exists."},
@@ -42,20 +44,20 @@ def tool_definitions_by_ids(ids: list[str]) -> str:
     return dumps({"toolDefinitions": [by_id[i] for i in wanted if i in by_id]})
 
 
-def create_tool_definition(data: dict[str, Any]) -> str:
-    return store.create(titled(data))
+def create_tool_definition(session: Session, tenant: Tenant, data: dict[str, Any]) -> str:
+    return store.create(session, tenant, titled(data))
 
 
-def update_tool_definition(tool_id: str, changes: dict[str, Any]) -> str:
-    row = store.lock(tool_id)
+def update_tool_definition(session: Session, tenant: Tenant, tool_id: str, changes: dict[str, Any]) -> str:
+    row = store.lock(session, tenant.org_id, tool_id)
     doc = titled(merge(row.doc, changes))
     errors = schema_errors(doc.get("configSchema") or {}, doc.get("defaultConfig") or {})
     if errors:
         raise invalid("toolDefinition.defaultConfig", errors)
-    return store.save(row, doc)
+    return store.save(session, tenant, row, doc)
 
 
-def delete_tool_definition(tool_id: str) -> dict:
+def delete_tool_definition(session: Session, tenant: Tenant, tool_id: str) -> dict:
     """Delete a tool definition. Agents keep their customised copies (AgentTools are copies)."""
-    store.lock(tool_id)
-    return store.remove(tool_id)
+    store.lock(session, tenant.org_id, tool_id)
+    return store.remove(session, tenant.org_id, tool_id)

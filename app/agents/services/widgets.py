@@ -9,12 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import update
+from sqlalchemy.orm import Session
 
 from app.agents.models import Agent, AgentWidget
 from app.agents.services.common import SUCCESS, invalid, load_for_update, merge
 from app.agents.services.documents import DocumentStore
-from app.db import db
-from app.tenancy import get_owned, tenant_select
+from app.tenancy import Tenant, get_owned, tenant_select
 
 store = DocumentStore(AgentWidget, key="widget", many_key="widgets", what="Widget",
                       conflicts={"uq_agent_widgets_agent_id_name": "This agent already has a widget with this name."},
@@ -36,51 +36,53 @@ def get_widget(widget_id: str) -> str:
     return store.get(widget_id)
 
 
-def _clear_defaults(agent_id: str, keep_id: str) -> None:
-    rows = db.session.scalars(tenant_select(AgentWidget).where(
+def _clear_defaults(session: Session, org_id: str, agent_id: str, keep_id: str) -> None:
+    rows = session.scalars(tenant_select(AgentWidget, org_id).where(
         AgentWidget.agent_id == agent_id, AgentWidget.is_default.is_(True), AgentWidget.id != keep_id)).all()
     for row in rows:
         doc = {**row.doc, "isDefault": False}
-        db.session.execute(update(AgentWidget).where(AgentWidget.org_id == row.org_id, AgentWidget.id == row.id)
+        session.execute(update(AgentWidget).where(AgentWidget.org_id == row.org_id, AgentWidget.id == row.id)
                            .values(is_default=False, doc=doc))
 
 
-def _keep_single_default(previous: AgentWidget | None):
+def _keep_single_default(session: Session, org_id: str, previous: AgentWidget | None):
     """`before` hook: a widget becoming its agent's default unsets the others first."""
 
     def hook(doc: dict[str, Any]) -> None:
         if doc["isDefault"] and not (previous is not None and previous.is_default):
-            _clear_defaults(doc["agentId"], doc["id"])
+            _clear_defaults(session, org_id, doc["agentId"], doc["id"])
 
     return hook
 
 
-def create_widget(agent_id: str, data: dict[str, Any]) -> str:
-    load_for_update(Agent, agent_id, "Agent")  # the agent's row lock serialises its default widget
-    return store.create({**data, "agentId": agent_id}, before=_keep_single_default(None))
+def create_widget(session: Session, tenant: Tenant, agent_id: str, data: dict[str, Any]) -> str:
+    load_for_update(session, tenant.org_id, Agent, agent_id, "Agent")  # the agent's row lock serialises its default
+    return store.create(session, tenant, {**data, "agentId": agent_id},
+                        before=_keep_single_default(session, tenant.org_id, None))
 
 
-def _load_widget_locked(widget_id: str) -> AgentWidget:
-    agent_id = get_owned(AgentWidget, widget_id, "Widget").agent_id
-    load_for_update(Agent, agent_id, "Agent")  # lock order: agent, then widget
-    return store.lock(widget_id)
+def _load_widget_locked(session: Session, org_id: str, widget_id: str) -> AgentWidget:
+    agent_id = get_owned(AgentWidget, widget_id, "Widget", session=session, org_id=org_id).agent_id
+    load_for_update(session, org_id, Agent, agent_id, "Agent")  # lock order: agent, then widget
+    return store.lock(session, org_id, widget_id)
 
 
-def update_widget(widget_id: str, changes: dict[str, Any]) -> str:
-    row = _load_widget_locked(widget_id)
+def update_widget(session: Session, tenant: Tenant, widget_id: str, changes: dict[str, Any]) -> str:
+    row = _load_widget_locked(session, tenant.org_id, widget_id)
     doc = {**merge(row.doc, changes), "agentId": row.agent_id}
-    return store.save(row, doc, before=_keep_single_default(row))
+    return store.save(session, tenant, row, doc, before=_keep_single_default(session, tenant.org_id, row))
 
 
-def delete_widget(widget_id: str) -> dict:
-    return store.remove(_load_widget_locked(widget_id).id)
+def delete_widget(session: Session, tenant: Tenant, widget_id: str) -> dict:
+    return store.remove(session, tenant.org_id, _load_widget_locked(session, tenant.org_id, widget_id).id)
 
 
-def make_default_widget(widget_id: str, agent_id: str) -> dict:
+def make_default_widget(session: Session, tenant: Tenant, widget_id: str, agent_id: str) -> dict:
     """Make the widget its agent's only default; `agent_id` must be the widget's agent."""
-    row = _load_widget_locked(widget_id)
+    row = _load_widget_locked(session, tenant.org_id, widget_id)
     if row.agent_id != agent_id:
         raise invalid("agentId", "agentId must be the id of the widget's agent.")
     if not row.is_default:
-        store.save(row, {**row.doc, "isDefault": True}, before=_keep_single_default(row))
+        store.save(session, tenant, row, {**row.doc, "isDefault": True},
+                   before=_keep_single_default(session, tenant.org_id, row))
     return SUCCESS
