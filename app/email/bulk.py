@@ -86,7 +86,6 @@ def create_job(*, kind: str, deliveries: list[dict[str, Any]], subject: str | No
         job.status, job.finished_at, job.lease_expires_at = "done", utcnow(), None
     if deliveries:
         _dispatch(session, tenant.product, job.id, 0)
-    session.commit()
     return job
 
 

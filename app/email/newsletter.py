@@ -48,7 +48,6 @@ def subscribe(email: str, name: str | None, source: str | None) -> tuple[Newslet
         set_={"status": "active", "updated_at": now, "unsubscribed_at": None,
               "name": func.coalesce(stmt.excluded.name, NewsletterSubscriber.name)},
         where=NewsletterSubscriber.status != "active").returning(NewsletterSubscriber.id)).first() is not None
-    session.commit()
     sub = session.scalars(tenant_select(NewsletterSubscriber).where(NewsletterSubscriber.email == email)).one()
     return sub, changed
 
@@ -77,7 +76,7 @@ def _find(ref: str) -> NewsletterSubscriber:
 def unsubscribe(ref: str) -> NewsletterSubscriber:
     sub = _find(ref)
     _mark_unsubscribed(sub)
-    db.session.commit()
+    db.session.flush()
     return sub
 
 

@@ -304,10 +304,10 @@ def _record_usage(tenant: Tenant, plan: ImagePlan, started: float, *, outcome: s
                       output_tokens=usage.get("outputTokens", 0), total_tokens=usage.get("totalTokens", 0),
                       latency_ms=int((time.monotonic() - started) * 1000), image_bytes=image_bytes)
     try:
-        # A usage line is analytics: do not wait for the WAL flush (a crash may lose the last few lines).
-        db.session.execute(text("SET LOCAL synchronous_commit = off"))
-        db.session.add(line)
-        db.session.commit()
+        # its own unit of work: the line of a call that failed is kept while the request rolls back
+        with db.product_session(tenant.product) as session:
+            # A usage line is analytics: do not wait for the WAL flush (a crash may lose the last few lines).
+            session.execute(text("SET LOCAL synchronous_commit = off"))
+            session.add(line)
     except SQLAlchemyError:
         log.exception("recording image usage failed (org %s)", tenant.org_id)
-        db.session.rollback()

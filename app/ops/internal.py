@@ -40,8 +40,7 @@ class Seed(MethodView):
         if wants_async():
             # a leased job through the outbox like every other 202: it survives a broker outage, a lost
             # worker and the task time limit (app.ops.seed_jobs)
-            task_id = queue_seed(db.session, data)
-            db.session.commit()
+            task_id = queue_seed(db.session, data)  # sent once the request's unit of work commits
             org_id, product = org_id_for(data["org"]["mainDomain"]), data["org"]["product"]
             url = f"/internal/seed/{org_id}?product={product}"
             response = jsonify({"taskId": task_id, "orgId": org_id, "product": product, "status": "queued",
