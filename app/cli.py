@@ -126,8 +126,8 @@ def seed_org_command(title, main_domain, product, admin_email, first_name, last_
             body = SeedRequestSchema().load(body)
         except ValidationError as exc:
             raise click.ClickException(json.dumps(exc.normalized_messages())) from None
-        task_id = queue_seed(db.session, body)
-        db.session.commit()
+        with db.unit_of_work():  # the command's unit of work: the task is sent once it commits
+            task_id = queue_seed(db.session, body)
         click.echo(f"queued seed.org task {task_id}")
         return
     try:
@@ -148,7 +148,9 @@ artifacts_cli = click.Group("artifacts", help="Platform artifact registry and ro
 @with_appcontext
 def artifacts_list() -> None:
     """Every platform artifact with its current artifactVersion."""
-    for a in list_artifacts():
+    with db.unit_of_work():  # the registry read syncs the release's built-ins first
+        artifacts = list_artifacts()
+    for a in artifacts:
         click.echo(f"{a.id:<26} {a.kind:<9} v{a.artifact_version}")
 
 
@@ -163,7 +165,7 @@ def artifacts_publish(file, rollout) -> None:
     except ValueError as exc:
         raise click.ClickException(f"{file.name} is not JSON: {exc}") from None
     try:
-        artifact, started = publish(doc, created_by="cli", rollout=rollout)
+        artifact, started = publish(doc, created_by="cli", rollout=rollout)  # a unit of work of its own
     except ApiError as exc:
         raise click.ClickException(f"{exc.message} {json.dumps(exc.details or {})}") from None
     click.echo(f"published {artifact.id} v{artifact.artifact_version}")
@@ -208,7 +210,7 @@ def artifacts_status(rollout_id, outcome) -> None:
 def artifacts_resume(rollout_id) -> None:
     """Continue a stopped rollout from its cursor."""
     try:
-        r = resume(rollout_id)
+        r = resume(rollout_id)  # a unit of work of its own
     except ApiError as exc:
         raise click.ClickException(exc.message) from None
     click.echo(f"rollout {r.id}: {r.status}")

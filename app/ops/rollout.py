@@ -37,6 +37,7 @@ from flask import current_app
 from marshmallow import ValidationError, fields, validate
 from sqlalchemy import Integer, func, select, text, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import Session
 
 from app.agents.models import Agent, CatalogSkill
 from app.agents.schemas import AgentInputSchema
@@ -58,14 +59,15 @@ from app.ops.seeding import (
     ensure_product,
     entity_input,
     flatten_errors,
+    platform_tenant,
     skill_input,
     storage_prefix,
     sync_builtin_artifacts,
-    tenant_context,
 )
 from app.platform_models import Artifact, OrgArtifact, Rollout, RolloutOutcome
 from app.storage import get_blob_store
 from app.tasks import _key_prefix, enqueue_message_after_commit, interrupted_reason, lease_message_id, reap_stalled
+from app.tenancy import Tenant
 from app.wire import iso, utcnow
 
 log = logging.getLogger(__name__)
@@ -78,9 +80,8 @@ DEFAULT_BATCH = 100
 
 
 def current_artifacts_of(artifact_key: str) -> Artifact:
-    """The registry row `kind.name` (synced with the release's built-ins first)."""
+    """The registry row `kind.name` (synced with the release's built-ins first, in the caller's unit of work)."""
     sync_builtin_artifacts(db.session)
-    db.session.commit()
     artifact = db.session.get(Artifact, artifact_key)
     if artifact is None:
         raise NotFound(f"Artifact {artifact_key} not found.")
@@ -94,8 +95,7 @@ def artifact_to_wire(a: Artifact) -> dict[str, Any]:
 
 def list_artifacts() -> list[Artifact]:
     session = db.session
-    sync_builtin_artifacts(session)
-    session.commit()
+    sync_builtin_artifacts(session)  # committed by the caller's unit of work (the route's, the CLI command's)
     return list(session.scalars(select(Artifact).order_by(Artifact.position, Artifact.id)))
 
 
@@ -156,8 +156,12 @@ class PublishSchema(NulFree):
 _PUBLISH = PublishSchema()
 
 
+@db.unit_of_work()
 def publish(doc: Any, *, created_by: str | None = None, rollout: bool = True) -> tuple[Artifact, Rollout | None]:
     """Store a new version of an artifact (or a new artifact) and start its rollout.
+
+    A command: its own unit of work (`db.unit_of_work`), which joins the caller's when there is one (the
+    admin route's, the CLI command's): the rollout's first message is sent once that commits.
 
     `doc` is `{kind, name, artifactVersion, definition}` (PublishSchema; the route has loaded it
     already, the CLI has not); artifactVersion must be above the current one (409 otherwise)."""
@@ -184,7 +188,6 @@ def publish(doc: Any, *, created_by: str | None = None, rollout: bool = True) ->
     started = None
     if rollout:
         started = start_rollout(session, existing, created_by=created_by)
-    session.commit()
     return existing, started
 
 
@@ -334,29 +337,29 @@ def requeue_stalled_rollouts() -> int:
 
 
 def apply_to_org(rollout_id: str, artifact: Artifact, org_id: str, product: str) -> str:
-    """Bring one org's copy to the rollout's version (one transaction); returns the outcome.
+    """Bring one org's copy to the rollout's version (one unit of work: the copy, its registry row and the
+    rollout's progress commit together); returns the outcome. The domain services are called with the
+    platform's tenant in the org (seeding.platform_tenant) and this step's session.
 
     The org's seeding lock is taken for this transaction (`pg_advisory_xact_lock`, the key space of
     `org_lock`), so seeding and a rollout never work on the same org at once."""
-    with tenant_context(org_id, product):
-        session = db.session
+    tenant = platform_tenant(org_id, product)
+    with db.product_session(product) as session:
         session.execute(text("SELECT pg_advisory_xact_lock(:c, hashtext(:k))"),
                         {"c": SEED_LOCK, "k": f"{org_id}/{product}"})
         row = session.get(OrgArtifact, (org_id, product, artifact.id), with_for_update=True)
         try:
-            outcome, detail = _decide_and_apply(artifact, row, org_id, product, rollout_id)
+            outcome, detail = _decide_and_apply(session, tenant, artifact, row, rollout_id)
         except ApiError as exc:
             session.rollback()
             outcome, detail = "failed", f"{exc.message} {json.dumps(exc.details) if exc.details else ''}".strip()
             _progress(session, rollout_id, org_id, product, outcome, detail)
-            session.commit()
         except Exception as exc:  # one org's failure never stops the rollout
             session.rollback()
             log.exception("rollout %s: org %s/%s failed", rollout_id, org_id, product)
             outcome, detail = "failed", f"{type(exc).__name__}: {exc}"[:2000]
             _progress(session, rollout_id, org_id, product, outcome, detail)
-            session.commit()
-        return outcome
+    return outcome
 
 
 def _progress(session, rollout_id: str, org_id: str, product: str, outcome: str, detail: str | None) -> None:
@@ -371,23 +374,22 @@ def _progress(session, rollout_id: str, org_id: str, product: str, outcome: str,
             outcome, func.coalesce(Rollout.counts[outcome].astext.cast(Integer), 0) + 1))))
 
 
-def _decide_and_apply(artifact: Artifact, row: OrgArtifact | None, org_id: str, product: str,
+def _decide_and_apply(session: Session, tenant: Tenant, artifact: Artifact, row: OrgArtifact | None,
                       rollout_id: str) -> tuple[str, str | None]:
-    session = db.session
+    """The org's outcome, its copy and progress added to `session` (apply_to_org commits them together)."""
+    org_id, product = tenant.org_id, tenant.product
     target = artifact.artifact_version
     if row is None:
         _progress(session, rollout_id, org_id, product, "added", None)
-        PROVISIONERS[artifact.kind](artifact, org_id, product)  # commits the row, progress and copy
+        PROVISIONERS[artifact.kind](session, tenant, artifact)
         return "added", None
     if row.artifact_version >= target:
         _progress(session, rollout_id, org_id, product, "current", None)
-        session.commit()
         return "current", None
-    state = _copy_state(row)
+    state = _copy_state(session, row)
     if state == "missing":
         detail = f"the org deleted its copy ({row.object_id})"
         _progress(session, rollout_id, org_id, product, "missing", detail)
-        session.commit()
         return "missing", detail
     if state == "edited":
         row.forked_from_version, row.updated_at = row.artifact_version, utcnow()
@@ -396,17 +398,15 @@ def _decide_and_apply(artifact: Artifact, row: OrgArtifact | None, org_id: str, 
                             .values(forked_from_version=row.artifact_version))
         detail = f"edited copy kept at version {row.artifact_version} (latest {target})"
         _progress(session, rollout_id, org_id, product, "forked", detail)
-        session.commit()
         return "forked", detail
     row.artifact_version, row.forked_from_version, row.updated_at = target, None, utcnow()
     _progress(session, rollout_id, org_id, product, "updated", None)
-    REPLACERS[row.kind](artifact, row)  # commits row, progress and the new copy together
+    REPLACERS[row.kind](session, tenant, artifact, row)
     return "updated", None
 
 
-def _copy_state(row: OrgArtifact) -> str:
+def _copy_state(session: Session, row: OrgArtifact) -> str:
     """`unedited`, `edited` or `missing` for the org's current copy."""
-    session = db.session
     if row.kind in ("database", "storage"):
         return "unedited"
     if row.kind == "entity":
@@ -421,39 +421,41 @@ def _copy_state(row: OrgArtifact) -> str:
     return "unedited" if obj.doc.get("updatedBy") == SYSTEM_USER else "edited"
 
 
-def _replace_database(artifact: Artifact, row: OrgArtifact) -> None:
+# REPLACERS[kind](session, tenant, artifact, row): the org's unedited copy replaced by the artifact's version,
+# in `session` (apply_to_org's unit of work commits it with the row and the progress).
+
+
+def _replace_database(session: Session, tenant: Tenant, artifact: Artifact, row: OrgArtifact) -> None:
     ensure_product(row.product)
-    db.session.commit()
 
 
-def _replace_storage(artifact: Artifact, row: OrgArtifact) -> None:
+def _replace_storage(session: Session, tenant: Tenant, artifact: Artifact, row: OrgArtifact) -> None:
     store = get_blob_store()
     prefix = storage_prefix(artifact, row.org_id)
     store.put(prefix + "README.txt", f"Files of organization {row.org_id}.\n".encode(), "text/plain")
     row.object_id = f"{store.container}/{prefix}"
-    db.session.commit()
 
 
-def _replace_entity(artifact: Artifact, row: OrgArtifact) -> None:
+def _replace_entity(session: Session, tenant: Tenant, artifact: Artifact, row: OrgArtifact) -> None:
     data, views = entity_input(artifact.payload)
     data.update(artifactVersion=artifact.artifact_version, forkedFromVersion=None, source="platform")
-    current = db.session.get(EntityDefinition, row.object_id)
-    definition = definitions.update_definition(current.name, data, provenance=True, commit=True)
-    have = {v.name for v in view_service.list_views(definition)}
+    current = session.get(EntityDefinition, row.object_id)
+    definition = definitions.update_definition(session, tenant, current.name, data, provenance=True)
+    have = {v.name for v in view_service.list_views(session, definition)}
     for view in views:
         if view["name"] not in have:
-            view_service.create_view(definition, dict(view))
+            view_service.create_view(session, tenant, definition, dict(view))
 
 
-def _replace_skill(artifact: Artifact, row: OrgArtifact) -> None:
+def _replace_skill(session: Session, tenant: Tenant, artifact: Artifact, row: OrgArtifact) -> None:
     data = skill_input(artifact.payload, artifact.artifact_version)
-    skill_service.update_skill(db.session.get(CatalogSkill, row.object_id).name, data)
+    skill_service.update_skill(session, tenant, session.get(CatalogSkill, row.object_id).name, data)
 
 
-def _replace_agent(artifact: Artifact, row: OrgArtifact) -> None:
-    data = agent_input(artifact.payload, artifact.artifact_version, row.org_id)
+def _replace_agent(session: Session, tenant: Tenant, artifact: Artifact, row: OrgArtifact) -> None:
+    data = agent_input(session, artifact.payload, artifact.artifact_version, row.org_id)
     data.pop("isDefault", None)  # which agent is the default stays the org's choice
-    agent_service.update_agent(row.object_id, data)
+    agent_service.update_agent(session, tenant, row.object_id, data)
 
 
 REPLACERS = {"database": _replace_database, "storage": _replace_storage, "entity": _replace_entity,
@@ -500,8 +502,10 @@ def outcome_to_wire(o: RolloutOutcome) -> dict[str, Any]:
     return {"orgId": o.org_id, "product": o.product, "outcome": o.outcome, "detail": o.detail, "at": iso(o.at)}
 
 
+@db.unit_of_work()
 def resume(rollout_id: str) -> Rollout:
-    """Re-send a rollout that stopped (worker lost, `failed`); it continues from its cursor."""
+    """Re-send a rollout that stopped (worker lost, `failed`); it continues from its cursor. A command,
+    like `publish`: its own unit of work, or the caller's."""
     session = db.session
     rollout = get_rollout(rollout_id)
     if rollout.status in ("done", "superseded"):
@@ -510,7 +514,6 @@ def resume(rollout_id: str) -> Rollout:
     # a new token: a message of the stopped chain still on its way does nothing; the runs start counting anew
     rollout.dispatch_token, rollout.attempts = (rollout.dispatch_token or 0) + 1, 0
     _lease_and_send(session, rollout)
-    session.commit()
     return rollout
 
 

@@ -1,10 +1,11 @@
 """Organization seeding: the org, its admin user and the 15 platform artifacts (docs/decisions.md).
 
 Every artifact is created through the domain services (app.entities, app.agents), exactly as the
-org's admin would through the API, inside a context whose tenant is the new org's admin. What was
-provisioned is recorded in `platform.org_artifacts` in the same transaction as the object itself,
-so a crash never leaves an object the registry does not know about; a second call finds every row
-and creates nothing.
+org's admin would through the API, called with the platform's tenant in the org (`platform_tenant`:
+role admin, user `platform`) and the step's session. Each artifact is one unit of work
+(`db.product_session`): what was provisioned is recorded in `platform.org_artifacts` in the same
+transaction as the object itself, so a crash never leaves an object the registry does not know about;
+a second call finds every row and creates nothing.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from flask import current_app, g
+from flask import current_app
 from marshmallow import RAISE, ValidationError, fields, validate, validates
 from sqlalchemy import func, select, text, tuple_
 from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import Session
 
 from app.agents.models import Agent, CatalogSkill
 from app.agents.schemas import AgentInputSchema, SkillInputSchema
@@ -163,14 +165,10 @@ def current_artifacts(session) -> list[Artifact]:
 # --------------------------------------------------------------------------- seeding
 
 
-@contextlib.contextmanager
-def tenant_context(org_id: str, product: str) -> Iterator[None]:
-    """A fresh app context whose tenant is the platform acting in the org (role admin): the domain
-    services then write the org's copies, stamped createdBy/updatedBy `platform`."""
-    with current_app.app_context():
-        g.tenant = Tenant(org_id=org_id, user_id=SYSTEM_USER, email=None, role="admin", scopes=("*",),
-                          product=product)
-        yield
+def platform_tenant(org_id: str, product: str) -> Tenant:
+    """The platform acting in the org (role admin), the tenant the domain services are called with: they
+    write the org's copies stamped createdBy/updatedBy `platform`."""
+    return Tenant(org_id=org_id, user_id=SYSTEM_USER, email=None, role="admin", scopes=("*",), product=product)
 
 
 @contextlib.contextmanager
@@ -207,6 +205,8 @@ def ensure_product(product: str) -> None:
 def seed_org(payload: Any) -> dict[str, Any]:
     """Create (or complete) an organization: org row, admin user, every platform artifact.
 
+    A job of its own steps, whoever calls it (the internal route, the CLI, the seed task): the org and
+    its admin are one unit of work, committed before the artifacts are provisioned, each in its own.
     Idempotent: what exists is reported as `existing`, nothing is created twice."""
     data = validate_seed_request(payload)
     org_in, admin_in = data["org"], data["admin"]
@@ -216,19 +216,18 @@ def seed_org(payload: Any) -> dict[str, Any]:
     ensure_product(product)
 
     with org_lock(org_id, product):
-        session = db.session
-        org_created = session.execute(insert(Organization).values(
-            id=org_id, title=org_in["title"], main_domain=org_id, product=product, created_at=utcnow())
-            .on_conflict_do_nothing().returning(Organization.id)).first() is not None
-        user_created = session.execute(insert(User).values(
-            id=new_id(), org_id=org_id, email=email, first_name=admin_in["firstName"],
-            last_name=admin_in["lastName"], role="admin", created_at=utcnow())
-            .on_conflict_do_nothing(index_elements=["org_id", "email"]).returning(User.id)).first() is not None
-        user = session.scalars(select(User).where(User.org_id == org_id, func.lower(User.email) == email)).one()
-        org = session.get(Organization, org_id)
-        sync_builtin_artifacts(session)
-        artifacts = current_artifacts(session)
-        session.commit()
+        with db.product_session(product) as session:  # the org and its admin: committed before the artifacts
+            org_created = session.execute(insert(Organization).values(
+                id=org_id, title=org_in["title"], main_domain=org_id, product=product, created_at=utcnow())
+                .on_conflict_do_nothing().returning(Organization.id)).first() is not None
+            user_created = session.execute(insert(User).values(
+                id=new_id(), org_id=org_id, email=email, first_name=admin_in["firstName"],
+                last_name=admin_in["lastName"], role="admin", created_at=utcnow())
+                .on_conflict_do_nothing(index_elements=["org_id", "email"]).returning(User.id)).first() is not None
+            user = session.scalars(select(User).where(User.org_id == org_id, func.lower(User.email) == email)).one()
+            org = session.get(Organization, org_id)
+            sync_builtin_artifacts(session)
+            artifacts = current_artifacts(session)
 
         results = []
         for artifact in artifacts:
@@ -269,18 +268,19 @@ def seed_status(org_id: str, product: str) -> dict[str, Any]:
 
 
 def provision_one(artifact: Artifact, org_id: str, product: str) -> dict:
-    """Provision one artifact into the org unless it already is; returns its line of the report."""
-    with tenant_context(org_id, product):
-        row = db.session.get(OrgArtifact, (org_id, product, artifact.id))
-        if row is not None:
-            return _line(artifact, row.object_id, row.artifact_version, "existing", row.forked_from_version)
-        try:
-            object_id = PROVISIONERS[artifact.kind](artifact, org_id, product)
-        except ApiError as exc:  # e.g. the org already has its own object with that name
-            db.session.rollback()
-            log.warning("seeding %s into %s/%s: %s", artifact.id, org_id, product, exc.message)
-            return {**_line(artifact, None, artifact.artifact_version, "conflict"), "detail": exc.message}
-        return _line(artifact, object_id, artifact.artifact_version, "created")
+    """Provision one artifact into the org unless it already is, as one unit of work (the object and its
+    registry row commit together); returns its line of the report."""
+    tenant = platform_tenant(org_id, product)
+    try:
+        with db.product_session(product) as session:
+            row = session.get(OrgArtifact, (org_id, product, artifact.id))
+            if row is not None:
+                return _line(artifact, row.object_id, row.artifact_version, "existing", row.forked_from_version)
+            object_id = PROVISIONERS[artifact.kind](session, tenant, artifact)
+    except ApiError as exc:  # e.g. the org already has its own object with that name (the step rolled back)
+        log.warning("seeding %s into %s/%s: %s", artifact.id, org_id, product, exc.message)
+        return {**_line(artifact, None, artifact.artifact_version, "conflict"), "detail": exc.message}
+    return _line(artifact, object_id, artifact.artifact_version, "created")
 
 
 def _line(artifact: Artifact, object_id: str | None, version: int, status: str, forked: int | None = None) -> dict:
@@ -291,20 +291,22 @@ def _line(artifact: Artifact, object_id: str | None, version: int, status: str, 
     return line
 
 
-def record(artifact: Artifact, org_id: str, product: str, object_id: str, stamp: str | None = None) -> None:
-    """Add the provenance row to the current transaction (committed with the object)."""
-    db.session.add(OrgArtifact(org_id=org_id, product=product, artifact_id=artifact.id, kind=artifact.kind,
-                               name=artifact.name, object_id=object_id, artifact_version=artifact.artifact_version,
-                               stamp=stamp, created_at=utcnow(), updated_at=utcnow()))
+def record(session: Session, tenant: Tenant, artifact: Artifact, object_id: str, stamp: str | None = None) -> None:
+    """Add the provenance row to `session` (committed with the object)."""
+    session.add(OrgArtifact(org_id=tenant.org_id, product=tenant.product, artifact_id=artifact.id, kind=artifact.kind,
+                            name=artifact.name, object_id=object_id, artifact_version=artifact.artifact_version,
+                            stamp=stamp, created_at=utcnow(), updated_at=utcnow()))
 
 
 # --------------------------------------------------------------------------- provisioners (one per kind)
+#
+# PROVISIONERS[kind](session, tenant, artifact) -> object id: the org's copy and its registry row, added to
+# `session` (the caller's unit of work commits them: provision_one's, or a rollout's per-org one).
 
 
-def _provision_database(artifact: Artifact, org_id: str, product: str) -> str:
-    schema = schema_for(product)  # migrated by ensure_product
-    record(artifact, org_id, product, schema)
-    db.session.commit()
+def _provision_database(session: Session, tenant: Tenant, artifact: Artifact) -> str:
+    schema = schema_for(tenant.product)  # migrated by ensure_product
+    record(session, tenant, artifact, schema)
     return schema
 
 
@@ -312,13 +314,12 @@ def storage_prefix(artifact: Artifact, org_id: str) -> str:
     return f"{(artifact.payload or {}).get('prefix') or 'orgs'}/{org_segment(org_id)}/"
 
 
-def _provision_storage(artifact: Artifact, org_id: str, product: str) -> str:
+def _provision_storage(session: Session, tenant: Tenant, artifact: Artifact) -> str:
     store = get_blob_store()
-    prefix = storage_prefix(artifact, org_id)
-    store.put(prefix + "README.txt", f"Files of organization {org_id}.\n".encode(), "text/plain")
+    prefix = storage_prefix(artifact, tenant.org_id)
+    store.put(prefix + "README.txt", f"Files of organization {tenant.org_id}.\n".encode(), "text/plain")
     object_id = f"{store.container}/{prefix}"
-    record(artifact, org_id, product, object_id)
-    db.session.commit()
+    record(session, tenant, artifact, object_id)
     return object_id
 
 
@@ -327,15 +328,13 @@ def entity_input(definition: dict) -> tuple[dict, list[dict]]:
     return DefinitionInputSchema().load(body), list(definition.get("views") or [])
 
 
-def _provision_entity(artifact: Artifact, org_id: str, product: str) -> str:
+def _provision_entity(session: Session, tenant: Tenant, artifact: Artifact) -> str:
     data, views = entity_input(artifact.payload)
     data.update(artifactVersion=artifact.artifact_version, forkedFromVersion=None, source="platform")
-    definition = definitions.create_definition(data, provenance=True, commit=False)
-    record(artifact, org_id, product, definition.id)
-    if not views:
-        db.session.commit()
+    definition = definitions.create_definition(session, tenant, data, provenance=True)
+    record(session, tenant, artifact, definition.id)
     for view in views:
-        view_service.create_view(definition, dict(view))  # the first commit carries the definition + row
+        view_service.create_view(session, tenant, definition, dict(view))
     return definition.id
 
 
@@ -345,20 +344,20 @@ def skill_input(definition: dict, version: int) -> dict:
     return data
 
 
-def _provision_skill(artifact: Artifact, org_id: str, product: str) -> str:
+def _provision_skill(session: Session, tenant: Tenant, artifact: Artifact) -> str:
     data = skill_input(artifact.payload, artifact.artifact_version)
     data["id"] = new_id()
-    record(artifact, org_id, product, data["id"])
-    skills.create_skill(data)
+    record(session, tenant, artifact, data["id"])
+    skills.create_skill(session, tenant, data)
     return data["id"]
 
 
-def agent_input(definition: dict, version: int, org_id: str) -> dict:
+def agent_input(session: Session, definition: dict, version: int, org_id: str) -> dict:
     """The agent body with embedded skills named by `skillName` resolved to the org's catalog ids."""
     body = dict(definition)
     wanted = [s for s in body.get("skills") or []]
     names = [s.get("skillName") for s in wanted if s.get("skillName")]
-    ids = dict(db.session.execute(select(CatalogSkill.name, CatalogSkill.id).where(
+    ids = dict(session.execute(select(CatalogSkill.name, CatalogSkill.id).where(
         CatalogSkill.org_id == org_id, CatalogSkill.name.in_(names))).all()) if names else {}
     body["skills"] = [{"skillId": s.get("skillId") or ids[s["skillName"]], "enabled": s.get("enabled", True),
                        "order": s.get("order", i)}
@@ -368,14 +367,14 @@ def agent_input(definition: dict, version: int, org_id: str) -> dict:
     return data
 
 
-def _provision_agent(artifact: Artifact, org_id: str, product: str) -> str:
-    data = agent_input(artifact.payload, artifact.artifact_version, org_id)
-    if data.get("isDefault") and db.session.scalar(select(Agent.id).where(
-            Agent.org_id == org_id, Agent.is_default.is_(True))):
+def _provision_agent(session: Session, tenant: Tenant, artifact: Artifact) -> str:
+    data = agent_input(session, artifact.payload, artifact.artifact_version, tenant.org_id)
+    if data.get("isDefault") and session.scalar(select(Agent.id).where(
+            Agent.org_id == tenant.org_id, Agent.is_default.is_(True))):
         data["isDefault"] = False  # the org already chose its default agent
     data["id"] = new_id()
-    record(artifact, org_id, product, data["id"])
-    agents.create_agent(data)
+    record(session, tenant, artifact, data["id"])
+    agents.create_agent(session, tenant, data)
     return data["id"]
 
 

@@ -382,10 +382,10 @@ def test_one_org_failing_does_not_stop_the_rollout(seed_app, seed_client, regist
     seed(seed_client, good)
     real = registry_mod.REPLACERS["skill"]
 
-    def flaky(artifact, row):
+    def flaky(session, tenant, artifact, row):
         if row.org_id == bad:
             raise RuntimeError("disk on fire")
-        return real(artifact, row)
+        return real(session, tenant, artifact, row)
 
     monkeypatch.setitem(registry_mod.REPLACERS, "skill", flaky)
     art = current(seed_client, "skill.email-drafting")
