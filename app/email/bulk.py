@@ -36,6 +36,7 @@ from typing import Any
 
 from flask import current_app
 from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy.orm import Session
 
 from app.db import db
 from app.email.models import EmailDelivery, EmailJob
@@ -52,7 +53,7 @@ from app.tasks import (
     reap_stalled,
     retry_countdown,
 )
-from app.tenancy import Tenant, current_tenant, tenant_select
+from app.tenancy import Tenant, tenant_select
 from app.wire import iso, new_id, utcnow
 
 log = logging.getLogger(__name__)
@@ -67,11 +68,10 @@ SEND_TASK = "email.bulk_send"  # app.email.tasks.bulk_send, sent by name
 # --------------------------------------------------------------------------- creating jobs
 
 
-def create_job(*, kind: str, deliveries: list[dict[str, Any]], subject: str | None = None,
-               body: str | None = None) -> EmailJob:
-    """A queued job with one `pending` row per delivery; its task is sent once this commits."""
-    tenant = current_tenant()
-    session = db.session
+def create_job(session: Session, tenant: Tenant, *, kind: str, deliveries: list[dict[str, Any]],
+               subject: str | None = None, body: str | None = None) -> EmailJob:
+    """A queued job with one `pending` row per delivery, in the caller's unit of work; its task is sent once
+    that commits."""
     job = EmailJob(id=new_id(), org_id=tenant.org_id, kind=kind, status="queued", subject=subject,
                    body=body, total=len(deliveries), created_by=tenant.user_id, created_at=utcnow(),
                    lease_expires_at=_lease_end(), dispatch_token=0, key_prefix=_key_prefix())
@@ -89,14 +89,15 @@ def create_job(*, kind: str, deliveries: list[dict[str, Any]], subject: str | No
     return job
 
 
-def create_bulk_job(payload: dict) -> EmailJob:
+def create_bulk_job(session: Session, tenant: Tenant, payload: dict) -> EmailJob:
     """From the bulk-send body: `messages` (each its own), or one message to `recipients`."""
     if payload.get("messages"):
         deliveries = [{"to": m["to"].strip(), "subject": m["subject"], "body": m["body"]}
                       for m in payload["messages"]]
-        return create_job(kind="bulk", deliveries=deliveries)
+        return create_job(session, tenant, kind="bulk", deliveries=deliveries)
     deliveries = [{"to": r} for r in unique_addresses(payload["recipients"])]
-    return create_job(kind="bulk", deliveries=deliveries, subject=payload["subject"], body=payload["body"])
+    return create_job(session, tenant, kind="bulk", deliveries=deliveries, subject=payload["subject"],
+                      body=payload["body"])
 
 
 # --------------------------------------------------------------------------- reading

@@ -18,12 +18,13 @@ from urllib.parse import quote
 from flask import current_app
 from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import Session
 
 from app.db import db
 from app.email.bulk import create_job
 from app.email.models import EmailJob, NewsletterSubscriber
 from app.errors import NotFound, Unauthorized, ValidationFailed
-from app.tenancy import current_tenant, products, tenant_select
+from app.tenancy import Tenant, products, tenant_select
 from app.wire import iso, new_id, utcnow
 
 UNSUBSCRIBE_PATH = "/api/v1/newsletter/unsubscribe"
@@ -34,12 +35,11 @@ def subscriber_to_wire(s: NewsletterSubscriber) -> dict[str, Any]:
             "createdAt": iso(s.created_at), "updatedAt": iso(s.updated_at), "unsubscribedAt": iso(s.unsubscribed_at)}
 
 
-def subscribe(email: str, name: str | None, source: str | None) -> tuple[NewsletterSubscriber, bool]:
-    """Add (or re-activate) a subscriber; returns it and whether anything changed."""
-    tenant = current_tenant()
+def subscribe(session: Session, tenant: Tenant, email: str, name: str | None,
+              source: str | None) -> tuple[NewsletterSubscriber, bool]:
+    """Add (or re-activate) a subscriber of `tenant`'s org; returns it and whether anything changed."""
     email = email.strip().lower()
     now = utcnow()
-    session = db.session
     stmt = insert(NewsletterSubscriber).values(
         id=new_id(), org_id=tenant.org_id, email=email, name=name, status="active", source=source,
         created_at=now, updated_at=now)
@@ -48,7 +48,8 @@ def subscribe(email: str, name: str | None, source: str | None) -> tuple[Newslet
         set_={"status": "active", "updated_at": now, "unsubscribed_at": None,
               "name": func.coalesce(stmt.excluded.name, NewsletterSubscriber.name)},
         where=NewsletterSubscriber.status != "active").returning(NewsletterSubscriber.id)).first() is not None
-    sub = session.scalars(tenant_select(NewsletterSubscriber).where(NewsletterSubscriber.email == email)).one()
+    sub = session.scalars(tenant_select(NewsletterSubscriber, tenant.org_id)
+                          .where(NewsletterSubscriber.email == email)).one()
     return sub, changed
 
 
@@ -61,22 +62,22 @@ def list_subscribers(status: str | None, after: str | None, limit: int) -> list[
     return list(db.session.scalars(stmt.order_by(NewsletterSubscriber.email).limit(limit)))
 
 
-def _find(ref: str) -> NewsletterSubscriber:
+def _find(session: Session, org_id: str, ref: str) -> NewsletterSubscriber:
     """By id or by email address."""
     if "@" in ref:
         where = NewsletterSubscriber.email == ref.strip().lower()
     else:
         where = NewsletterSubscriber.id == ref
-    sub = db.session.scalars(tenant_select(NewsletterSubscriber).where(where)).first()
+    sub = session.scalars(tenant_select(NewsletterSubscriber, org_id).where(where)).first()
     if sub is None:
         raise NotFound("Subscriber not found.")
     return sub
 
 
-def unsubscribe(ref: str) -> NewsletterSubscriber:
-    sub = _find(ref)
+def unsubscribe(session: Session, tenant: Tenant, ref: str) -> NewsletterSubscriber:
+    sub = _find(session, tenant.org_id, ref)
     _mark_unsubscribed(sub)
-    db.session.flush()
+    session.flush()
     return sub
 
 
@@ -143,16 +144,15 @@ def subscriber_by_token(token: str, *, unsubscribe: bool = False) -> NewsletterS
 # --------------------------------------------------------------------------- issues
 
 
-def send_issue(subject: str, body: str) -> EmailJob:
+def send_issue(session: Session, tenant: Tenant, subject: str, body: str) -> EmailJob:
     """A bulk job to every active subscriber, each message with its own List-Unsubscribe link; 400
     VALIDATION_ERROR when there are more than NEWSLETTER_MAX_RECIPIENTS (nothing is queued)."""
-    tenant = current_tenant()
     cap = max(0, int(current_app.config["NEWSLETTER_MAX_RECIPIENTS"]))
-    active = tenant_select(NewsletterSubscriber).where(NewsletterSubscriber.status == "active")
-    subs = db.session.execute(active.with_only_columns(NewsletterSubscriber.id, NewsletterSubscriber.email)
-                              .order_by(NewsletterSubscriber.email).limit(cap + 1)).all()
+    active = tenant_select(NewsletterSubscriber, tenant.org_id).where(NewsletterSubscriber.status == "active")
+    subs = session.execute(active.with_only_columns(NewsletterSubscriber.id, NewsletterSubscriber.email)
+                           .order_by(NewsletterSubscriber.email).limit(cap + 1)).all()
     if len(subs) > cap:
-        count = db.session.scalar(active.with_only_columns(func.count()).order_by(None))
+        count = session.scalar(active.with_only_columns(func.count()).order_by(None))
         raise ValidationFailed(
             f"This issue would go to {count} active subscribers; at most {cap} per issue. Nothing was sent.",
             {"activeSubscribers": count, "maxRecipients": cap})
@@ -161,7 +161,7 @@ def send_issue(subject: str, body: str) -> EmailJob:
         url = unsubscribe_url(tenant.product, tenant.org_id, sub.id)
         deliveries.append({"to": sub.email, "headers": {"List-Unsubscribe": f"<{url}>",
                                                         "List-Unsubscribe-Post": "List-Unsubscribe=One-Click"}})
-    return create_job(kind="newsletter", deliveries=deliveries, subject=subject, body=body)
+    return create_job(session, tenant, kind="newsletter", deliveries=deliveries, subject=subject, body=body)
 
 
 def list_issues(limit: int = 50) -> list[EmailJob]:

@@ -7,6 +7,7 @@ import html
 from flask import Response, current_app, request
 from flask.views import MethodView
 
+from app.db import db
 from app.email import bulk, newsletter
 from app.email import schemas as s
 from app.email.schemas import SendEmailRequestSchema, SendEmailResponseSchema
@@ -55,7 +56,7 @@ class BulkSend(MethodView):
         if len(items) > limit:
             key = "messages" if "messages" in payload else "recipients"
             raise ValidationFailed(f"At most {limit} {key} per request.", {"fields": {key: [f"at most {limit}"]}})
-        return _accepted(bulk.create_bulk_job(payload))
+        return _accepted(bulk.create_bulk_job(db.session, current_tenant(), payload))
 
 
 @blp.route("/bulk-send/<string:jobId>")
@@ -100,7 +101,8 @@ class Subscribers(MethodView):
     @newsletter_blp.requires(WRITE)
     def post(self, data):
         """Subscribe an address (201), or re-activate an unsubscribed one; an active one answers 200."""
-        sub, changed = newsletter.subscribe(data["email"], data.get("name"), data.get("source"))
+        sub, changed = newsletter.subscribe(db.session, current_tenant(), data["email"], data.get("name"),
+                                           data.get("source"))
         return {"subscriber": newsletter.subscriber_to_wire(sub)}, 201 if changed else 200
 
 
@@ -110,7 +112,8 @@ class Subscriber(MethodView):
     @newsletter_blp.requires(WRITE)
     def delete(self, subscriber):
         """Unsubscribe by id or email address (the row is kept as `unsubscribed`)."""
-        return {"subscriber": newsletter.subscriber_to_wire(newsletter.unsubscribe(subscriber))}
+        sub = newsletter.unsubscribe(db.session, current_tenant(), subscriber)
+        return {"subscriber": newsletter.subscriber_to_wire(sub)}
 
 
 @newsletter_blp.route("/issues")
@@ -130,7 +133,7 @@ class Issues(MethodView):
         `List-Unsubscribe` (link + one-click POST). More active subscribers than the deployment's cap
         (NEWSLETTER_MAX_RECIPIENTS, default 50 000) is 400 VALIDATION_ERROR with
         `details.activeSubscribers` and `details.maxRecipients`; nothing is queued."""
-        return _accepted(newsletter.send_issue(data["subject"], data["body"]))
+        return _accepted(newsletter.send_issue(db.session, current_tenant(), data["subject"], data["body"]))
 
 
 @newsletter_blp.route("/unsubscribe")
