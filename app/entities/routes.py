@@ -5,7 +5,6 @@ from __future__ import annotations
 from flask import jsonify, request
 from flask.views import MethodView
 
-from app.auth import require_role, require_scopes
 from app.db import db
 from app.entities import bulk, query, reads, tasks
 from app.entities.aggregation_routes import blp as aggregation_blp
@@ -81,7 +80,7 @@ for _blueprint in blueprints:
 class Definitions(MethodView):
     @blp.arguments(DefinitionListArgsSchema, location="query")
     @blp.response(200, DefinitionListSchema)
-    @require_scopes(READ)
+    @blp.requires(READ)
     def get(self, args):
         """List entity definitions (optional `module`, `status` = active|inactive)."""
         found = definitions.list_definitions(args.get("module"), args.get("status"))
@@ -89,7 +88,7 @@ class Definitions(MethodView):
 
     @blp.arguments(DefinitionCreateSchema)
     @blp.response(201, IdSchema)
-    @require_scopes(WRITE)
+    @blp.requires(WRITE)
     def post(self, data):
         """Create an entity definition; its schema is checked; the name is unique per org (409)."""
         return {"id": definitions.create_definition(data).id}
@@ -98,7 +97,7 @@ class Definitions(MethodView):
 @blp.route("/definitions/<string:entityName>")
 class Definition(MethodView):
     @blp.response(200, DefinitionEnvelopeSchema)
-    @require_scopes(READ)
+    @blp.requires(READ)
     def get(self, entityName):
         """Get a definition by name (an inactive one is returned when no active one has the name)."""
         return {"definition": definitions.definition_to_wire(
@@ -106,7 +105,7 @@ class Definition(MethodView):
 
     @blp.arguments(DefinitionInputSchema)
     @blp.response(200, SuccessSchema)
-    @require_scopes(WRITE)
+    @blp.requires(WRITE)
     def put(self, data, entityName):
         """Update a definition (partial); bumps `version`; a stale `version` is 409."""
         definitions.update_definition(entityName, data)
@@ -114,7 +113,7 @@ class Definition(MethodView):
 
     @blp.arguments(DefinitionDeleteArgsSchema, location="query")
     @blp.response(200, SuccessSchema)
-    @require_scopes(WRITE)
+    @blp.requires(WRITE)
     def delete(self, args, entityName):
         """Delete a definition: soft by default; `deleteRecords`, `hardDelete` flags."""
         definitions.delete_definition(entityName, delete_records=args["deleteRecords"],
@@ -126,7 +125,7 @@ class Definition(MethodView):
 class AdminUpsert(MethodView):
     @admin_blp.arguments(AdminUpsertSchema)
     @admin_blp.response(200, AdminUpsertResultSchema)
-    @require_role("admin", "super_admin")
+    @admin_blp.requires(roles=("admin", "super_admin"))
     def post(self, data):
         """Create or update definitions by name in the caller's org (role admin)."""
         return definitions.upsert_definitions(data["definitions"])
@@ -137,7 +136,7 @@ class AdminUpsert(MethodView):
 @blp.route("/definitions/<string:entityName>/views")
 class Views(MethodView):
     @blp.response(200, ViewListSchema)
-    @require_scopes(READ)
+    @blp.requires(READ)
     def get(self, entityName):
         """List the views of a definition."""
         definition = definitions.find_definition(entityName)
@@ -145,7 +144,7 @@ class Views(MethodView):
 
     @blp.arguments(ViewCreateSchema)
     @blp.response(201, IdSchema)
-    @require_scopes(WRITE)
+    @blp.requires(WRITE)
     def post(self, data, entityName):
         """Create a view (columns, filters, sort are checked against the definition)."""
         return {"id": views.create_view(definitions.find_definition(entityName), data).id}
@@ -155,14 +154,14 @@ class Views(MethodView):
 class View(MethodView):
     @blp.arguments(ViewInputSchema)
     @blp.response(200, SuccessSchema)
-    @require_scopes(WRITE)
+    @blp.requires(WRITE)
     def put(self, data, entityName, viewId):
         """Update a view (partial)."""
         views.update_view(definitions.find_definition(entityName), viewId, data)
         return SUCCESS
 
     @blp.response(200, SuccessSchema)
-    @require_scopes(WRITE)
+    @blp.requires(WRITE)
     def delete(self, entityName, viewId):
         """Delete a view."""
         views.delete_view(definitions.find_definition(entityName), viewId)
@@ -175,7 +174,7 @@ class View(MethodView):
 class Records(MethodView):
     @blp.arguments(RecordInputSchema)
     @blp.response(201, RecordSchema)
-    @require_scopes(WRITE)
+    @blp.requires(WRITE)
     def post(self, data, entityName):
         """Create a record; `fields` are validated against the definition's schema."""
         record = records.create_record(definitions.find_definition(entityName), data)
@@ -186,7 +185,7 @@ class Records(MethodView):
 class RecordQuery(MethodView):
     @blp.arguments(QueryRequestSchema)
     @blp.response(200, PaginatedResultSchema)
-    @require_scopes(READ)
+    @blp.requires(READ)
     @may_be_rate_limited("similar")
     def post(self, data, entityName):
         """Query records: filters, $search, sorting, paging, include/exclude, includeLookups.
@@ -206,7 +205,7 @@ class RecordCount(MethodView):
     @blp.arguments(CountRequestSchema)
     @blp.doc(responses={"200": {"description": "The number of matching records",
                                 "content": {"application/json": {"schema": {"type": "integer"}}}}})
-    @require_scopes(READ)
+    @blp.requires(READ)
     @may_be_rate_limited("similar")
     def post(self, data, entityName):
         """Count the records matching `filters` (the response is a bare number; `Prefer: count=planned|
@@ -222,14 +221,14 @@ class RecordCount(MethodView):
 @blp.route("/<string:entityName>/records/<string:recordId>")
 class Record(MethodView):
     @blp.response(200, RecordSchema)
-    @require_scopes(READ)
+    @blp.requires(READ)
     def get(self, entityName, recordId):
         """Get a record (soft-deleted and other orgs' records are 404)."""
         return reads.get_record(entityName, recordId)
 
     @blp.arguments(RecordInputSchema)
     @blp.response(200, SuccessSchema)
-    @require_scopes(WRITE)
+    @blp.requires(WRITE)
     def put(self, data, entityName, recordId):
         """Update a record: `fields` merge (null removes a key), validated whole; stale `version` is 409."""
         records.update_record(definitions.find_definition(entityName), recordId, data)
@@ -237,7 +236,7 @@ class Record(MethodView):
 
     @blp.arguments(RecordDeleteArgsSchema, location="query")
     @blp.response(200, SuccessSchema)
-    @require_scopes(WRITE)
+    @blp.requires(WRITE)
     def delete(self, args, entityName, recordId):
         """Delete a record: soft by default (relationships deactivated); `hardDelete=true` removes it."""
         records.delete_record(definitions.find_definition(entityName), recordId, hard_delete=args["hardDelete"])
@@ -285,7 +284,7 @@ def _bulk_route(operation: str, body_schema, key: str, summary: str) -> None:
         @blp.arguments(body_schema)
         @blp.response(200, BulkResultSchema)
         @blp.alt_response(202, schema=JobAcceptedSchema, description="With `Prefer: respond-async`")
-        @require_scopes(WRITE)
+        @blp.requires(WRITE)
         @rate_limited("bulk")
         def post(self, data, entityName):
             return _bulk(entityName, operation, data[key])
@@ -304,7 +303,7 @@ _bulk_route("delete", BulkDeleteSchema, "recordIds", "Soft-delete many records b
 @jobs_blp.route("/<string:jobId>")
 class Job(MethodView):
     @jobs_blp.response(200, JobSchema)
-    @require_scopes(READ, WRITE)
+    @jobs_blp.requires(READ, WRITE)
     def get(self, jobId):
         """Status of an asynchronous job: pending | running | succeeded | failed, with its result or error."""
         return bulk.job_to_wire(bulk.get_job(jobId))
@@ -316,7 +315,7 @@ class Job(MethodView):
 class Relationships(MethodView):
     @blp.arguments(RelationshipListArgsSchema, location="query")
     @blp.response(200, RelationshipListSchema)
-    @require_scopes(READ)
+    @blp.requires(READ)
     def get(self, args, entityName, recordId):
         """A record's active relationships (`direction`, `relationshipType`, `targetEntity`)."""
         found = relationships.list_relationships(
@@ -326,7 +325,7 @@ class Relationships(MethodView):
 
     @blp.arguments(RelationshipInputSchema)
     @blp.response(201, RelationshipSchema)
-    @require_scopes(WRITE)
+    @blp.requires(WRITE)
     def post(self, data, entityName, recordId):
         """Link this record to another record of the org."""
         return relationships.create_relationship(definitions.find_definition(entityName), recordId, data)
@@ -335,7 +334,7 @@ class Relationships(MethodView):
 @blp.route("/<string:entityName>/records/<string:recordId>/relationships/<string:relationshipId>")
 class Relationship(MethodView):
     @blp.response(200, SuccessSchema)
-    @require_scopes(WRITE)
+    @blp.requires(WRITE)
     def delete(self, entityName, recordId, relationshipId):
         """Delete a relationship of this record."""
         relationships.delete_relationship(definitions.find_definition(entityName), recordId, relationshipId)
