@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flask import jsonify, request
+from flask import request
 from flask.views import MethodView
 
 from app.db import db
@@ -42,7 +42,7 @@ from app.entities.services import common, definitions, records, relationships, v
 from app.errors import InvalidInput
 from app.extensions import Blueprint, SuccessSchema
 from app.ratelimit import may_be_rate_limited, rate_limited
-from app.wire import SUCCESS, preferences, wants_async
+from app.wire import SUCCESS, accepted, json_response, preferences, wants_async
 
 READ, WRITE = "read:entities", "write:entities"
 
@@ -213,9 +213,7 @@ class RecordCount(MethodView):
         db.reads_only()
         total, how = query.count_records(entityName, data.get("filters"),
                                          _count_preference())
-        response = jsonify(total)
-        response.headers.extend(_count_applied(how))
-        return response
+        return json_response(total, headers=_count_applied(how))
 
 
 @blp.route("/<string:entityName>/records/<string:recordId>")
@@ -269,11 +267,7 @@ def _bulk(entityName: str, operation: str, items: list):
     definition = definitions.find_definition(entityName)
     if wants_async():
         job = tasks.start_bulk_job(definition, operation, items)
-        response = jsonify({"jobId": job.id})
-        response.status_code = 202
-        response.headers["Location"] = f"/api/v1/jobs/{job.id}"
-        response.headers["Preference-Applied"] = "respond-async"
-        return response
+        return accepted({"jobId": job.id}, f"/api/v1/jobs/{job.id}", respond_async=True)
     return bulk.run_bulk(definition, operation, items)
 
 
