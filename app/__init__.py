@@ -98,21 +98,13 @@ def create_app(overrides: dict[str, Any] | None = None) -> Flask:
     return app
 
 
-# The domains, in a fixed order. Each is a package `app/<name>/` whose `routes` module exports `blp`
-# or `blueprints` (flask-smorest) and optionally `plain_blueprints`; a missing module is an error.
-DOMAINS = ("entities", "agents", "images", "email", "storage", "analytics", "console")
+# The domains, in a fixed order (the order of the OpenAPI document). Each is a package `app/<name>/`
+# whose `routes` module exports `blp` or `blueprints` (flask-smorest) and optionally `plain_blueprints`;
+# a missing module is an error.
+DOMAINS = ("ops", "entities", "agents", "images", "email", "storage", "analytics", "console")
 
 
 def _register_blueprints(api, app: Flask) -> None:
-    from app.ops.admin import blp as admin_artifacts_blp
-    from app.ops.internal import blp as internal_blp
-    from app.ops.routes import blp as ops_blp
-    from app.ops.routes import health_blp
-
-    api.register_blueprint(health_blp)
-    api.register_blueprint(ops_blp)
-    api.register_blueprint(internal_blp)
-    api.register_blueprint(admin_artifacts_blp)
     for module in _domain_route_modules():
         for blp in getattr(module, "blueprints", [getattr(module, "blp", None)]):
             if blp is not None:

@@ -227,7 +227,7 @@ def require(*scopes: str, roles: tuple[str, ...] = (), star_bypasses: bool = Tru
     Enforced before the request body is parsed (`authorize_request` reads the markers set here,
     whatever the decorator order) and again when the view runs; documented in OpenAPI (401, 403 and
     the security of the operation) by app.extensions.Blueprint from the same markers. Routes
-    use it as `@blp.requires(...)`; `require_scopes` / `require_role` are its two short spellings."""
+    use it as `@blp.requires(...)`, the one access decorator (this is its implementation)."""
 
     def decorator(view: Callable) -> Callable:
         @functools.wraps(view)
@@ -247,14 +247,3 @@ def require(*scopes: str, roles: tuple[str, ...] = (), star_bypasses: bool = Tru
 
     return decorator
 
-
-def require_scopes(*required: str) -> Callable:
-    return require(*required)
-
-
-def require_role(*roles: str) -> Callable:
-    return require(roles=roles)
-
-
-def is_authenticated() -> bool:
-    return g.get("tenant") is not None

@@ -9,7 +9,6 @@ from celery import Celery
 from flask import Blueprint as _FlaskBlueprint
 from flask_smorest import Api as _Api
 from flask_smorest import Blueprint as _Blueprint
-from flask_smorest.arguments import ArgumentsMixin
 from marshmallow import Schema, fields
 from marshmallow.decorators import POST_DUMP, PRE_DUMP
 from webargs import core
@@ -216,10 +215,16 @@ class Blueprint(_Blueprint, _UnitOfWorkAtTheEdge):
     and the unit of work at the edge: every view runs in `db.unit_of_work()` (one commit when it
     returns, a rollback when it raises), so routes and services never commit.
 
-    `@blp.requires(*scopes, roles=..., star_bypasses=..., internal_token=...)` (app.auth.require)
-    enforces; every operation of an API blueprint is documented with the bearer security (and the
-    internal token where it is accepted) and a 401, and those with declared scopes or roles with a
-    403, from the markers the decorator leaves on the view."""
+    `@blp.requires(*scopes, roles=..., star_bypasses=..., internal_token=...)` (app.auth.require), the
+    one access decorator, enforces; every operation of an API blueprint is documented with the bearer
+    security (and the internal token where it is accepted) and a 401, and those with declared scopes
+    or roles with a 403, from the markers the decorator leaves on the view.
+
+    Its arguments are parsed by `SafeParser` (schema failures are 400 VALIDATION_ERROR, documented as
+    such, not webargs' 422; JSON bodies go through app.jsonbody): set on this class, so flask-smorest's
+    own classes are left as they are."""
+
+    ARGUMENTS_PARSER = SafeParser()
 
     @staticmethod
     def requires(*scopes: str, roles: tuple[str, ...] = (), star_bypasses: bool = True,
@@ -279,10 +284,6 @@ def _add_response(responses: dict, status: int, description: str) -> None:
     if status not in responses and str(status) not in responses:
         responses[status] = [{"schema": ErrorEnvelopeSchema(), "description": description, "content_type": None}]
 
-
-# Schema failures are 400 VALIDATION_ERROR here, not webargs' 422 (documented as such in OpenAPI); JSON
-# bodies go through app.jsonbody.
-ArgumentsMixin.ARGUMENTS_PARSER = SafeParser()
 
 celery_app = Celery("platform_gateway")
 

@@ -59,11 +59,6 @@ def current_org() -> str:
     return current_tenant().org_id
 
 
-def current_product() -> str:
-    """The product of the request (or of the task's context); falls back to the default product."""
-    return db.context_product()
-
-
 def tenant_select(model: type[T], org_id: str | None = None) -> Select:
     """`SELECT model WHERE org_id = <tenant org>`: the start of every tenant query."""
     return select(model).where(model.org_id == (org_id or current_org()))  # type: ignore[attr-defined]

@@ -6,10 +6,13 @@ agent documents' stamps) is ISO 8601 in UTC with milliseconds and a `Z`:
 exactly what is returned (a `createdAt` sent back in a filter matches the row it came from), and
 the fixed width sorts as text. The envelopes' `metadata.timestamp` is integer Unix seconds (spec).
 
-Response kinds. A resource or list is a dict the route returns through its marshmallow response
-schema; an operation without a resource answers `SUCCESS`; the image call answers
-`success_envelope(data)`; errors answer `app.errors.envelope`. JSON the database already holds as
-text (agent documents) is returned as is by `json_text` — the measured fast path (bench/results/agents.md).
+Response kinds, each built here and nowhere else. A resource or list is a dict the route returns
+through its marshmallow response schema; an operation without a resource answers `SUCCESS`; the
+image call answers `success_envelope(data)` and analytics `response_wrapper(data, metadata)` (the
+spec's two success envelopes); work accepted to run later answers `accepted(body, location)` (202);
+a response the route must hold itself (a header or cookie beside the body, a bare number) is
+`json_response`; errors answer `app.errors.envelope`. JSON the database already holds as text
+(agent documents) is returned as is by `json_text` — the measured fast path (bench/results/agents.md).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from flask import Response, request
+from flask import Response, current_app, request
 
 SUCCESS = {"success": True}  # the spec's "success indicator"
 
@@ -68,6 +71,33 @@ def metadata(success: bool) -> dict[str, Any]:
 def success_envelope(data: Any) -> dict[str, Any]:
     """`{data, metadata: {success: true, timestamp}}`."""
     return {"data": data, "metadata": metadata(True)}
+
+
+def response_wrapper(data: Any, metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The analytics `*Response` wrapper: `{success: true, data, metadata?}` (metadata only when it
+    says something: the resolved window, paging)."""
+    return {"success": True, "data": data, **({"metadata": metadata} if metadata else {})}
+
+
+def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    """`body` as a JSON response (the app's JSON provider, as flask-smorest's own answers), for a route
+    that needs the Response itself: a header or cookie beside it, or a body that is not an object."""
+    response = current_app.json.response(body)
+    response.status_code = status
+    if headers:
+        response.headers.update(headers)
+    return response
+
+
+def accepted(body: dict[str, Any], location: str | None = None, *, respond_async: bool = False) -> Response:
+    """202 Accepted: the work runs later. `location` (the job's status URL) is sent as `Location`;
+    `respond_async=True` when the 202 answers the caller's `Prefer: respond-async` (else the operation
+    would have answered its result): `Preference-Applied: respond-async`. The body is sent as given
+    (the route's `@blp.response(202, …)` documents it)."""
+    headers = {"Location": location} if location else {}
+    if respond_async:
+        headers["Preference-Applied"] = "respond-async"
+    return json_response(body, 202, headers)
 
 
 def json_text(body: str, status: int = 200) -> Response:

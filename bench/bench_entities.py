@@ -245,8 +245,7 @@ def register_typed_route(app) -> None:
     from flask import jsonify
     from sqlalchemy import text
 
-    from app.auth import require_scopes
-    from app.extensions import db
+    from app.extensions import Blueprint, db
     from app.wire import iso
 
     def value(v):
@@ -256,7 +255,7 @@ def register_typed_route(app) -> None:
             return iso(v)
         return v.isoformat() if hasattr(v, "isoformat") else v
 
-    @require_scopes("read:entities")
+    @Blueprint.requires("read:entities")
     def typed(key: str):
         db.reads_only()
         statements = typed_statements(None if key == "count" else key)

@@ -120,12 +120,12 @@ def _prepare_rollout_orgs(app) -> None:
 
 def bench_rollout(app, client) -> list[list]:
     from app.db import db
-    from app.ops.rollout import current_artifacts_of, publish
+    from app.ops.rollout import list_artifacts, publish
     from app.platform_models import Rollout
 
     _prepare_rollout_orgs(app)
     with app.app_context():
-        art = current_artifacts_of("agent.assistant")
+        art = next(a for a in list_artifacts() if a.id == "agent.assistant")
     headers = {"Authorization": f"Bearer {bench_token('rollout-0001', scopes=('read',))}"}
     idle = [_timed_get(client, headers) for _ in range(50)]
     with app.app_context():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from flask import Flask
 
-from app.auth import mint_token, require_role, require_scopes
-from app.extensions import celery_app
+from app.auth import mint_token
+from app.extensions import Blueprint, celery_app
 
 TEST_SECRET = "test-secret-" + "x" * 40
 ISSUER, AUDIENCE = "platform-gateway", "platform-api"
@@ -32,11 +32,11 @@ def which_app() -> str:
 def register_test_routes(app: Flask) -> None:
     """Routes that exist only in tests: a scope-guarded one, an admin one, a crashing one."""
 
-    @require_scopes("read:agents")
+    @Blueprint.requires("read:agents")
     def scoped():
         return {"ok": True}
 
-    @require_role("admin", "super_admin")
+    @Blueprint.requires(roles=("admin", "super_admin"))
     def admin_only():
         return {"ok": True}
 

@@ -29,6 +29,7 @@ from app.analytics.schemas import (
 from app.errors import InvalidInput
 from app.extensions import Blueprint
 from app.tenancy import current_tenant
+from app.wire import accepted, response_wrapper
 
 READ = ("read:analytics",)  # generic `read` satisfies it (app.auth.scope_satisfies)
 ADMIN = ("admin", "super_admin")  # or scope `*`
@@ -42,8 +43,7 @@ def _window(args):
 
 
 def _ok(data, window=None, **extra):
-    metadata = {**(window.metadata() if window else {}), **extra}
-    return {"success": True, "data": data, **({"metadata": metadata} if metadata else {})}
+    return response_wrapper(data, {**(window.metadata() if window else {}), **extra})
 
 
 def _page(args, has_more: bool) -> dict:
@@ -60,7 +60,7 @@ class Events(MethodView):
         body is ignored. Chat facts: `eventCategory` `chat`."""
         event = services.normalise_event(data, current_tenant())
         tasks.submit_many([event])
-        return {"success": True, "eventId": event["event_id"]}
+        return accepted({"success": True, "eventId": event["event_id"]})
 
     @blp.arguments(EventsArgsSchema, location="query")
     @blp.response(200, wrapper(AnalyticsEventOutSchema, many=True))
@@ -82,7 +82,7 @@ def post_batch(data):
     tenant = current_tenant()
     events = [services.normalise_event(body, tenant) for body in data["events"]]
     tasks.submit_many(events)
-    return {"success": True, "accepted": len(events), "eventIds": [e["event_id"] for e in events]}
+    return accepted({"success": True, "accepted": len(events), "eventIds": [e["event_id"] for e in events]})
 
 
 @blp.route("/summary")

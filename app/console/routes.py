@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 import flask_swagger_ui
-from flask import Blueprint, abort, current_app, jsonify, redirect, render_template, request, send_from_directory
+from flask import Blueprint, abort, current_app, redirect, render_template, request, send_from_directory
 from marshmallow import ValidationError
 
 from app.console.schemas import DevSignInRequest
@@ -25,6 +25,7 @@ from app.db import product_slug
 from app.errors import Forbidden, Unauthorized, ValidationFailed
 from app.jsonbody import loads, require_json_body
 from app.tenancy import products
+from app.wire import SUCCESS, json_response
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # Swagger UI's own build, shipped inside the flask-swagger-ui wheel (we use only its files)
@@ -83,7 +84,7 @@ def dev_sign_in():
 @console_bp.delete("/console/session")
 def sign_out():
     """Ends the console session (the page also forgets its token)."""
-    response = jsonify({"success": True})
+    response = json_response(SUCCESS)
     response.delete_cookie(SESSION_COOKIE, path=COOKIE_PATH, httponly=True, samesite="Strict",
                            secure=_secure_cookies())
     return response
@@ -154,9 +155,7 @@ def _require_product(name: str) -> None:
 
 
 def _token_response(identity: ConsoleIdentity):
-    response = jsonify(issue_token(identity, current_app.config))
-    response.headers["Cache-Control"] = "no-store"
-    return response
+    return json_response(issue_token(identity, current_app.config), headers={"Cache-Control": "no-store"})
 
 
 def _secure_cookies() -> bool:

@@ -16,6 +16,7 @@ from app.errors import ValidationFailed
 from app.extensions import Blueprint
 from app.ratelimit import rate_limited
 from app.tenancy import current_tenant
+from app.wire import accepted
 
 blp = Blueprint("email", __name__, url_prefix="/api/v1/email", description="Outbound email")
 newsletter_blp = Blueprint("newsletter", __name__, url_prefix="/api/v1/newsletter",
@@ -37,9 +38,9 @@ class SendEmail(MethodView):
         return {"success": result.success, "message": result.message}
 
 
-def _accepted(job) -> tuple[dict, int, dict]:
+def _accepted(job) -> Response:
     url = f"/api/v1/email/bulk-send/{job.id}"
-    return {"jobId": job.id, "status": job.status, "total": job.total, "statusUrl": url}, 202, {"Location": url}
+    return accepted({"jobId": job.id, "status": job.status, "total": job.total, "statusUrl": url}, url)
 
 
 @blp.route("/bulk-send")

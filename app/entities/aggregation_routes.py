@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from flask.views import MethodView
 
-from app.auth import require_scopes
 from app.entities import aggregation
 from app.entities.aggregation_schemas import AggregateRequestSchema, AggregateResponseSchema
 from app.entities.services import definitions
@@ -19,7 +18,7 @@ blp = Blueprint("entity_aggregation", __name__, url_prefix="/api/v1/entities",
 class RecordAggregate(MethodView):
     @blp.arguments(AggregateRequestSchema)
     @blp.response(200, AggregateResponseSchema)
-    @require_scopes("read:entities")
+    @blp.requires("read:entities")
     @rate_limited("aggregate")
     def post(self, data, entityName):
         """Aggregate records: groupBy (date buckets), count/sum/avg/min/max/distinct_count/percentile, having."""

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from flask import jsonify, request
+from flask import request
 from flask.views import MethodView
 
-from app.auth import require_role, require_scopes
 from app.db import db
 from app.entities import bulk, query, reads
 from app.entities.aggregation_routes import blp as aggregation_blp
@@ -44,7 +43,7 @@ from app.errors import InvalidInput
 from app.extensions import Blueprint, SuccessSchema
 from app.ratelimit import may_be_rate_limited, rate_limited
 from app.tenancy import current_tenant
-from app.wire import SUCCESS, preferences, wants_async
+from app.wire import SUCCESS, accepted, json_response, preferences, wants_async
 
 READ, WRITE = "read:entities", "write:entities"
 
@@ -82,7 +81,7 @@ for _blueprint in blueprints:
 class Definitions(MethodView):
     @blp.arguments(DefinitionListArgsSchema, location="query")
     @blp.response(200, DefinitionListSchema)
-    @require_scopes(READ)
+    @blp.requires(READ)
     def get(self, args):
         """List entity definitions (optional `module`, `status` = active|inactive)."""
         found = definitions.list_definitions(args.get("module"), args.get("status"))
@@ -90,7 +89,7 @@ class Definitions(MethodView):
 
     @blp.arguments(DefinitionCreateSchema)
     @blp.response(201, IdSchema)
-    @require_scopes(WRITE)
+    @blp.requires(WRITE)
     def post(self, data):
         """Create an entity definition; its schema is checked; the name is unique per org (409)."""
         return {"id": definitions.create_definition(db.session, current_tenant(), data).id}
@@ -99,7 +98,7 @@ class Definitions(MethodView):
 @blp.route("/definitions/<string:entityName>")
 class Definition(MethodView):
     @blp.response(200, DefinitionEnvelopeSchema)
-    @require_scopes(READ)
+    @blp.requires(READ)
     def get(self, entityName):
         """Get a definition by name (an inactive one is returned when no active one has the name)."""
         return {"definition": definitions.definition_to_wire(
@@ -107,7 +106,7 @@ class Definition(MethodView):
 
     @blp.arguments(DefinitionInputSchema)
     @blp.response(200, SuccessSchema)
-    @require_scopes(WRITE)
+    @blp.requires(WRITE)
     def put(self, data, entityName):
         """Update a definition (partial); bumps `version`; a stale `version` is 409."""
         definitions.update_definition(db.session, current_tenant(), entityName, data)
@@ -115,7 +114,7 @@ class Definition(MethodView):
 
     @blp.arguments(DefinitionDeleteArgsSchema, location="query")
     @blp.response(200, SuccessSchema)
-    @require_scopes(WRITE)
+    @blp.requires(WRITE)
     def delete(self, args, entityName):
         """Delete a definition: soft by default; `deleteRecords`, `hardDelete` flags."""
         definitions.delete_definition(db.session, current_tenant(), entityName,
@@ -127,7 +126,7 @@ class Definition(MethodView):
 class AdminUpsert(MethodView):
     @admin_blp.arguments(AdminUpsertSchema)
     @admin_blp.response(200, AdminUpsertResultSchema)
-    @require_role("admin", "super_admin")
+    @admin_blp.requires(roles=("admin", "super_admin"))
     def post(self, data):
         """Create or update definitions by name in the caller's org (role admin)."""
         return definitions.upsert_definitions(db.session, current_tenant(), data["definitions"])
@@ -138,7 +137,7 @@ class AdminUpsert(MethodView):
 @blp.route("/definitions/<string:entityName>/views")
 class Views(MethodView):
     @blp.response(200, ViewListSchema)
-    @require_scopes(READ)
+    @blp.requires(READ)
     def get(self, entityName):
         """List the views of a definition."""
         definition = definitions.find_definition(entityName)
@@ -146,7 +145,7 @@ class Views(MethodView):
 
     @blp.arguments(ViewCreateSchema)
     @blp.response(201, IdSchema)
-    @require_scopes(WRITE)
+    @blp.requires(WRITE)
     def post(self, data, entityName):
         """Create a view (columns, filters, sort are checked against the definition)."""
         return {"id": views.create_view(db.session, current_tenant(), definitions.find_definition(entityName), data).id}
@@ -156,14 +155,14 @@ class Views(MethodView):
 class View(MethodView):
     @blp.arguments(ViewInputSchema)
     @blp.response(200, SuccessSchema)
-    @require_scopes(WRITE)
+    @blp.requires(WRITE)
     def put(self, data, entityName, viewId):
         """Update a view (partial)."""
         views.update_view(db.session, current_tenant(), definitions.find_definition(entityName), viewId, data)
         return SUCCESS
 
     @blp.response(200, SuccessSchema)
-    @require_scopes(WRITE)
+    @blp.requires(WRITE)
     def delete(self, entityName, viewId):
         """Delete a view."""
         views.delete_view(db.session, definitions.find_definition(entityName), viewId)
@@ -176,7 +175,7 @@ class View(MethodView):
 class Records(MethodView):
     @blp.arguments(RecordInputSchema)
     @blp.response(201, RecordSchema)
-    @require_scopes(WRITE)
+    @blp.requires(WRITE)
     def post(self, data, entityName):
         """Create a record; `fields` are validated against the definition's schema."""
         record = records.create_record(db.session, current_tenant(), definitions.find_definition(entityName), data)
@@ -187,7 +186,7 @@ class Records(MethodView):
 class RecordQuery(MethodView):
     @blp.arguments(QueryRequestSchema)
     @blp.response(200, PaginatedResultSchema)
-    @require_scopes(READ)
+    @blp.requires(READ)
     @may_be_rate_limited("similar")
     def post(self, data, entityName):
         """Query records: filters, $search, sorting, paging, include/exclude, includeLookups.
@@ -207,7 +206,7 @@ class RecordCount(MethodView):
     @blp.arguments(CountRequestSchema)
     @blp.doc(responses={"200": {"description": "The number of matching records",
                                 "content": {"application/json": {"schema": {"type": "integer"}}}}})
-    @require_scopes(READ)
+    @blp.requires(READ)
     @may_be_rate_limited("similar")
     def post(self, data, entityName):
         """Count the records matching `filters` (the response is a bare number; `Prefer: count=planned|
@@ -215,22 +214,20 @@ class RecordCount(MethodView):
         db.reads_only()
         total, how = query.count_records(entityName, data.get("filters"),
                                          _count_preference())
-        response = jsonify(total)
-        response.headers.extend(_count_applied(how))
-        return response
+        return json_response(total, headers=_count_applied(how))
 
 
 @blp.route("/<string:entityName>/records/<string:recordId>")
 class Record(MethodView):
     @blp.response(200, RecordSchema)
-    @require_scopes(READ)
+    @blp.requires(READ)
     def get(self, entityName, recordId):
         """Get a record (soft-deleted and other orgs' records are 404)."""
         return reads.get_record(entityName, recordId)
 
     @blp.arguments(RecordInputSchema)
     @blp.response(200, SuccessSchema)
-    @require_scopes(WRITE)
+    @blp.requires(WRITE)
     def put(self, data, entityName, recordId):
         """Update a record: `fields` merge (null removes a key), validated whole; stale `version` is 409."""
         records.update_record(db.session, current_tenant(), definitions.find_definition(entityName), recordId, data)
@@ -238,7 +235,7 @@ class Record(MethodView):
 
     @blp.arguments(RecordDeleteArgsSchema, location="query")
     @blp.response(200, SuccessSchema)
-    @require_scopes(WRITE)
+    @blp.requires(WRITE)
     def delete(self, args, entityName, recordId):
         """Delete a record: soft by default (relationships deactivated); `hardDelete=true` removes it."""
         records.delete_record(db.session, current_tenant(), definitions.find_definition(entityName), recordId,
@@ -272,11 +269,7 @@ def _bulk(entityName: str, operation: str, items: list):
     definition = definitions.find_definition(entityName)
     if wants_async():
         job = bulk.start_job(db.session, current_tenant(), definition, operation, items)
-        response = jsonify({"jobId": job.id})
-        response.status_code = 202
-        response.headers["Location"] = f"/api/v1/jobs/{job.id}"
-        response.headers["Preference-Applied"] = "respond-async"
-        return response
+        return accepted({"jobId": job.id}, f"/api/v1/jobs/{job.id}", respond_async=True)
     return bulk.run_bulk(db.session, current_tenant(), definition, operation, items)
 
 
@@ -287,7 +280,7 @@ def _bulk_route(operation: str, body_schema, key: str, summary: str) -> None:
         @blp.arguments(body_schema)
         @blp.response(200, BulkResultSchema)
         @blp.alt_response(202, schema=JobAcceptedSchema, description="With `Prefer: respond-async`")
-        @require_scopes(WRITE)
+        @blp.requires(WRITE)
         @rate_limited("bulk")
         def post(self, data, entityName):
             return _bulk(entityName, operation, data[key])
@@ -306,7 +299,7 @@ _bulk_route("delete", BulkDeleteSchema, "recordIds", "Soft-delete many records b
 @jobs_blp.route("/<string:jobId>")
 class Job(MethodView):
     @jobs_blp.response(200, JobSchema)
-    @require_scopes(READ, WRITE)
+    @jobs_blp.requires(READ, WRITE)
     def get(self, jobId):
         """Status of an asynchronous job: pending | running | succeeded | failed, with its result or error."""
         return bulk.job_to_wire(bulk.get_job(jobId))
@@ -318,7 +311,7 @@ class Job(MethodView):
 class Relationships(MethodView):
     @blp.arguments(RelationshipListArgsSchema, location="query")
     @blp.response(200, RelationshipListSchema)
-    @require_scopes(READ)
+    @blp.requires(READ)
     def get(self, args, entityName, recordId):
         """A record's active relationships (`direction`, `relationshipType`, `targetEntity`)."""
         found = relationships.list_relationships(
@@ -328,7 +321,7 @@ class Relationships(MethodView):
 
     @blp.arguments(RelationshipInputSchema)
     @blp.response(201, RelationshipSchema)
-    @require_scopes(WRITE)
+    @blp.requires(WRITE)
     def post(self, data, entityName, recordId):
         """Link this record to another record of the org."""
         return relationships.create_relationship(db.session, current_tenant(), definitions.find_definition(entityName),
@@ -338,7 +331,7 @@ class Relationships(MethodView):
 @blp.route("/<string:entityName>/records/<string:recordId>/relationships/<string:relationshipId>")
 class Relationship(MethodView):
     @blp.response(200, SuccessSchema)
-    @require_scopes(WRITE)
+    @blp.requires(WRITE)
     def delete(self, entityName, recordId, relationshipId):
         """Delete a relationship of this record."""
         relationships.delete_relationship(db.session, definitions.find_definition(entityName), recordId, relationshipId)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from flask.views import MethodView
 
-from app.auth import require_scopes
 from app.extensions import Blueprint, ErrorEnvelopeSchema
 from app.images.schemas import ImageRequestSchema, ImageResponseSchema
 from app.images.services import generate_image
@@ -27,7 +26,7 @@ class Images(MethodView):
     @blp.alt_response(503, schema=ErrorEnvelopeSchema,
                       description="provider not configured, upstream 5xx or rate limiting (retry hint in details)")
     @blp.alt_response(504, schema=ErrorEnvelopeSchema, description="the image call exceeded its budget (120 s)")
-    @require_scopes("write:image-gen")
+    @blp.requires("write:image-gen")
     @rate_limited("images")
     def post(self, payload):
         """Generate one image (or edit a reference image, optionally with a mask) and store it.

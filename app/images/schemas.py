@@ -10,6 +10,7 @@ from __future__ import annotations
 from marshmallow import RAISE, Schema, ValidationError, fields
 
 from app.errors import InvalidInput
+from app.images.providers import provider_ids
 
 
 class _StrictSchema(Schema):
@@ -33,7 +34,7 @@ class ImageRequestSchema(_StrictSchema):
         """Type errors and unknown fields are a bad request (INVALID_INPUT), not a rule failure."""
         raise InvalidInput("Malformed image request.", {"fields": error.messages, "location": "json"})
 
-    provider = fields.String(metadata={"enum": ["provider-a", "provider-b"], "description": "required"})
+    provider = fields.String(metadata={"enum": provider_ids(), "description": "required"})
     model = fields.String(metadata={"description": "required; provider-native deployment id or model name"})
     prompt = fields.String(metadata={"description": "required; 1-4000 characters"})
     size = fields.String(metadata={"description": "depends on provider/model (see the provider table)"})

@@ -2,7 +2,7 @@
 
 Order of checks (all before any upstream call):
   1-4  provider, model, prompt, referenceImage/mask shape            -> 400 INVALID_INPUT
-  5-8  mask without reference, mask off provider-a, mask bytes,
+  5-8  mask without reference, mask for a provider without a mask-taking family, mask bytes,
        reference URL scheme/allowlist (plus family capabilities)      -> 400 VALIDATION_ERROR
   then size/quality/style for the model family                        -> 400 INVALID_INPUT
   then provider configured?                                           -> 503
@@ -30,7 +30,15 @@ from app.errors import ApiError, InvalidInput, ServiceUnavailable, SystemFailure
 from app.images.fetcher import REFUSED_MESSAGE, ReferenceFetcher, ReferenceRefused
 from app.images.imaging import ImageInfo, NotAnImage, inspect_image
 from app.images.models import ImageUsage
-from app.images.providers import Budget, ImageJob, ImageProvider, get_provider
+from app.images.providers import (
+    Budget,
+    ImageJob,
+    ImageProvider,
+    get_provider,
+    mask_refusal,
+    provider_class,
+    provider_ids,
+)
 from app.registry import find_service
 from app.storage import BlobStore, get_blob_store
 from app.storage.base import BlobNotFound, BlobStoreError
@@ -40,7 +48,6 @@ from app.tenancy import Tenant
 log = logging.getLogger(__name__)
 
 SERVICE = "image-generation"
-PROVIDERS = ("provider-a", "provider-b")
 REFERENCE_MIME_TYPES = ("image/png", "image/jpeg")
 MAX_PROMPT_CHARS = 4000
 MAX_REFERENCE_BYTES = 20 * 1024 * 1024
@@ -121,8 +128,8 @@ def validate_request(payload: dict[str, Any], store: BlobStore, fetcher: Referen
     # rules 5-6
     if mask_in is not None and reference_in is None:
         raise ValidationFailed("mask requires referenceImage (a mask only applies to an edit).", {"field": "mask"})
-    if mask_in is not None and provider_name != "provider-a":
-        raise ValidationFailed("mask is supported only by provider-a (general model).", {"field": "mask"})
+    if mask_in is not None and not provider_class(provider_name).takes_mask():
+        raise mask_refusal()
     provider = get_provider(provider_name)
     provider.check_capabilities(model, reference=reference_in is not None, mask=mask_in is not None)
     # rule 7 (inline bytes), then rule 8 (URLs, on their text)
@@ -143,8 +150,8 @@ def validate_request(payload: dict[str, Any], store: BlobStore, fetcher: Referen
 
 def _check_basics(payload: dict[str, Any]) -> tuple[str, str, str]:
     provider = payload.get("provider")
-    if provider not in PROVIDERS:
-        raise InvalidInput("provider must be one of: provider-a, provider-b.", {"field": "provider"})
+    if provider not in provider_ids():
+        raise InvalidInput(f"provider must be one of: {', '.join(provider_ids())}.", {"field": "provider"})
     model = (payload.get("model") or "").strip()
     if not model:
         raise InvalidInput("model is required (the provider's deployment id or model name).", {"field": "model"})
@@ -236,15 +243,15 @@ def _inspect(data: bytes, field: str, url_sourced: bool) -> ImageInfo:
 def _run(plan: ImagePlan, tenant: Tenant, store: BlobStore, budget: Budget) -> dict[str, Any]:
     provider, job = plan.provider, plan.job
     if not provider.configured:
-        raise ServiceUnavailable(f"{provider.name} is not configured on this deployment.",
-                                 {"provider": provider.name})
+        raise ServiceUnavailable(f"{provider.id} is not configured on this deployment.",
+                                 {"provider": provider.id})
     job = _load_urls(plan, store, budget)
     image = provider.generate(job, budget)
     try:
         info = inspect_image(image.data, decode=False)
     except NotAnImage:
-        raise ServiceUnavailable(f"{provider.name} returned bytes that are not a PNG or JPEG image.",
-                                 {"provider": provider.name}) from None
+        raise ServiceUnavailable(f"{provider.id} returned bytes that are not a PNG or JPEG image.",
+                                 {"provider": provider.id}) from None
     budget.require("storing the image")
     try:
         url = store.put(image_key(tenant.org_id, info.mime_type), image.data, info.mime_type)
@@ -255,7 +262,7 @@ def _run(plan: ImagePlan, tenant: Tenant, store: BlobStore, budget: Budget) -> d
                               "width": info.width, "height": info.height}
     if image.revised_prompt:
         result["revisedPrompt"] = image.revised_prompt
-    result.update(provider=provider.name, model=job.model, mode=job.mode)
+    result.update(provider=provider.id, model=job.model, mode=job.mode)
     if image.usage is not None:
         result["usage"] = image.usage
     return result
@@ -299,7 +306,7 @@ def _record_usage(tenant: Tenant, plan: ImagePlan, started: float, *, outcome: s
     """One usage line per call that passed validation; a failure to record never fails the call."""
     usage = usage or {}
     line = ImageUsage(org_id=tenant.org_id, user_id=tenant.user_id, service=SERVICE,
-                      provider=plan.provider.name, model=plan.job.model, mode=plan.mode,
+                      provider=plan.provider.id, model=plan.job.model, mode=plan.mode,
                       outcome=outcome, http_status=status, input_tokens=usage.get("inputTokens", 0),
                       output_tokens=usage.get("outputTokens", 0), total_tokens=usage.get("totalTokens", 0),
                       latency_ms=int((time.monotonic() - started) * 1000), image_bytes=image_bytes)

@@ -16,6 +16,7 @@ from app.extensions import Blueprint
 from app.fields import NulFree, QueryInt
 from app.ops import rollout as registry
 from app.tenancy import current_tenant
+from app.wire import accepted
 
 blp = Blueprint("admin_artifacts", __name__, url_prefix="/api/v1/admin/artifacts",
                 description="Platform artifact registry and rollouts (role admin or super_admin)")
@@ -102,8 +103,8 @@ class Artifacts(MethodView):
         """Publish `{kind, name, artifactVersion, definition}` (version above the current one, else 409)
         and start rolling it out to every org (`seed.rollout`). `?rollout=false` only publishes."""
         artifact, started = registry.publish(data, created_by=current_tenant().user_id, rollout=query["rollout"])
-        return {"artifact": registry.artifact_to_wire(artifact),
-                "rollout": registry.rollout_to_wire(started) if started else None}
+        return accepted({"artifact": registry.artifact_to_wire(artifact),
+                         "rollout": registry.rollout_to_wire(started) if started else None})
 
 
 @blp.route("/rollouts")
@@ -135,6 +136,6 @@ class RolloutResume(MethodView):
     @blp.requires(roles=ADMIN)
     def post(self, rolloutId):
         """Continue a rollout that stopped (failed, or its worker was lost) from its cursor."""
-        return registry.rollout_to_wire(registry.resume(rolloutId))
+        return accepted(registry.rollout_to_wire(registry.resume(rolloutId)))
 
 

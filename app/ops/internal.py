@@ -7,7 +7,7 @@ super_admin (the role itself: scope `*` does not stand in for it here).
 
 from __future__ import annotations
 
-from flask import current_app, jsonify
+from flask import current_app
 from flask.views import MethodView
 
 from app.errors import NotFound
@@ -15,7 +15,7 @@ from app.extensions import Blueprint, db
 from app.ops.schemas import SeedQueuedSchema, SeedReportSchema, SeedStatusQuerySchema, SeedStatusSchema
 from app.ops.seed_jobs import latest_request, queue_seed
 from app.ops.seeding import SeedRequestSchema, org_id_for, seed_org, seed_status
-from app.wire import wants_async
+from app.wire import accepted, wants_async
 
 blp = Blueprint("internal", __name__, url_prefix="/internal",
                 description="Cluster-internal operations (X-Internal-Token or an admin token)")
@@ -43,11 +43,8 @@ class Seed(MethodView):
             task_id = queue_seed(db.session, data)  # sent once the request's unit of work commits
             org_id, product = org_id_for(data["org"]["mainDomain"]), data["org"]["product"]
             url = f"/internal/seed/{org_id}?product={product}"
-            response = jsonify({"taskId": task_id, "orgId": org_id, "product": product, "status": "queued",
-                                "statusUrl": url})
-            response.status_code = 202
-            response.headers.update({"Location": url, "Preference-Applied": "respond-async"})
-            return response
+            return accepted({"taskId": task_id, "orgId": org_id, "product": product, "status": "queued",
+                             "statusUrl": url}, url, respond_async=True)
         report = seed_org(data)
         return report, 201 if report["created"] else 200
 

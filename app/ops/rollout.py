@@ -79,15 +79,6 @@ DEFAULT_BATCH = 100
 # --------------------------------------------------------------------------- registry & publish
 
 
-def current_artifacts_of(artifact_key: str) -> Artifact:
-    """The registry row `kind.name` (synced with the release's built-ins first, in the caller's unit of work)."""
-    sync_builtin_artifacts(db.session)
-    artifact = db.session.get(Artifact, artifact_key)
-    if artifact is None:
-        raise NotFound(f"Artifact {artifact_key} not found.")
-    return artifact
-
-
 def artifact_to_wire(a: Artifact) -> dict[str, Any]:
     return {"id": a.id, "kind": a.kind, "name": a.name, "artifactVersion": a.artifact_version,
             "definition": a.payload, "updatedAt": iso(a.updated_at)}

@@ -1,16 +1,19 @@
-"""Operations: /health (cluster-internal, no token) and /api/v1/me (who am I)."""
+"""Operations: /health (cluster-internal, no token) and /api/v1/me (who am I); `blueprints` adds
+/internal (app.ops.internal) and the artifact registry's administration (app.ops.admin)."""
 
 from __future__ import annotations
 
 from flask.views import MethodView
 
 from app.extensions import Blueprint as ApiBlueprint
+from app.ops import admin, internal
 from app.ops.schemas import HealthSchema, IdentitySchema
 from app.ops.services import health_report
 from app.tenancy import current_tenant
 
 health_blp = ApiBlueprint("health", __name__, description="Health of this backend service (no token)")
 blp = ApiBlueprint("ops", __name__, url_prefix="/api/v1", description="Identity and operations")
+blueprints = [health_blp, blp, internal.blp, admin.blp]  # registered in this order (app.DOMAINS)
 
 
 @health_blp.route("/health")

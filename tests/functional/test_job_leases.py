@@ -86,10 +86,10 @@ def test_bulk_job_interrupted_on_every_run_is_failed_with_the_reason(make_app, a
 
 def _publish(app, version_bump: int = 1):
     """Publish a new version of skill.summarize from `app` (a rollout starts); returns the rollout id."""
-    from app.ops.rollout import current_artifacts_of, publish
+    from app.ops.rollout import list_artifacts, publish
 
     with app.app_context():
-        art = current_artifacts_of("skill.summarize")
+        art = next(a for a in list_artifacts() if a.id == "skill.summarize")
         definition = dict(art.payload, title=f"Summarize {uuid.uuid4().hex[:6]}")
         _, rollout = publish({"kind": "skill", "name": "summarize",
                               "artifactVersion": art.artifact_version + version_bump, "definition": definition})

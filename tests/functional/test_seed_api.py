@@ -247,6 +247,9 @@ def test_respond_async_queues_seed_org_and_status_shows_the_result(seed_client):
     assert resp.status_code == 202, resp.get_json()
     queued = resp.get_json()
     assert queued["orgId"] == d and queued["statusUrl"] == status_url and queued["taskId"]
+    assert queued == {"taskId": queued["taskId"], "orgId": d, "product": "default", "status": "queued",
+                      "statusUrl": status_url}
+    assert (resp.headers["Location"], resp.headers["Preference-Applied"]) == (status_url, "respond-async")
     status = seed_client.get(status_url, headers=HDR)
     assert status.status_code == 200
     assert status.get_json()["summary"] == {"total": 15, "existing": 15, "missing": 0}

@@ -6,8 +6,9 @@ import time
 
 import pytest
 
-from app.auth import has_any_scope, require_role, require_scopes, scope_satisfies, tenant_from_claims
+from app.auth import has_any_scope, scope_satisfies, tenant_from_claims
 from app.errors import Forbidden, Unauthorized
+from app.extensions import Blueprint
 from app.tenancy import Tenant
 
 
@@ -38,11 +39,11 @@ def test_any_one_scope_suffices_and_admin_roles_and_star_bypass():
 
 
 def test_route_decorators_declare_what_authorize_request_enforces():
-    @require_scopes("read:x", "read")
+    @Blueprint.requires("read:x", "read")
     def view():
         return "ok"
 
-    @require_role("admin")
+    @Blueprint.requires(roles=("admin",))
     def admin_view():
         return "ok"
 

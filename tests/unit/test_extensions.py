@@ -1,16 +1,18 @@
-"""ExactDumpSchema: its shortcut answers exactly what marshmallow's own dump answers."""
+"""ExactDumpSchema: its shortcut answers exactly what marshmallow's own dump answers. Our Blueprint's
+argument parser."""
 
 from __future__ import annotations
 
 import json
 
+from flask_smorest.arguments import ArgumentsMixin
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from marshmallow import Schema, post_dump
 from marshmallow import fields as ma
 
 from app.entities.schemas import PaginatedResultSchema, RecordSchema
-from app.extensions import ExactDumpSchema
+from app.extensions import Blueprint, ExactDumpSchema, SafeParser
 
 SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.floats(-2, 2), st.text(max_size=3))
 JSONISH = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=3),
@@ -111,3 +113,11 @@ def test_schemas_with_dump_hooks_or_unknown_field_kinds_always_dump():
     assert Hooked(only=("name",))._exact_checks() is None
     assert Dated()._exact_checks() is None
     assert RecordSchema(only=("id",)).dump({"id": "r", "name": "n"}) == {"id": "r"}
+
+
+def test_the_safe_parser_is_our_blueprints_not_a_patch_of_flask_smorest():
+    """Importing app.extensions changes nothing of flask-smorest's: only our Blueprint parses with
+    SafeParser (400, app.jsonbody)."""
+    assert isinstance(Blueprint.ARGUMENTS_PARSER, SafeParser)
+    assert not isinstance(ArgumentsMixin.ARGUMENTS_PARSER, SafeParser)
+    assert Blueprint("probe", __name__).ARGUMENTS_PARSER.DEFAULT_VALIDATION_STATUS == 400

@@ -6,11 +6,22 @@ import re
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+from flask import Flask
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.errors import envelope
-from app.wire import iso, new_id, success_envelope, utcnow
+from app.wire import (
+    accepted,
+    iso,
+    json_response,
+    new_id,
+    preferences,
+    response_wrapper,
+    success_envelope,
+    utcnow,
+    wants_async,
+)
 
 ISO_MS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
 
@@ -49,10 +60,27 @@ def test_ids_and_envelopes():
     assert err["error"] == {"code": "NOT_FOUND", "message": "gone"} and err["metadata"]["success"] is False
 
 
-def test_prefer_tokens_come_from_every_prefer_header():
-    from flask import Flask
+def test_the_analytics_wrapper_states_metadata_only_when_there_is_some():
+    assert response_wrapper([1]) == {"success": True, "data": [1]}
+    assert response_wrapper({"a": 1}, {}) == {"success": True, "data": {"a": 1}}
+    assert response_wrapper([], {"limit": 5}) == {"success": True, "data": [], "metadata": {"limit": 5}}
 
-    from app.wire import preferences, wants_async
+
+def test_a_202_and_a_held_response():
+    app = Flask(__name__)
+    with app.test_request_context():
+        queued = accepted({"jobId": "j1"}, "/api/v1/jobs/j1", respond_async=True)
+        assert (queued.status_code, queued.get_json(), queued.mimetype) == (202, {"jobId": "j1"}, "application/json")
+        assert queued.headers["Location"] == "/api/v1/jobs/j1"
+        assert queued.headers["Preference-Applied"] == "respond-async"
+        plain = accepted({"success": True})
+        assert plain.status_code == 202 and "Location" not in plain.headers
+        assert "Preference-Applied" not in plain.headers
+        count = json_response(7, headers={"Preference-Applied": "count=exact"})
+        assert (count.status_code, count.get_json(), count.headers["Preference-Applied"]) == (200, 7, "count=exact")
+
+
+def test_prefer_tokens_come_from_every_prefer_header():
 
     app = Flask(__name__)
     with app.test_request_context(headers=[("Prefer", "count=planned; x=1"), ("Prefer", " Respond-Async ")]):

@@ -1,20 +1,39 @@
-"""Image provider adapters behind one interface, built once per app from configuration."""
+"""Image provider adapters behind one interface, built once per app from configuration.
+
+The registry: every module of this package except `base` is an adapter whose class registers itself
+(`@register`, app.images.providers.base) with its id, model families (what each takes: a reference
+image, a mask) and the wording errors use. Importing the package imports them all, so a new provider
+is one module here plus its settings in app.config; the accepted `provider` values, the mask rule
+and the OpenAPI enum follow from the registry.
+"""
 
 from __future__ import annotations
 
-from app.images.providers.base import Budget, ImageJob, ImageProvider, ProviderImage
-from app.images.providers.provider_a import AzureImagesProvider
-from app.images.providers.provider_b import ImagenProvider
+import importlib
+import pkgutil
+
+from app.images.providers.base import (
+    Budget,
+    ImageJob,
+    ImageProvider,
+    ModelFamily,
+    ProviderImage,
+    mask_refusal,
+    provider_class,
+    provider_ids,
+)
 from app.registry import find_service
 
-PROVIDER_CLASSES: dict[str, type] = {"provider-a": AzureImagesProvider, "provider-b": ImagenProvider}
+for _adapter in sorted(module.name for module in pkgutil.iter_modules(__path__)):
+    if _adapter != "base":
+        importlib.import_module(f"{__name__}.{_adapter}")  # its class registers itself
 
-__all__ = ["Budget", "ImageJob", "ImageProvider", "ProviderImage", "PROVIDER_CLASSES", "build_provider",
-           "get_provider"]
+__all__ = ["Budget", "ImageJob", "ImageProvider", "ModelFamily", "ProviderImage", "build_provider", "get_provider",
+           "mask_refusal", "provider_class", "provider_ids"]
 
 
 def build_provider(config, name: str) -> ImageProvider:
-    return PROVIDER_CLASSES[name].from_config(config)
+    return provider_class(name).from_config(config)
 
 
 def get_provider(name: str) -> ImageProvider:

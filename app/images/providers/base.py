@@ -1,9 +1,13 @@
-"""The image provider interface, the call budget and the shared upstream HTTP client.
+"""The image provider interface and registry, the call budget and the shared upstream HTTP client.
 
-Each adapter turns an `ImageJob` into the provider's wire request and the provider's answer (or
-error) into a `ProviderImage` (or one of our `ApiError`s). `UpstreamClient` owns what both share:
-one pooled `requests.Session` per provider, the budget-aware timeouts, and the retry rule (at most
-one retry, only after a connection failure or a 5xx, only when the budget still has room).
+Each adapter is one module of this package: a `@register`ed `ImageProvider` subclass declaring its
+`id` (the request's `provider`), its model `families` (what each takes: a reference image, a mask;
+and how an error names it) and `from_config` (its settings). It turns an `ImageJob` into the
+provider's wire request and the provider's answer (or error) into a `ProviderImage` (or one of our
+`ApiError`s). What the service says about the providers as a whole (which ids exist, which take a
+mask, which to use instead) is derived from the registry. `UpstreamClient` owns what the adapters
+share: one pooled `requests.Session` per provider, the budget-aware timeouts, and the retry rule (at
+most one retry, only after a connection failure or a 5xx, only when the budget still has room).
 """
 
 from __future__ import annotations
@@ -16,12 +20,12 @@ import os
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import requests
 from requests.adapters import HTTPAdapter
 
-from app.errors import GatewayTimeout, InvalidInput, ServiceUnavailable
+from app.errors import GatewayTimeout, InvalidInput, ServiceUnavailable, ValidationFailed
 
 log = logging.getLogger(__name__)
 
@@ -91,19 +95,49 @@ class UpstreamResponse:
             return None
 
 
+@dataclass(frozen=True)
+class ModelFamily:
+    """Models of one provider that take the same inputs and options."""
+
+    key: str  # e.g. "general"; "<id> (<key> model)" names it where the mask rule lists the families taking one
+    wording: str  # how an error names it: "the provider-a general model" (or just the provider's id)
+    edit: bool = True  # takes a reference image (edit mode)
+    mask: bool = False  # takes an inpainting mask with the reference
+
+
 class ImageProvider(ABC):
     """An upstream image API behind the one interface the service uses."""
 
-    name: str
+    id: ClassVar[str]  # the request's `provider`
+    families: ClassVar[tuple[ModelFamily, ...]]  # its model families; `family(model)` picks one
+
+    @classmethod
+    @abstractmethod
+    def from_config(cls, config) -> ImageProvider:
+        """The adapter built from the app's settings (app.config; service `image_provider`)."""
 
     @property
     @abstractmethod
     def configured(self) -> bool:
         """False when the settings this provider needs are missing (the call answers 503)."""
 
-    @abstractmethod
+    @classmethod
+    def takes_mask(cls) -> bool:
+        return any(family.mask for family in cls.families)
+
+    def family(self, model: str) -> ModelFamily:
+        """The family of `model` (a provider with one family: that one)."""
+        return self.families[0]
+
     def check_capabilities(self, model: str, *, reference: bool, mask: bool) -> None:
         """Raise ValidationFailed for inputs the model family cannot take (reference, mask)."""
+        family = self.family(model)
+        if (reference or mask) and not family.edit:
+            raise ValidationFailed(f"{_capitalised(family.wording)} does not support reference images or masks; "
+                                   f"use {_wordings(lambda f: f.edit)}.", {"field": "referenceImage", "model": model})
+        if mask and not family.mask:
+            raise ValidationFailed(f"{_capitalised(family.wording)} does not support masks; "
+                                   f"use {_wordings(lambda f: f.mask)}.", {"field": "mask", "model": model})
 
     @abstractmethod
     def check_options(self, job: ImageJob) -> None:
@@ -112,6 +146,43 @@ class ImageProvider(ABC):
     @abstractmethod
     def generate(self, job: ImageJob, budget: Budget) -> ProviderImage:
         """Call the upstream once (plus at most one retry) and return the image bytes."""
+
+
+_PROVIDERS: dict[str, type[ImageProvider]] = {}
+
+
+def register(cls: type[ImageProvider]) -> type[ImageProvider]:
+    """Class decorator: requests naming `cls.id` as their `provider` are served by `cls`."""
+    if cls.id in _PROVIDERS and _PROVIDERS[cls.id] is not cls:
+        raise RuntimeError(f"two image providers declare the id {cls.id!r}")
+    _PROVIDERS[cls.id] = cls
+    return cls
+
+
+def provider_ids() -> list[str]:
+    """The registered provider ids, sorted (the order every message and the OpenAPI enum list them in)."""
+    return sorted(_PROVIDERS)
+
+
+def provider_class(provider_id: str) -> type[ImageProvider]:
+    return _PROVIDERS[provider_id]
+
+
+def mask_refusal() -> ValidationFailed:
+    """Spec rule 6: a mask for a provider none of whose families takes one."""
+    takers = [f"{cls.id} ({family.key} model)" if len(cls.families) > 1 else cls.id
+              for cls in map(provider_class, provider_ids()) for family in cls.families if family.mask]
+    return ValidationFailed(f"mask is supported only by {' or '.join(takers)}.", {"field": "mask"})
+
+
+def _wordings(can) -> str:
+    """The families of every provider that `can` (ModelFamily -> bool), as an error names them."""
+    return " or ".join(family.wording for cls in map(provider_class, provider_ids()) for family in cls.families
+                       if can(family))
+
+
+def _capitalised(wording: str) -> str:
+    return wording[:1].upper() + wording[1:]
 
 
 def reject_option(field: str, value: str, accepted: list[str], family: str) -> None:

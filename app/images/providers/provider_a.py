@@ -14,14 +14,16 @@ from typing import Any
 from urllib.parse import quote
 
 from app.config import csv_setting
-from app.errors import InvalidInput, ValidationFailed
+from app.errors import InvalidInput
 from app.images.providers.base import (
     Budget,
     ImageJob,
     ImageProvider,
+    ModelFamily,
     ProviderImage,
     UpstreamClient,
     UpstreamResponse,
+    register,
     reject_option,
     service_error,
     unavailable,
@@ -31,18 +33,21 @@ from app.images.providers.base import (
 log = logging.getLogger(__name__)
 
 NAME = "provider-a"
-GENERAL, LEGACY = "general", "legacy"
+# the general family (gpt-image) edits, with or without a mask; the legacy one (dall-e-3) only generates
+GENERAL = ModelFamily("general", "the provider-a general model", edit=True, mask=True)
+LEGACY = ModelFamily("legacy", "the provider-a legacy model", edit=False, mask=False)
 SIZES = {GENERAL: ["1024x1024", "1536x1024", "1024x1536", "auto"],
          LEGACY: ["1024x1024", "1792x1024", "1024x1792"]}
 QUALITIES = {GENERAL: ["low", "medium", "high", "auto"], LEGACY: ["standard", "hd"]}
 STYLES = ["vivid", "natural"]
 CONTENT_POLICY_CODES = {"contentfilter", "content_filter", "content_policy_violation", "moderation_blocked",
                         "responsibleaipolicyviolation"}
-FAMILY_NAMES = {GENERAL: "the provider-a general model", LEGACY: "the provider-a legacy model"}
 
 
+@register
 class AzureImagesProvider(ImageProvider):
-    name = NAME
+    id = NAME
+    families = (GENERAL, LEGACY)
 
     def __init__(self, endpoint: str, api_key: str, api_version: str, edit_api_version: str,
                  legacy_deployments: list[str], client: UpstreamClient | None = None) -> None:
@@ -62,7 +67,7 @@ class AzureImagesProvider(ImageProvider):
     def configured(self) -> bool:
         return bool(self.endpoint and self.api_key)
 
-    def family(self, deployment: str) -> str:
+    def family(self, deployment: str) -> ModelFamily:
         """Operator config first; a deployment named like dall-e is legacy; everything else general."""
         name = deployment.lower()
         if name in self.legacy_deployments or "dall-e" in name or "dalle" in name:
@@ -71,20 +76,14 @@ class AzureImagesProvider(ImageProvider):
 
     # -- validation -----------------------------------------------------------------------------
 
-    def check_capabilities(self, model: str, *, reference: bool, mask: bool) -> None:
-        if self.family(model) == LEGACY and (reference or mask):
-            raise ValidationFailed("The provider-a legacy model does not support reference images or masks; "
-                                   "use the provider-a general model or provider-b.",
-                                   {"field": "referenceImage", "model": model})
-
     def check_options(self, job: ImageJob) -> None:
         family = self.family(job.model)
         if job.size is not None and job.size not in SIZES[family]:
-            reject_option("size", job.size, SIZES[family], FAMILY_NAMES[family])
+            reject_option("size", job.size, SIZES[family], family.wording)
         if job.quality is not None and job.quality not in QUALITIES[family]:
-            reject_option("quality", job.quality, QUALITIES[family], FAMILY_NAMES[family])
+            reject_option("quality", job.quality, QUALITIES[family], family.wording)
         if family == LEGACY and job.style is not None and job.style not in STYLES:
-            reject_option("style", job.style, STYLES, FAMILY_NAMES[family])
+            reject_option("style", job.style, STYLES, family.wording)
         if family == GENERAL and job.negative_prompt:
             log.warning("provider-a general model ignores negativePrompt (deployment %s)", job.model)
 

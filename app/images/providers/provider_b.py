@@ -22,9 +22,11 @@ from app.images.providers.base import (
     Budget,
     ImageJob,
     ImageProvider,
+    ModelFamily,
     ProviderImage,
     UpstreamClient,
     UpstreamResponse,
+    register,
     reject_option,
     service_error,
     unavailable,
@@ -105,8 +107,10 @@ class TokenSource:
                 self._credentials.expiry = None
 
 
+@register
 class ImagenProvider(ImageProvider):
-    name = NAME
+    id = NAME
+    families = (ModelFamily("imagen", NAME, edit=True, mask=False),)  # a reference is inlined; no mask
 
     def __init__(self, base_url: str, project: str, location: str, tokens: TokenSource,
                  client: UpstreamClient | None = None) -> None:
@@ -127,9 +131,6 @@ class ImagenProvider(ImageProvider):
     @property
     def configured(self) -> bool:
         return bool(self.project and self.location and self.tokens.configured)
-
-    def check_capabilities(self, model: str, *, reference: bool, mask: bool) -> None:
-        """Reference images are inlined; masks never reach here (spec rule 6)."""
 
     def check_options(self, job: ImageJob) -> None:
         try:

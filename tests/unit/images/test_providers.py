@@ -9,9 +9,12 @@ import pytest
 
 from app.errors import GatewayTimeout, InvalidInput, ValidationFailed
 from app.images.imaging import NotAnImage, inspect_image
+from app.images.providers import mask_refusal, provider_class, provider_ids
 from app.images.providers.base import Budget, ImageJob, retry_after_seconds
 from app.images.providers.provider_a import AzureImagesProvider
 from app.images.providers.provider_b import ImagenProvider, TokenSource, aspect_for_size
+from app.images.schemas import ImageRequestSchema
+from app.images.services import _check_basics
 from tests.images_fakes import jpeg_bytes, mask_bytes, png_bytes
 
 
@@ -38,13 +41,34 @@ def _azure(legacy=("corp-legacy",)):
                                                ("my-dall-e-3", "legacy"), ("dalle3", "legacy"),
                                                ("gpt-image-1", "general"), ("images-prod", "general")])
 def test_provider_a_family_from_config_then_name(deployment, family):
-    assert _azure().family(deployment) == family
+    assert _azure().family(deployment).key == family
 
 
 def test_provider_a_legacy_rejects_reference_and_general_accepts_it():
     with pytest.raises(ValidationFailed):
         _azure().check_capabilities("corp-legacy", reference=True, mask=False)
     _azure().check_capabilities("gpt-image-1", reference=True, mask=True)
+
+
+def test_the_registry_words_the_spec_rules_as_before():
+    """The accepted ids, the mask rule (6) and the family refusal come from what the adapters declare;
+    their wording is the API's (clients and the fakes' tests read it)."""
+    assert provider_ids() == ["provider-a", "provider-b"]
+    assert ImageRequestSchema().fields["provider"].metadata["enum"] == ["provider-a", "provider-b"]
+    assert provider_class("provider-a") is AzureImagesProvider and provider_class("provider-b") is ImagenProvider
+    assert AzureImagesProvider.takes_mask() and not ImagenProvider.takes_mask()
+    with pytest.raises(InvalidInput) as unknown:
+        _check_basics({"provider": "provider-c", "model": "m", "prompt": "p"})
+    assert (unknown.value.message, unknown.value.details) == ("provider must be one of: provider-a, provider-b.",
+                                                              {"field": "provider"})
+    refusal = mask_refusal()
+    assert (refusal.message, refusal.details) == ("mask is supported only by provider-a (general model).",
+                                                  {"field": "mask"})
+    with pytest.raises(ValidationFailed) as legacy:
+        _azure().check_capabilities("corp-legacy", reference=False, mask=True)
+    assert legacy.value.message == ("The provider-a legacy model does not support reference images or masks; "
+                                    "use the provider-a general model or provider-b.")
+    assert legacy.value.details == {"field": "referenceImage", "model": "corp-legacy"}
 
 
 def test_provider_b_ignores_quality_and_style():
