@@ -28,7 +28,7 @@ from typing import Any
 
 import psycopg
 from flask import current_app
-from sqlalchemy import JSON, Integer, Text, bindparam, cast, func, select, true
+from sqlalchemy import JSON, Integer, Text, bindparam, cast, func, literal_column, select, true
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -48,6 +48,7 @@ __all__ = ["COUNT_MODES", "compile_request_filters", "count_records", "query_rec
 
 T = EntityRecord.__table__
 COUNT_WITH_PAGE = True  # a page and its exact count in one statement (False: two; for A/B benches)
+RECORD_JSON = True  # the page's records built by PostgreSQL (`_record_json`; False: from columns; A/B benches)
 _LIMIT, _OFFSET = bindparam("page_limit", type_=Integer), bindparam("page_offset", type_=Integer)
 
 
@@ -283,9 +284,12 @@ def _plain_page(columns: list, where: list, order_by: list, offset: int, limit: 
 # --- the answer ------------------------------------------------------------------------------------
 
 def _answer(plan: QueryPlan, total: int, how: str, rows: list) -> dict[str, Any]:
-    records = [_shape(row, plan.include, plan.exclude, plan.compiled) for row in rows]
+    records = [_wire(row) for row in rows]
+    raw_fields = [record["fields"] for record in records]  # before include/exclude: lookups read them all
+    records = [_shape(record, row, plan.include, plan.exclude, plan.compiled)
+               for record, row in zip(records, rows, strict=True)]
     if plan.lookups:
-        _resolve_lookups(plan.definition, records, [row._mapping["fields"] for row in rows], plan.lookups)
+        _resolve_lookups(plan.definition, records, raw_fields, plan.lookups)
     page, page_size = plan.page, plan.page_size
     if how != "exact":  # an estimate never contradicts the page in hand
         total = max(total, plan.offset + len(records) + (1 if len(records) == page_size else 0))
@@ -343,15 +347,16 @@ def _projected_page(P, where: list, order: list, keyset, offset: int, limit: int
         extra = [_cursor_key(keyset[0]).label("cursor_key")] if keyset is not None else []
         page = (select(P.c.id.label("pid"), *keys, *extra).where(*where).order_by(*_ordered(order))
                 .limit(_LIMIT).offset(_OFFSET).subquery("page"))
-        columns = [T.c[name] for name in RECORD_COLUMNS] + ([page.c.cursor_key] if keyset is not None else [])
+        columns = _record_columns(T.c) + ([page.c.cursor_key] if keyset is not None else [])
         return (select(*columns).join_from(T, page, T.c.id == page.c.pid)
                 .order_by(*_ordered([(page.c[f"k{i}"], d, n) for i, (_, d, n) in enumerate(order)])))
 
     # the statement's form: the projection, the order's directions, a cursor key or not (the rest is
     # in the sources' structure)
-    shape = ("projected page", P.schema, P.name, tuple((d, n) for _, d, n in order), keyset is not None)
+    shape = ("projected page", P.schema, P.name, tuple((d, n) for _, d, n in order), keyset is not None,
+             RECORD_JSON)
     sources = [*where, *(expr for expr, _, _ in order), *([keyset[0]] if keyset is not None else [])]
-    return list(db.execute_shaped(db.session, shape, build, sources, {"page_limit": limit, "page_offset": offset}))
+    return db.execute_shaped(db.session, shape, build, sources, {"page_limit": limit, "page_offset": offset}).all()
 
 
 def _counted_page(P, count_where: list, where: list, order: list, keyset, offset: int,  # noqa: N803
@@ -370,29 +375,60 @@ def _counted_page(P, count_where: list, where: list, order: list, keyset, offset
                         *([definitions.TOKEN_OF.label("row_token")] if token_of is not None else [])
                         ).select_from(P).where(*count_where).subquery("counted")
         picked = [P.c.id.label("pid")] if projected else [T.c[name] for name in RECORD_COLUMNS]
+        # the records as the wire has them, built by PostgreSQL (`_record_json`)
         page = (select(*picked, *keys, *extra).where(*where).order_by(*_ordered(order))
                 .limit(_LIMIT).offset(_OFFSET).subquery("page"))
         joined = counts.outerjoin(page, true())
         if projected:  # the page's records by primary key
-            columns = [T.c[name] for name in RECORD_COLUMNS]
+            columns = _record_columns(T.c)
             joined = joined.outerjoin(T, T.c.id == page.c.pid)
         else:
-            columns = [page.c[name] for name in RECORD_COLUMNS]
+            columns = _record_columns(page.c)
         columns += [page.c.cursor_key] if keyset is not None else []
         return (select(counts.c.total, *([counts.c.row_token] if token_of is not None else []), *columns)
                 .select_from(joined)
                 .order_by(*_ordered([(page.c[f"k{i}"], d, n) for i, (_, d, n) in enumerate(order)])))
 
     shape = ("counted page", P.schema, P.name, tuple((d, n) for _, d, n in order), keyset is not None,
-             token_of is not None)
+             token_of is not None, RECORD_JSON)
     sources = [*count_where, *where, *(expr for expr, _, _ in order), *([keyset[0]] if keyset is not None else [])]
     named = {"page_limit": limit, "page_offset": offset}
     if token_of is not None:
         named["definition_token_id"] = token_of
-    rows = list(db.execute_shaped(db.session, shape, build, sources, named))
+    rows = db.execute_shaped(db.session, shape, build, sources, named).all()
     first = rows[0]._mapping
     return (int(first["total"] or 0), first["row_token"] if token_of is not None else None,
             [row for row in rows if row._mapping["id"] is not None])
+
+
+# `createdAt`/`updatedAt` as app.wire.iso writes them: UTC, milliseconds (truncated), Z
+_ISO_MS = literal_column("""'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'""")
+_UTC = literal_column("'UTC'")
+
+
+def _record_columns(c) -> list:
+    """The columns a page statement selects for its records from `c` (a table's or subquery's columns)."""
+    if RECORD_JSON:
+        return [_record_json(c), c["id"]]
+    return [c[name] for name in RECORD_COLUMNS]
+
+
+def _record_json(c) -> ColumnElement:
+    """A record as `record_to_wire` shapes it, built by PostgreSQL as one JSON object (`record`) from the
+    RECORD_COLUMNS of `c` (a table's or subquery's columns): the driver decodes one JSON value per row
+    instead of twelve typed columns, and no Python shapes it. Same keys, same values: `fields` and
+    `metadata` are the stored JSON as they are, `tags` [] when NULL, the stamps in the wire's one format
+    (the keys and the format are SQL constants, not binds: the statement's shape stays cacheable)."""
+    def stamp(column):
+        return func.to_char(func.timezone(_UTC, column), _ISO_MS)
+
+    pairs = (("id", c["id"]), ("entityId", c["entity_id"]), ("name", c["name"]), ("fields", c["fields"]),
+             ("tags", func.coalesce(c["tags"], literal_column("'{}'::text[]"))), ("metadata", c["metadata"]),
+             ("createdAt", stamp(c["created_at"])), ("updatedAt", stamp(c["updated_at"])),
+             ("createdBy", c["created_by"]), ("updatedBy", c["updated_by"]), ("isActive", c["is_active"]),
+             ("version", c["version"]))
+    return func.json_build_object(*(part for key, value in pairs
+                                     for part in (literal_column(f"'{key}'"), value))).label("record")
 
 
 def _ordered(order: list) -> list:
@@ -435,8 +471,13 @@ def _projection(catalog, names: list[str] | None, key: str) -> set[str] | None:
     return set(names)
 
 
-def _shape(row, include: set[str] | None, exclude: set[str] | None, compiled: CompiledFilter) -> dict:
-    record = record_to_wire(row)
+def _wire(row) -> dict:
+    """The record of a page's row: built by PostgreSQL (`_record_json`), or from its columns."""
+    record = row._mapping.get("record")
+    return record if record is not None else record_to_wire(row)
+
+
+def _shape(record: dict, row, include: set[str] | None, exclude: set[str] | None, compiled: CompiledFilter) -> dict:
     if include is not None or exclude:
         record["fields"] = {k: v for k, v in record["fields"].items()
                             if (include is None or k in include) and not (exclude and k in exclude)}
