@@ -63,6 +63,7 @@ def schema_for(product: str) -> str:
     return f"product_{product_slug(product)}"
 
 
+SHAPED = True  # False: execute_shaped runs every statement through SQLAlchemy (A/B: bench.ab_entities shaped)
 SHAPED_MAX = 2048  # statement shapes kept per app (cleared when full, as the token cache is)
 # ... and characters of rendered SQL they hold (uncacheable shapes counted too): a shape's key is several
 # times its SQL's size (~300 KB for a 100-condition filter), and a caller picks filter structures at will
@@ -225,6 +226,8 @@ class Database:
         through `session.execute` every time. Returns the result (rows with `_mapping`)."""
         state = self._state()
         named = named or {}
+        if not SHAPED:
+            return session.execute(build(), named)
         translate = session.get_bind().get_execution_options().get("schema_translate_map") or {}
         keys = [source._generate_cache_key() for source in sources]
         if any(k is None for k in keys):

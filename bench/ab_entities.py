@@ -1,11 +1,14 @@
 """Same-process A/B of the query engine's per-request levers (stop 20), interleaved call by call so that
 the machine's load hits both sides alike:
 
-    .venv/bin/python -m bench.ab_entities [N]
+    .venv/bin/python -m bench.ab_entities [N] [shaped|json]
 
 A = no definition cache (the definition read and compiled per request) and the projected count and
-page as two statements; B = as shipped. For query (b), (c), (d), (e) and the count: p50 CPU time of
-the calling thread per call (time.thread_time) and p50 wall time, N calls per side.
+page as two statements; with `shaped`, A = every statement through SQLAlchemy's own compiled cache
+instead of db.execute_shaped's per-shape SQL (db.SHAPED = False); with `json`, A = the page's records
+decoded column by column and shaped in Python (query.RECORD_JSON = False); B = as shipped. For query (b), (c),
+(d), (e) and the count: p50 CPU time of the calling thread per call (time.thread_time) and p50 wall
+time, N calls per side.
 """
 
 from __future__ import annotations
@@ -20,23 +23,29 @@ from bench.common import percentile
 
 
 @contextmanager
-def side(b: bool):
+def side(b: bool, lever: str | None = None):
+    from app import db
     from app.entities import query
     from app.entities.services import definitions
 
     original = definitions.cached_definition
-    if not b:
+    if not b and lever == "shaped":
+        db.SHAPED = False
+    elif not b and lever == "json":
+        query.RECORD_JSON = False
+    elif not b:
         definitions.cached_definition = lambda name: None
         query.COUNT_WITH_PAGE = False
     try:
         yield
     finally:
         definitions.cached_definition = original
-        query.COUNT_WITH_PAGE = True
+        query.COUNT_WITH_PAGE = query.RECORD_JSON = db.SHAPED = True
 
 
 def main() -> None:
     n = int(next((a for a in sys.argv[1:] if a.isdigit()), "300"))
+    lever = next((a for a in sys.argv[1:] if a in ("shaped", "json")), None)
     url, app, ids, capture, client, headers = bench_setup()
     calls = {}
     for key in ("(b)", "(c)", "(d)", "(e)"):
@@ -51,14 +60,14 @@ def main() -> None:
         cpu: dict[bool, list[float]] = {False: [], True: []}
         wall: dict[bool, list[float]] = {False: [], True: []}
         for b in (False, True):
-            with side(b):
+            with side(b, lever):
                 a_resp = fn()
                 assert a_resp.status_code == 200, a_resp.get_json()
                 for _ in range(10):
                     fn()
         for i in range(n):
             for b in ((False, True) if i % 2 else (True, False)):
-                with side(b):
+                with side(b, lever):
                     start, c = time.perf_counter(), time.thread_time()
                     fn()
                     cpu[b].append((time.thread_time() - c) * 1000)

@@ -4,7 +4,7 @@ The query text is embedded with the definition's model (cached briefly per org +
 records take part when they have a *current* vector (app.embeddings.pipeline) of that size, and,
 with `maxDistance`, are at most that cosine distance away. `distance` is the exact cosine distance.
 
-Fetching a page without a sortBy (app.entities.query.fetch_page pages; `index_scan_settings` plans):
+Fetching a page without a sortBy (app.entities.similar.page pages; `index_scan_settings` plans):
 - few matching records (≤ EMBEDDINGS_EXACT_SEARCH_MAX_ROWS), a size without an HNSW index, or a
   filter so selective that the index would have to be walked too far: an exact scan (top-N sort);
 - otherwise the HNSW index of that size, with pgvector's iterative scan (`relaxed_order`) so that
@@ -12,7 +12,7 @@ Fetching a page without a sortBy (app.entities.query.fetch_page pages; `index_sc
   ef_search is at least the page end. The candidates (the first offset+limit in index order) are
   materialised and re-sorted by exact distance, because relaxed order may be slightly out of order;
 - with a top-level `$search` as well: reciprocal rank fusion, score = 1/(k + rank by distance) +
-  1/(k + rank by text relevance), k = app.entities.query.RRF_K, over the records that match every filter.
+  1/(k + rank by text relevance), k = app.entities.similar.RRF_K, over the records that match every filter.
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ from app.db import db
 from app.embeddings import EmbedderConfigError, EmbedderError, EmbedderTransientError, get_query_cache
 from app.embeddings.models import EMBEDDED_COUNTS, INDEXED_DIMENSIONS, EntityEmbedding
 from app.embeddings.pipeline import embedding_target
-from app.entities.filters import FilterContext, SimilarSpec
+from app.entities.filters import FilterContext
 from app.entities.models import EntityRecord
+from app.entities.similar import SimilarityClause, SimilarSpec
 from app.errors import ServiceUnavailable
 from app.ratelimit import check as check_rate_limit
 
@@ -45,19 +46,12 @@ INDEXED_ROWS_TTL = 30.0    # seconds a process reuses the vector table's planner
 _indexed_rows_seen: dict[tuple[str, str], tuple[float, float]] = {}  # (database, table) → (expiry, rows)
 
 
-class NoMatches:
+def no_matches() -> SimilarityClause:
     """`$similar` that cannot match (e.g. a field-level `$similar` on a field that is not embedded)."""
-
-    where = count_where = false()
-    count_total = current_hash = None
-    distance = literal(None, Float)
-    index_distance = None
-
-    def index_scan_settings(self, *_args) -> None:
-        return None
+    return SimilarityClause(where=false(), distance=literal(None, Float), count_where=false())
 
 
-class SemanticClause:
+class SemanticClause(SimilarityClause):
     """The compiled `$similar` of one query (see the module docstring)."""
 
     def __init__(self, vector: list[float], config_hash: str, org_id: str, entity_id: str,
@@ -66,33 +60,35 @@ class SemanticClause:
         query = cast(literal(_vector_text(vector)), Vector(dims))
         # Guarded by the size: `<=>` between vectors of different sizes is an error, not a mismatch.
         exact = E.c.embedding.op("<=>", return_type=Float)(query)
-        self.distance = case((E.c.dimensions == literal_column(str(dims)), exact), else_=None)
+        distance = case((E.c.dimensions == literal_column(str(dims)), exact), else_=None)
         kind = INDEXED_DIMENSIONS.get(dims)
         # The exact expression of the partial index `(embedding::<kind>(N)) <kind>_cosine_ops WHERE dimensions = N`.
         vector_type = HALFVEC(dims) if kind == "halfvec" else Vector(dims)
-        self.index_distance = (cast(E.c.embedding, vector_type).op("<=>", return_type=Float)(
+        index_distance = (cast(E.c.embedding, vector_type).op("<=>", return_type=Float)(
             cast(query, vector_type)) if kind else None)
         conditions = [E.c.record_id == T.c.id, E.c.org_id == org_id, E.c.entity_id == entity_id,
                       E.c.dimensions == literal_column(str(dims)),  # a literal, so the partial index applies
                       E.c.config_hash == config_hash, E.c.record_version == T.c.version]
         if max_distance is not None:
-            conditions.append(func.coalesce(self.distance <= max_distance, false()))
-        self.where = and_(*conditions)
+            conditions.append(func.coalesce(distance <= max_distance, false()))
+        where = and_(*conditions)
         # Counting: without maxDistance, "has a current vector of this size" is the record's own stamp
         # (a trigger keeps it, migration v0003: no join with the vectors; with another filter, that
         # filter's index and a check of the stamp on the rows it finds); with maxDistance every
         # candidate's distance is computed.
-        self.count_where = self.where if max_distance is not None else and_(
+        count_where = where if max_distance is not None else and_(
             T.c.embedded_hash == config_hash, T.c.embedded_version == T.c.version)
         # ... and every such record of the definition, with no other condition, is the per-definition
         # counter of stamped records (migration v0004): a sum over a few delta rows, O(1) in the matches.
         C = EMBEDDED_COUNTS.c
-        # ... and with a filter the definition's typed projection answers: a count there, of the rows
-        # whose projected stamp is current (app.entities.projection, CURRENT_VECTOR)
-        self.current_hash = None if max_distance is not None else config_hash
-        self.count_total = None if max_distance is not None else (
+        count_total = None if max_distance is not None else (
             select(func.coalesce(func.sum(C.n), 0))
             .where(C.entity_id == entity_id, C.embedded_hash == config_hash, C.org_id == org_id))
+        # ... and with a filter the definition's typed projection answers: a count there, of the rows
+        # whose projected stamp is current (app.entities.projection, CURRENT_VECTOR)
+        super().__init__(where=where, distance=distance, count_where=count_where, count_total=count_total,
+                         current_hash=None if max_distance is not None else config_hash,
+                         index_distance=index_distance)
 
     def index_scan_settings(self, session: Session, total: int, end: int) -> dict[str, str] | None:
         """SET LOCAL settings for an HNSW walk to the first `end` of `total` matches, or None when an
@@ -111,16 +107,16 @@ class SemanticClause:
                 "hnsw.max_scan_tuples": str(walk)}
 
 
-def similarity_clause(spec: SimilarSpec, ctx: FilterContext) -> SemanticClause | NoMatches:
+def similarity_clause(spec: SimilarSpec, ctx: FilterContext) -> SimilarityClause:
     """The similarity hook: embed the query with the definition's model and compile the clause."""
     config = ctx.embeddings_config or {}
     if spec.field is not None and spec.field not in (config.get("fields") or []):
-        return NoMatches()  # a field-level $similar needs that field in the embedded text
+        return no_matches()  # a field-level $similar needs that field in the embedded text
     check_rate_limit("similar")  # embedding the query is the costly part
     try:
         target = embedding_target(config)
         if target is None:
-            return NoMatches()
+            return no_matches()
         vector = get_query_cache().get_or_embed(ctx.org_id, spec.query, target.embedder)
     # The upstream's own message goes to the log only: it is about our configuration, not the caller's query.
     except EmbedderConfigError as exc:

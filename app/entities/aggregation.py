@@ -53,6 +53,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from app.db import db
 from app.entities.aggregation_schemas import FUNCTIONS
+from app.entities.counting import record_scope
 from app.entities.fieldtypes import (
     KIND_ARRAY,
     KIND_BOOL,
@@ -76,7 +77,7 @@ from app.entities.filters import (
     parse_filters,
 )
 from app.entities.models import EntityDefinition
-from app.entities.query import compile_request_filters, record_scope
+from app.entities.query import compile_request_filters
 from app.entities.services.context import definition_context
 from app.errors import ValidationFailed
 
@@ -235,20 +236,25 @@ def _measure(resolver: FieldResolver, item: dict, path: str) -> Measure:
         fraction = _fraction(fraction, f"{path}.percentile")
     elif fraction is not None:
         raise _invalid(f"{path}.percentile", f"only the percentile function takes a percentile, not {function}")
-    kind = KIND_NUMBER
-    if function in NUMERIC_FUNCTIONS and ref.kind != KIND_NUMBER:
-        raise _invalid(f"{path}.field", f"{function} needs a numeric field; '{ref.name}' is {ref.kind}")
-    if function in ("min", "max"):
-        if ref.kind not in ORDERED_KINDS:
-            raise _invalid(f"{path}.field", f"{function} needs a number, text, date or datetime field; "
-                                            f"'{ref.name}' is {ref.kind}")
-        kind = ref.kind
-    if function == "distinct_count" and ref.kind not in SCALAR_KINDS:
-        raise _invalid(f"{path}.field", f"distinct_count needs a single-valued field; '{ref.name}' is {ref.kind}")
+    kind = _measured_kind(function, ref, f"{path}.field")
     alias = item.get("alias") or (function if ref is None else f"{function}_{ref.name}")
     if not ALIAS.match(alias):
         raise _invalid(f"{path}.alias", "letters, digits and _, starting with a letter; at most 63")
     return Measure(alias, function, ref, kind, fraction)
+
+
+def _measured_kind(function: str, ref: FieldRef | None, path: str) -> str:
+    """The kind of the aggregate's value, after checking that `function` takes the field `ref`."""
+    if function in NUMERIC_FUNCTIONS and ref.kind != KIND_NUMBER:
+        raise _invalid(path, f"{function} needs a numeric field; '{ref.name}' is {ref.kind}")
+    if function in ("min", "max"):
+        if ref.kind not in ORDERED_KINDS:
+            raise _invalid(path, f"{function} needs a number, text, date or datetime field; "
+                                 f"'{ref.name}' is {ref.kind}")
+        return ref.kind
+    if function == "distinct_count" and ref.kind not in SCALAR_KINDS:
+        raise _invalid(path, f"distinct_count needs a single-valued field; '{ref.name}' is {ref.kind}")
+    return KIND_NUMBER
 
 
 def _fraction(value: Any, path: str) -> float:
@@ -316,8 +322,11 @@ def _compile_having(node: Any, columns: dict[str, ColumnElement], plan: Aggregat
         return true() if not parts else (and_(*parts) if node.op == "and" else or_(*parts))
     if isinstance(node, Negation):
         return not_(_compile_having(node.child, columns, plan))
-    col, op = columns[node.field], node.op
-    value = _having_value(plan, node.field, node.value)
+    return _having_condition(columns[node.field], node.op, _having_value(plan, node.field, node.value))
+
+
+def _having_condition(col: ColumnElement, op: str, value: Any) -> ColumnElement:
+    """One condition on an aggregate or group key (NULL: false, so negations stay two-valued)."""
     if op == "$exists":
         return col.isnot(None) if value else col.is_(None)
     if op in ("$eq", "$ne"):
@@ -416,27 +425,7 @@ def build_statement(plan: AggregatePlan, ctx: FilterContext, scope: list, where:
         cols = key_cols if with_keys else []
         return select(*cols, *inputs).select_from(source).where(*scope, where).subquery("rows")
 
-    def aggregates(sub) -> list:
-        out = [_aggregate(m, sub.c[f"m{j}"]).label(f"v{j}") for j, m in enumerate(plan.measures)]
-        return [*out, func.count().label("_count")]
-
-    if not plan.keys:
-        sub = rows(False)
-        grouped = select(*aggregates(sub), ONE.label("_total")).select_from(sub).subquery("grouped")
-    elif not joins:
-        sub = rows(True)
-        keys = [sub.c[f"k{i}"] for i in range(len(plan.keys))]
-        grouped = (select(*keys, *aggregates(sub), func.grouping(*keys).label("_total")).select_from(sub)
-                   .group_by(func.grouping_sets(tuple_(*keys), tuple_()))
-                   .subquery("grouped"))
-    else:
-        sub, flat = rows(True), rows(False)
-        keys = [sub.c[f"k{i}"] for i in range(len(plan.keys))]
-        groups = select(*keys, *aggregates(sub), ZERO.label("_total")).select_from(sub).group_by(*keys)
-        totals = select(*[cast(null(), k.type).label(k.name) for k in keys], *aggregates(flat),
-                        ONE.label("_total")).select_from(flat)
-        grouped = union_all(groups, totals).subquery("grouped")
-
+    grouped = _grouped(plan, rows, bool(joins))
     columns = {key.alias: grouped.c[f"k{i}"] for i, key in enumerate(plan.keys)}
     columns.update({m.alias: grouped.c[f"v{j}"] for j, m in enumerate(plan.measures)})
     columns.setdefault("count", grouped.c._count)
@@ -453,6 +442,31 @@ def build_statement(plan: AggregatePlan, ctx: FilterContext, scope: list, where:
         order.append(col.desc().nulls_last() if plan.descending else col.asc().nulls_last())
     order += [grouped.c[f"k{i}"].asc().nulls_last() for i in range(len(plan.keys))]
     return stmt.where(or_(is_total, keep)).order_by(*order).limit(plan.limit + 2)
+
+
+def _grouped(plan: AggregatePlan, rows, exploded: bool):
+    """The groups and the totals row (`_total` non-zero), from `rows(with_keys)`: without keys one row;
+    with plain keys GROUPING SETS; with exploded keys (laterals) the groups UNION ALL the totals over
+    the records themselves (a record counts once in the totals, whatever its number of values)."""
+    def aggregates(sub) -> list:
+        out = [_aggregate(m, sub.c[f"m{j}"]).label(f"v{j}") for j, m in enumerate(plan.measures)]
+        return [*out, func.count().label("_count")]
+
+    if not plan.keys:
+        sub = rows(False)
+        return select(*aggregates(sub), ONE.label("_total")).select_from(sub).subquery("grouped")
+    if not exploded:
+        sub = rows(True)
+        keys = [sub.c[f"k{i}"] for i in range(len(plan.keys))]
+        return (select(*keys, *aggregates(sub), func.grouping(*keys).label("_total")).select_from(sub)
+                .group_by(func.grouping_sets(tuple_(*keys), tuple_()))
+                .subquery("grouped"))
+    sub, flat = rows(True), rows(False)
+    keys = [sub.c[f"k{i}"] for i in range(len(plan.keys))]
+    groups = select(*keys, *aggregates(sub), ZERO.label("_total")).select_from(sub).group_by(*keys)
+    totals = select(*[cast(null(), k.type).label(k.name) for k in keys], *aggregates(flat),
+                    ONE.label("_total")).select_from(flat)
+    return union_all(groups, totals).subquery("grouped")
 
 
 # --- the service ----------------------------------------------------------------------------------

@@ -179,35 +179,11 @@ def compile_definition_schema(schema: Any) -> CompiledSchema:
 def _compile_cached(frozen: str) -> CompiledSchema:
     schema = json.loads(frozen)
     errors: dict[str, list[str]] = {}
-    compiled_props: dict[str, Any] = {}
-    catalog: dict[str, FieldSpec] = {}
     if schema.get("type", "object") != "object":
         errors["schema.type"] = ["a definition schema must be of type object"]
-    props = schema.get("properties", {})
-    if not isinstance(props, dict):
-        raise _schema_error("schema.properties", "must be an object")
-    if len(props) > MAX_PROPERTIES:
-        raise _schema_error("schema.properties", f"at most {MAX_PROPERTIES} properties")
-    required = schema.get("required", [])
-    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
-        errors["schema.required"] = ["must be a list of property names"]
-        required = []
-    for name in required:
-        if name not in props:
-            errors.setdefault("schema.required", []).append(f"'{name}' is not a property")
-    for name, prop in props.items():
-        where = f"schema.properties.{name}"
-        if not PROPERTY_NAME.match(name):
-            errors.setdefault(where, []).append("property names must be snake_case "
-                                                "(a-z, 0-9, _; starting with a letter; at most 63)")
-            continue
-        try:
-            compiled, spec = _compile_property(name, prop, nullable=name not in required)
-        except ValueError as exc:
-            errors.setdefault(where, []).append(str(exc))
-            continue
-        compiled_props[name] = compiled
-        catalog[name] = spec
+    props = _properties_of(schema)
+    required = _required_of(schema, props, errors)
+    compiled_props, catalog = _compile_properties(props, required, errors)
     if errors:
         raise ValidationFailed("Invalid definition schema.", {"fields": errors})
     out = {k: v for k, v in schema.items() if k not in ("properties", "required", "$schema", "$id")}
@@ -222,6 +198,46 @@ def _compile_cached(frozen: str) -> CompiledSchema:
         raise _schema_error(f"schema.{path}" if path else "schema", exc.message) from None
     validator = validator_for(out, format_checker_base=FORMATS)
     return CompiledSchema(out, FieldCatalog(catalog), validator, QuickCheck.build(out))
+
+
+def _properties_of(schema: dict) -> dict:
+    props = schema.get("properties", {})
+    if not isinstance(props, dict):
+        raise _schema_error("schema.properties", "must be an object")
+    if len(props) > MAX_PROPERTIES:
+        raise _schema_error("schema.properties", f"at most {MAX_PROPERTIES} properties")
+    return props
+
+
+def _required_of(schema: dict, props: dict, errors: dict[str, list[str]]) -> list:
+    required = schema.get("required", [])
+    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+        errors["schema.required"] = ["must be a list of property names"]
+        return []
+    for name in required:
+        if name not in props:
+            errors.setdefault("schema.required", []).append(f"'{name}' is not a property")
+    return required
+
+
+def _compile_properties(props: dict, required: list,
+                        errors: dict[str, list[str]]) -> tuple[dict[str, Any], dict[str, FieldSpec]]:
+    compiled_props: dict[str, Any] = {}
+    catalog: dict[str, FieldSpec] = {}
+    for name, prop in props.items():
+        where = f"schema.properties.{name}"
+        if not PROPERTY_NAME.match(name):
+            errors.setdefault(where, []).append("property names must be snake_case "
+                                                "(a-z, 0-9, _; starting with a letter; at most 63)")
+            continue
+        try:
+            compiled, spec = _compile_property(name, prop, nullable=name not in required)
+        except ValueError as exc:
+            errors.setdefault(where, []).append(str(exc))
+            continue
+        compiled_props[name] = compiled
+        catalog[name] = spec
+    return compiled_props, catalog
 
 
 # --- quick validation (bulk speed) ----------------------------------------------------------------
@@ -251,36 +267,75 @@ def _predicate(schema: Any):
     for key, arg in schema.items():
         if key in _ANNOTATIONS:
             continue
-        if key == "type":
-            kinds = [arg] if isinstance(arg, str) else arg
-            if not isinstance(kinds, list) or not all(k in _TYPE_CHECKS for k in kinds):
-                return None
-            funcs = [_TYPE_CHECKS[k] for k in kinds]
-            checks.append(_any_of(funcs))
-        elif key == "enum" and isinstance(arg, list) and all(a is None or isinstance(a, str) for a in arg):
-            allowed = frozenset(arg)
-            checks.append(lambda v, allowed=allowed: (v is None or isinstance(v, str)) and v in allowed)
-        elif key == "format" and isinstance(arg, str):
-            checks.append(_format_check(arg))
-        elif key in ("minLength", "maxLength") and isinstance(arg, int):
-            limit, low = arg, key == "minLength"
-            checks.append(lambda v, n=limit, low=low: not isinstance(v, str) or (len(v) >= n if low else len(v) <= n))
-        elif key in ("minimum", "maximum") and isinstance(arg, int | float) and not isinstance(arg, bool):
-            low = key == "minimum"
-            checks.append(lambda v, n=arg, low=low: not _TYPE_CHECKS["number"](v) or (v >= n if low else v <= n))
-        elif key == "items":
-            inner = _predicate(arg)
-            if inner is None:
-                return None
-            checks.append(lambda v, inner=inner: not isinstance(v, list) or all(inner(i) for i in v))
-        elif key == "uniqueItems" and arg is True and _string_items(schema):
-            # only where `items` admits strings alone: jsonschema's uniqueness of other values (1 and
-            # True distinct, 1 and 1.0 equal, objects by content) is not this set's
-            checks.append(lambda v: not isinstance(v, list) or (all(isinstance(i, str) for i in v)
-                                                                and len(set(v)) == len(v)))
-        else:
+        check = _keyword_check(key, arg, schema)
+        if check is None:
             return None
+        checks.append(check)
     return _every(checks)
+
+
+def _keyword_check(key: str, arg: Any, schema: dict):
+    """The check of one keyword of `schema`, or None when it is not covered."""
+    build = _KEYWORD_CHECKS.get(key)
+    return build(arg, key, schema) if build is not None else None
+
+
+def _type_check(arg: Any, _key: str, _schema: dict):
+    kinds = [arg] if isinstance(arg, str) else arg
+    if not isinstance(kinds, list) or not all(k in _TYPE_CHECKS for k in kinds):
+        return None
+    return _any_of([_TYPE_CHECKS[k] for k in kinds])
+
+
+def _enum_check(arg: Any, _key: str, _schema: dict):
+    if not (isinstance(arg, list) and all(a is None or isinstance(a, str) for a in arg)):
+        return None
+    allowed = frozenset(arg)
+    return lambda v: (v is None or isinstance(v, str)) and v in allowed
+
+
+def _format_keyword(arg: Any, _key: str, _schema: dict):
+    return _format_check(arg) if isinstance(arg, str) else None
+
+
+def _length_check(arg: Any, key: str, _schema: dict):
+    if not isinstance(arg, int):
+        return None
+    if key == "minLength":
+        return lambda v: not isinstance(v, str) or len(v) >= arg
+    return lambda v: not isinstance(v, str) or len(v) <= arg
+
+
+def _bound_check(arg: Any, key: str, _schema: dict):
+    if not isinstance(arg, int | float) or isinstance(arg, bool):
+        return None
+    number = _TYPE_CHECKS["number"]
+    if key == "minimum":
+        return lambda v: not number(v) or v >= arg
+    return lambda v: not number(v) or v <= arg
+
+
+def _items_check(arg: Any, _key: str, _schema: dict):
+    inner = _predicate(arg)
+    if inner is None:
+        return None
+    return lambda v: not isinstance(v, list) or all(inner(i) for i in v)
+
+
+def _unique_check(arg: Any, _key: str, schema: dict):
+    # only where `items` admits strings alone: jsonschema's uniqueness of other values (1 and True
+    # distinct, 1 and 1.0 equal, objects by content) is not this set's
+    if arg is not True or not _string_items(schema):
+        return None
+    return lambda v: not isinstance(v, list) or (all(isinstance(i, str) for i in v) and len(set(v)) == len(v))
+
+
+# keyword → (its argument, the keyword, the whole schema) → check, or None when not covered
+_KEYWORD_CHECKS = {
+    "type": _type_check, "enum": _enum_check, "format": _format_keyword, "minLength": _length_check,
+    "maxLength": _length_check, "minimum": _bound_check, "maximum": _bound_check, "items": _items_check,
+    "uniqueItems": _unique_check,
+}
 
 
 def _string_items(schema: dict) -> bool:
@@ -380,6 +435,27 @@ def _field_type_of(prop: dict) -> str:
         if declared not in PLATFORM_TYPES:
             raise ValueError(f"unknown fieldType '{declared}'; allowed: {', '.join(PLATFORM_TYPES)}")
         return declared
+    json_type = _json_type_of(prop)
+    if json_type is None:
+        if "enum" in prop:
+            return "dropdown"
+        raise ValueError("needs a type or fieldType")
+    if json_type == "string" and prop.get("format") in _STRING_FORMATS:
+        return _STRING_FORMATS[prop["format"]]
+    if json_type in PLATFORM_TYPES:
+        return json_type
+    if json_type in JSON_TYPES:
+        if json_type == "array" and _is_string_array(prop) and "enum" in prop["items"]:
+            return "multiselect"
+        return JSON_TYPES[json_type]
+    raise ValueError(f"unknown type '{json_type}'; allowed: {', '.join(PLATFORM_TYPES)} or a JSON Schema type")
+
+
+_STRING_FORMATS = {"date": "date", "date-time": "datetime", "email": "email", "uri": "url"}
+
+
+def _json_type_of(prop: dict) -> str | None:
+    """The property's one JSON type (of a union with null: the other), or None when it has none."""
     json_type = prop.get("type")
     if isinstance(json_type, list):
         non_null = [t for t in json_type if t != "null"]
@@ -388,19 +464,7 @@ def _field_type_of(prop: dict) -> str:
             raise ValueError("a union type needs a fieldType")
     if json_type is not None and not isinstance(json_type, str):
         raise ValueError("`type` must be a string (or a list of strings)")
-    if json_type is None:
-        if "enum" in prop:
-            return "dropdown"
-        raise ValueError("needs a type or fieldType")
-    if json_type == "string" and prop.get("format") in ("date", "date-time", "email", "uri"):
-        return {"date": "date", "date-time": "datetime", "email": "email", "uri": "url"}[prop["format"]]
-    if json_type in PLATFORM_TYPES:
-        return json_type
-    if json_type in JSON_TYPES:
-        if json_type == "array" and _is_string_array(prop) and "enum" in prop["items"]:
-            return "multiselect"
-        return JSON_TYPES[json_type]
-    raise ValueError(f"unknown type '{json_type}'; allowed: {', '.join(PLATFORM_TYPES)} or a JSON Schema type")
+    return json_type
 
 
 def _is_string_array(prop: dict) -> bool:
@@ -430,10 +494,8 @@ def _compile_property(name: str, prop: Any, *, nullable: bool) -> tuple[dict, Fi
         raise ValueError("must be an object")
     ftype = _field_type_of(prop)
     keep = {k: copy.deepcopy(v) for k, v in prop.items() if k not in PLATFORM_KEYWORDS and k != "type"}
+    entity = _lookup_entity(prop, ftype)
     options: tuple[str, ...] = ()
-    entity = prop.get("entity")
-    if entity is not None and (not isinstance(entity, str) or ftype not in ("lookup", "multilookup")):
-        raise ValueError("`entity` (a lookup's target entity name) is allowed on lookup fields only")
     if ftype in ("dropdown", "multiselect"):
         options = tuple(_options(prop))
         keep.pop("enum", None)
@@ -444,11 +506,22 @@ def _compile_property(name: str, prop: Any, *, nullable: bool) -> tuple[dict, Fi
     if nullable:
         compiled = {"anyOf": [{"type": "null"}, compiled]} if "anyOf" in compiled or "oneOf" in compiled \
             else _allow_null(compiled)
-    kind = KIND_ARRAY if ftype == "json" and prop.get("type") == "array" and _is_string_array(prop) \
-        else KIND_BY_TYPE[ftype]  # a plain list of strings filters like a multiselect
     if ftype == "json" and prop.get("type") in ("object", "array"):
         compiled = _allow_null(dict(compiled, type=prop["type"])) if nullable else dict(compiled, type=prop["type"])
-    return compiled, FieldSpec(name, ftype, kind, options, entity)
+    return compiled, FieldSpec(name, ftype, _kind_of(ftype, prop), options, entity)
+
+
+def _lookup_entity(prop: dict, ftype: str) -> str | None:
+    entity = prop.get("entity")
+    if entity is not None and (not isinstance(entity, str) or ftype not in ("lookup", "multilookup")):
+        raise ValueError("`entity` (a lookup's target entity name) is allowed on lookup fields only")
+    return entity
+
+
+def _kind_of(ftype: str, prop: dict) -> str:
+    """How filters type the field: a plain list of strings filters like a multiselect."""
+    return KIND_ARRAY if ftype == "json" and prop.get("type") == "array" and _is_string_array(prop) \
+        else KIND_BY_TYPE[ftype]
 
 
 def _allow_null(schema: dict) -> dict:

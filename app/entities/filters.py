@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
-from typing import Any, Protocol
+from typing import Any
 
 from sqlalchemy import Numeric, and_, case, cast, false, func, literal_column, not_, or_, select, true
 from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP
-from sqlalchemy.sql.elements import ColumnElement, True_
+from sqlalchemy.sql.elements import ColumnElement
 
 from app.entities.fieldtypes import (
     KIND_ARRAY,
@@ -45,6 +45,7 @@ from app.entities.fieldtypes import (
     parse_datetime,
 )
 from app.entities.models import EntityRecord
+from app.entities.similar import SimilarityClause, SimilarSpec, joined, projected_count
 from app.errors import ValidationFailed
 
 SEARCH_CONFIG = literal_column("'english'::regconfig")  # a constant of ours, never caller input
@@ -102,15 +103,6 @@ class Negation:
 class TextSearch:
     query: str
     field: str | None = None  # None = the whole record (stored tsvector)
-
-
-@dataclass(frozen=True)
-class SimilarSpec:
-    """`$similar`: semantic search; `field` is set when written as a field operator."""
-
-    query: str
-    max_distance: float | None = None
-    field: str | None = None
 
 
 Node = Condition | Logical | Negation | TextSearch
@@ -343,32 +335,41 @@ class _Parser:
         if op in ("$eq", "$ne"):
             return self.eq_value(ref, value, path)
         if op in ("$in", "$nin"):
-            if not isinstance(value, list):
-                raise FilterError(path, f"{op} takes a list")
-            if len(value) > self.ctx.limits.max_list:
-                raise FilterError(path, f"{op} takes at most {self.ctx.limits.max_list} values")
-            return tuple(self.scalar(ref, v, f"{path}[{i}]") for i, v in enumerate(value))
+            return self.list_operand(ref, op, value, path)
         if op in RANGE_OPS or op == "$between":
-            if ref.kind not in RANGE_KINDS:
-                raise FilterError(path, f"{op} needs a text, number, date or datetime field; "
-                                        f"'{ref.name}' is {ref.kind}")
-            if op == "$between":
-                if not isinstance(value, list) or len(value) != 2:
-                    raise FilterError(path, "$between takes [low, high]")
-                return tuple(self.scalar(ref, v, f"{path}[{i}]") for i, v in enumerate(value))
-            return self.scalar(ref, value, path)
+            return self.range_operand(ref, op, value, path)
         if op in ("$contains", "$startsWith", "$endsWith"):
-            if ref.kind == KIND_ARRAY and op == "$contains":
-                return self.scalar(ref, value, path)
-            if ref.kind != KIND_TEXT:
-                raise FilterError(path, f"{op} needs a text field (or, for $contains, a list field); "
-                                        f"'{ref.name}' is {ref.kind}")
-            return self.string(value, path)
+            return self.text_operand(ref, op, value, path)
         if op in ("$exists", "$empty"):
             if not isinstance(value, bool):
                 raise FilterError(path, f"{op} takes true or false")
             return value
         raise FilterError(path, f"unsupported operator {op}")  # pragma: no cover (OPERATORS covers all)
+
+    def list_operand(self, ref: FieldRef, op: str, value: Any, path: str) -> tuple:
+        if not isinstance(value, list):
+            raise FilterError(path, f"{op} takes a list")
+        if len(value) > self.ctx.limits.max_list:
+            raise FilterError(path, f"{op} takes at most {self.ctx.limits.max_list} values")
+        return tuple(self.scalar(ref, v, f"{path}[{i}]") for i, v in enumerate(value))
+
+    def range_operand(self, ref: FieldRef, op: str, value: Any, path: str) -> Any:
+        if ref.kind not in RANGE_KINDS:
+            raise FilterError(path, f"{op} needs a text, number, date or datetime field; "
+                                    f"'{ref.name}' is {ref.kind}")
+        if op != "$between":
+            return self.scalar(ref, value, path)
+        if not isinstance(value, list) or len(value) != 2:
+            raise FilterError(path, "$between takes [low, high]")
+        return tuple(self.scalar(ref, v, f"{path}[{i}]") for i, v in enumerate(value))
+
+    def text_operand(self, ref: FieldRef, op: str, value: Any, path: str) -> Any:
+        if ref.kind == KIND_ARRAY and op == "$contains":
+            return self.scalar(ref, value, path)
+        if ref.kind != KIND_TEXT:
+            raise FilterError(path, f"{op} needs a text field (or, for $contains, a list field); "
+                                    f"'{ref.name}' is {ref.kind}")
+        return self.string(value, path)
 
     def eq_value(self, ref: FieldRef, value: Any, path: str) -> Any:
         if value is None:
@@ -473,27 +474,6 @@ def parse_filters(raw: Any, ctx: FilterContext) -> ParsedFilter:
 
 # --- compiling ------------------------------------------------------------------------------------
 
-class SimilarityClause(Protocol):
-    """What `$similar` compiles to (made by the app's similarity hook, app.entities.hooks)."""
-
-    where: ColumnElement                   # which records take part (a current embedding, maxDistance)
-    count_where: ColumnElement             # optional: the same set, cheaper to count (may omit the join)
-    count_total: Any                       # optional: a statement counting every match of the definition
-                                           # when `$similar` is the only condition (None: count `count_where`)
-    current_hash: str | None               # optional: a match is exactly an active record whose projected
-                                           # `embedded_current` equals it (None: not countable there)
-    distance: ColumnElement                # selected as the record's `distance`
-    index_distance: ColumnElement | None   # the distance expression an ANN index orders by, if any
-
-    def index_scan_settings(self, session, total: int, end: int) -> dict[str, str] | None:
-        """Transaction-local settings for fetching the first `end` of `total` matches through the
-        index, or None when an exact scan is the better plan (app.entities.query pages either way)."""
-
-
-# `hook(spec, ctx)` → a `SimilarityClause`: called only when the definition has `embeddingsConfig.enabled`.
-SimilarityHook = Callable[["SimilarSpec", "FilterContext"], SimilarityClause]
-
-
 @dataclass
 class CompiledFilter:
     where: ColumnElement
@@ -559,31 +539,79 @@ def compile_filters(raw: Any, ctx: FilterContext, similarity: SimilarityClause |
     resolver = resolver if resolver is not None else FieldResolver(ctx.catalog)
     if resolver.projected and parsed.similar is not None:
         raise NotProjected("$similar")  # semantic search reads entity_records (its stamp, its vectors)
-    compiler = _Compiler(resolver)
-    where = None
-    if terms is not None and resolver.projected:  # the projection answers the filter: its terms, compiled
-        if terms.rest:
-            raise NotProjected("a term")
-        where = and_(*terms.covered) if len(terms.covered) > 1 else terms.covered[0] if terms.covered else true()
-    elif narrow is not None:
-        where = _narrowed(compiler, terms if terms is not None else project_terms(parsed, narrow), narrow)
-    if where is None:
-        where = compiler.node(parsed.root)
+    where = _where(parsed, resolver, narrow, terms)
     out = CompiledFilter(where, parsed.search, similar=parsed.similar, resolver=resolver)
     if parsed.search is not None:
         query = func.websearch_to_tsquery(SEARCH_CONFIG, parsed.search)
         out.rank = func.ts_rank_cd(resolver.t.c.search_vector, query)
     if parsed.similar is not None:
-        if not ctx.embeddings_enabled or similarity is None:
-            out.where = false()  # spec: semantic search returns results only with embeddings enabled
-        else:
-            out.where, out.distance = and_(where, similarity.where), similarity.distance
-            count_where = getattr(similarity, "count_where", None)  # optional: a hook may not have one
-            out.count_where = and_(where, count_where) if count_where is not None else None
-            if isinstance(where, True_):  # no other condition: the hook may know the total outright
-                out.count_total = getattr(similarity, "count_total", None)
-            out.similarity = similarity
+        _with_similarity(out, where, similarity if ctx.embeddings_enabled else None)
     return out
+
+
+def compile_request(raw: Any, ctx: FilterContext, *, projection: FieldResolver | None = None,
+                    sort_by: str | None = None,
+                    resolve_similar: Callable[[SimilarSpec], SimilarityClause | None] | None = None) -> CompiledFilter:
+    """A request's `filters`, from the body to SQL in one pass: parse; against `projection` (a typed
+    projection's resolver) when it answers the filter and `sort_by` exactly, else against
+    entity_records, narrowed by the top-level terms the projection answers; a `$similar` compiled to
+    what `resolve_similar(spec)` gives (the caller's I/O: the app's similarity hook), and counted on
+    the projection when it answers the rest of the filter (`count_projected`)."""
+    parsed = parse_filters(raw, ctx)
+    terms = None
+    if projection is not None and parsed.similar is None:
+        terms = project_terms(parsed, projection)  # each top-level term compiled once against the projection
+        try:
+            if sort_by:
+                projection.sort_key(projection.resolve(sort_by))
+            return compile_filters(parsed, ctx, None, projection, terms=terms)
+        except (NotProjected, FilterError):  # not projected, or an unknown sortBy (the caller's 400)
+            pass
+    clause = resolve_similar(parsed.similar) if parsed.similar is not None and resolve_similar is not None else None
+    out = compile_filters(parsed, ctx, clause, narrow=projection if parsed.similar is None else None,
+                          terms=terms)  # $similar: its own path
+    if projection is not None and out.similarity is not None and out.count_total is None:
+        out.count_projected = _projected_similar_count(parsed, ctx, projection, out.similarity)
+    return out
+
+
+def _projected_similar_count(parsed: ParsedFilter, ctx: FilterContext, projection: FieldResolver,
+                             clause: SimilarityClause) -> Any:
+    """`$similar` + the rest of the filter, when the projection answers that rest: its count there
+    (app.entities.similar.projected_count); None when it cannot."""
+    if clause.current_hash is None:
+        return None
+    try:
+        rest = compile_filters(replace(parsed, similar=None), ctx, None, projection)
+    except (NotProjected, FilterError):
+        return None
+    return projected_count(rest.where, projection.t, clause)
+
+
+def _where(parsed: ParsedFilter, resolver: FieldResolver, narrow: FieldResolver | None,
+           terms: ProjectedTerms | None) -> ColumnElement:
+    """The filter's conditions (all but `$similar`) as one expression over `resolver`'s table."""
+    compiler = _Compiler(resolver)
+    if terms is not None and resolver.projected:  # the projection answers the filter: its terms, compiled
+        if terms.rest:
+            raise NotProjected("a term")
+        return and_(*terms.covered) if len(terms.covered) > 1 else terms.covered[0] if terms.covered else true()
+    if narrow is not None:
+        where = _narrowed(compiler, terms if terms is not None else project_terms(parsed, narrow), narrow)
+        if where is not None:
+            return where
+    return compiler.node(parsed.root)
+
+
+def _with_similarity(out: CompiledFilter, where: ColumnElement, clause: SimilarityClause | None) -> None:
+    """`$similar` resolved to `clause` joins the other conditions (app.entities.similar); unresolved
+    (no embeddings enabled, no hook) it matches nothing, as the spec says."""
+    if clause is None:
+        out.where = false()
+        return
+    both = joined(where, clause)
+    out.where, out.distance, out.similarity = both.where, clause.distance, clause
+    out.count_where, out.count_total = both.count_where, both.count_total
 
 
 def _narrowed(compiler: _Compiler, terms: ProjectedTerms, narrow: FieldResolver) -> ColumnElement | None:

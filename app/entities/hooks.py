@@ -15,8 +15,8 @@ from flask import Flask, current_app, has_app_context
 from sqlalchemy.orm import Session
 
 if TYPE_CHECKING:
-    from app.entities.filters import SimilarityHook
     from app.entities.models import EntityDefinition
+    from app.entities.similar import SimilarityHook
 
 # records_written(session, product, definition, record_ids): records were created or updated
 RecordsWrittenHook = Callable[[Session, str, "EntityDefinition", list[str]], None]

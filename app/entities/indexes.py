@@ -162,24 +162,10 @@ def sync_definition(product: str, definition_id: str, *, concurrently: bool | No
     celery = current_app.extensions.get("celery")
     eager = bool(celery and celery.conf.task_always_eager)
     schema = schema_for(product)
-    with db.product_session(product) as session:
-        definition = session.get(EntityDefinition, definition_id)
-        catalog, count = None, 0
-        have = existing_indexes(session.connection(), schema, definition_id)
-        if definition is not None and definition.is_active:
-            catalog = compile_definition_schema(definition.schema or {}).catalog
-            ready = definition.projection == projection.plan_for(definition, catalog).name
-            if ready and have == {p.name for p in plan_indexes(definition_id, catalog, projected=True)} \
-                    and not invalid_indexes(session.connection(), schema, have):
-                session.rollback()
-                return {"created": [], "dropped": []}  # the usual case after a bulk create: nothing to count
-            count = int(session.scalar(select(func.count()).select_from(EntityRecord).where(
-                EntityRecord.org_id == definition.org_id, EntityRecord.entity_id == definition.id,
-                EntityRecord.is_active.is_(True))) or 0)
-            built = have or definition.projection or projection.existing(session.connection(), schema, definition_id)
-            if built and count < current_app.config["ENTITY_INDEX_MIN_RECORDS"]:
-                count = current_app.config["ENTITY_INDEX_MIN_RECORDS"]  # indexed once: keep (and follow the schema)
-        session.rollback()
+    sized = _sized(product, schema, definition_id)
+    if sized is None:
+        return {"created": [], "dropped": []}  # the usual case after a bulk create: nothing to count
+    catalog, count = sized
     engine = db.engine_for(product)
     min_records = current_app.config["ENTITY_INDEX_MIN_RECORDS"]
     # The typed projection first (same rule: a definition past the threshold), then the indexes on
@@ -195,6 +181,30 @@ def sync_definition(product: str, definition_id: str, *, concurrently: bool | No
     result["created"] += built["created"]
     result["dropped"] += built["dropped"]
     return result
+
+
+def _sized(product: str, schema: str, definition_id: str) -> tuple[FieldCatalog | None, int] | None:
+    """The definition's catalog (None: gone or inactive) and the number of active records its indexes are
+    sized for; None when its projection and indexes are already those of its schema (nothing to do)."""
+    with db.product_session(product) as session:
+        definition = session.get(EntityDefinition, definition_id)
+        catalog, count = None, 0
+        have = existing_indexes(session.connection(), schema, definition_id)
+        if definition is not None and definition.is_active:
+            catalog = compile_definition_schema(definition.schema or {}).catalog
+            ready = definition.projection == projection.plan_for(definition, catalog).name
+            if ready and have == {p.name for p in plan_indexes(definition_id, catalog, projected=True)} \
+                    and not invalid_indexes(session.connection(), schema, have):
+                session.rollback()
+                return None
+            count = int(session.scalar(select(func.count()).select_from(EntityRecord).where(
+                EntityRecord.org_id == definition.org_id, EntityRecord.entity_id == definition.id,
+                EntityRecord.is_active.is_(True))) or 0)
+            built = have or definition.projection or projection.existing(session.connection(), schema, definition_id)
+            if built and count < current_app.config["ENTITY_INDEX_MIN_RECORDS"]:
+                count = current_app.config["ENTITY_INDEX_MIN_RECORDS"]  # indexed once: keep (and follow the schema)
+        session.rollback()
+    return catalog, count
 
 
 def invalid_indexes(conn: Connection, schema: str, names: set[str]) -> set[str]:

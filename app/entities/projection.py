@@ -17,7 +17,8 @@ product schema:
   elements of the value when it is a JSON array, `{}` otherwise (`list_elements`), on which the
   compiler's `fields @> {name: [v]}` is exactly `column @> ARRAY[v]` (has / `$contains`) and its OR of
   those `column && ARRAY[…]` (`$in`); `$nin`/`$ne`/`$not` negate them (never NULL);
-- b-trees per column (dates `DESC NULLS LAST`; `(created_at, id)` for the default order), except
+- b-trees per column (dates `DESC NULLS LAST`; those of numbers and dates INCLUDE the list columns, so
+  a range with a list membership is counted index-only; `(created_at, id)` for the default order), except
   booleans and dropdowns, which share one b-tree (fewest values first: equality on any subset of them
   is an index-only scan, with PostgreSQL 18's skip scan over the columns left out); pg_trgm GIN on
   short text; GIN on the tsvector, on `tags` and on each list column;
@@ -80,6 +81,7 @@ from app.entities.fieldtypes import (
     compile_definition_schema,
 )
 from app.entities.filters import FieldRef, FieldResolver, NotProjected
+from app.entities.similar import CURRENT_VECTOR  # = embedded_hash when embedded_version = version, else NULL
 
 log = logging.getLogger(__name__)
 PREFIX = "erp_"
@@ -87,7 +89,7 @@ _DIALECT = postgresql.dialect()
 LONG_TEXT = ("text", "stringMultiline")
 BACKFILL_BATCH = 5000
 ENUM_INDEX_COLUMNS = 8  # booleans and dropdowns in the shared b-tree (the rest get one each)
-CURRENT_VECTOR = "embedded_current"  # = embedded_hash when embedded_version = version, else NULL
+LIST_INCLUDE = 4  # list columns INCLUDEd by each range b-tree (numbers, dates, datetimes)
 SYSTEM = {"id": "text", "name": "text", "created_at": "timestamptz", "updated_at": "timestamptz",
           "version": "integer", "tags": "text[]"}
 LIST = "text[]"
@@ -158,35 +160,50 @@ def plan_projection(definition_id: str, catalog: FieldCatalog) -> Plan:
         ref = source.resolve(name)
         if ref.system:
             continue
-        column = f"f_{_digest(name)}"
-        if spec.kind == KIND_NUMBER:
-            columns.append((column, "numeric", _sql(source.typed(ref))))
-        elif spec.kind == KIND_DATE:
-            columns.append((column, 'text COLLATE "C"', _sql(source.typed(ref))))
-        elif spec.kind == KIND_DATETIME:
-            columns.append((column, "timestamptz", _sql(source.typed(ref))))
-        elif spec.kind == KIND_BOOL:
-            jv = source.jsonb(ref)
-            columns.append((column, "boolean", _sql(case((func.jsonb_typeof(jv) == "boolean", cast(jv, Boolean)),
-                                                         else_=None))))
-        elif spec.kind == KIND_TEXT and spec.field_type not in LONG_TEXT:
-            jv, jt = source.jsonb(ref), source.text(ref)
-            other = f"o_{_digest(name)}"
-            columns.append((column, 'text COLLATE "C"', _sql(source.typed(ref))))
-            columns.append((other, 'text COLLATE "C"', _sql(case((func.jsonb_typeof(jv) != "string", jt),
-                                                                 else_=None))))
-            fields.append(ProjectedField(name, spec.kind, column, other))
-            continue
-        elif spec.kind == KIND_ARRAY:
-            columns.append((column, LIST, list_elements(_sql(source.jsonb(ref)))))
-        else:
-            continue  # long text, JSON, files: not projected (queries on them fall back)
-        fields.append(ProjectedField(name, spec.kind, column))
+        projected = _field_columns(source, ref, spec)
+        if projected is not None:  # long text, JSON, files: not projected (queries on them fall back)
+            columns.extend(projected[1])
+            fields.append(projected[0])
+
     def table_named(name: str) -> Table:
         return Table(name, MetaData(schema=PRODUCT_PLACEHOLDER),
                      *(Column(c, _SA_TYPES[t], primary_key=c == "id") for c, t, _ in columns))
 
-    target = ProjectionResolver(catalog, table_named("draft"), {f.field: f for f in fields})
+    wanted = _wanted_indexes(catalog, fields, ProjectionResolver(catalog, table_named("draft"),
+                                                                 {f.field: f for f in fields}))
+    # the name changes with the columns or the indexes: another plan is another table, built anew
+    table_name = f"{PREFIX}{definition_key(definition_id)}_{_digest(repr(columns) + repr(wanted))}"
+    indexes = tuple((f"{table_name}_{_digest(w, 8)}", w) for w in wanted)
+    return Plan(definition_id, table_name, tuple(fields), tuple(columns), indexes, table_named(table_name))
+
+
+# kind → the SQL type of its column (booleans and short text: below)
+_TYPED_COLUMNS = {KIND_NUMBER: "numeric", KIND_DATE: 'text COLLATE "C"', KIND_DATETIME: "timestamptz"}
+
+
+def _field_columns(source: FieldResolver, ref: FieldRef, spec) -> tuple[ProjectedField, list] | None:
+    """A field's projected columns (column, SQL type, SQL expression), or None when it is not projected."""
+    column = f"f_{_digest(ref.name)}"
+    if spec.kind in _TYPED_COLUMNS:
+        return ProjectedField(ref.name, spec.kind, column), [(column, _TYPED_COLUMNS[spec.kind],
+                                                              _sql(source.typed(ref)))]
+    if spec.kind == KIND_BOOL:
+        jv = source.jsonb(ref)
+        return ProjectedField(ref.name, spec.kind, column), [
+            (column, "boolean", _sql(case((func.jsonb_typeof(jv) == "boolean", cast(jv, Boolean)), else_=None)))]
+    if spec.kind == KIND_TEXT and spec.field_type not in LONG_TEXT:
+        jv, jt = source.jsonb(ref), source.text(ref)
+        other = f"o_{_digest(ref.name)}"
+        return ProjectedField(ref.name, spec.kind, column, other), [
+            (column, 'text COLLATE "C"', _sql(source.typed(ref))),
+            (other, 'text COLLATE "C"', _sql(case((func.jsonb_typeof(jv) != "string", jt), else_=None)))]
+    if spec.kind == KIND_ARRAY:
+        return ProjectedField(ref.name, spec.kind, column), [(column, LIST, list_elements(_sql(source.jsonb(ref))))]
+    return None
+
+
+def _wanted_indexes(catalog: FieldCatalog, fields: list[ProjectedField], target: ProjectionResolver) -> list[str]:
+    """The projection's indexes ("USING … (…)"), over `target` (a resolver of the draft table)."""
     wanted: list[str] = ["USING btree (created_at, id)", "USING gin (search_vector)", "USING gin (tags)"]
     # Few-valued fields (booleans, dropdowns) share one b-tree, fewest values first: equalities on any
     # of them are answered from that index alone (index-only; PostgreSQL 18 skips over the leading
@@ -196,22 +213,26 @@ def plan_projection(definition_id: str, catalog: FieldCatalog) -> Plan:
     enums = enums[:ENUM_INDEX_COLUMNS]
     if enums:
         wanted.append(f"USING btree ({', '.join(f.column for f in enums)}, {CURRENT_VECTOR})")
+    # the list columns ride along in the range b-trees (numbers, dates), so that a range and a list
+    # membership (`amount` in [a, b) and `labels` has v) are counted index-only, the membership checked
+    # on the index tuples: 2.8 → 0.8 ms of PostgreSQL CPU for such a count over 100 000 records
+    lists = [f.column for f in fields if f.kind == KIND_ARRAY][:LIST_INCLUDE]
     for f in fields:
-        ref = target.resolve(f.field)
-        if f in enums:
-            pass
-        elif f.kind == KIND_ARRAY:
-            wanted.append(f"USING gin ({f.column})")  # @> (has), && (any of)
-        elif f.kind in (KIND_DATE, KIND_DATETIME):
-            wanted.append(f"USING btree ({f.column} DESC NULLS LAST) INCLUDE ({CURRENT_VECTOR})")
-        else:
-            wanted.append(f"USING btree ({f.column}) INCLUDE ({CURRENT_VECTOR})")
+        if f not in enums:
+            wanted.append(_field_index(f, lists))
         if f.kind == KIND_TEXT and catalog.get(f.field).field_type != "dropdown":
-            wanted.append(f"USING gin (({_sql(target.text(ref))}) public.gin_trgm_ops)")
-    # the name changes with the columns or the indexes: another plan is another table, built anew
-    table_name = f"{PREFIX}{definition_key(definition_id)}_{_digest(repr(columns) + repr(wanted))}"
-    indexes = tuple((f"{table_name}_{_digest(w, 8)}", w) for w in wanted)
-    return Plan(definition_id, table_name, tuple(fields), tuple(columns), indexes, table_named(table_name))
+            wanted.append(f"USING gin (({_sql(target.text(target.resolve(f.field)))}) public.gin_trgm_ops)")
+    return wanted
+
+
+def _field_index(f: ProjectedField, lists: list[str]) -> str:
+    if f.kind == KIND_ARRAY:
+        return f"USING gin ({f.column})"  # @> (has), && (any of)
+    if f.kind in (KIND_DATE, KIND_DATETIME):
+        return f"USING btree ({f.column} DESC NULLS LAST) INCLUDE ({', '.join([CURRENT_VECTOR, *lists])})"
+    if f.kind == KIND_NUMBER:
+        return f"USING btree ({f.column}) INCLUDE ({', '.join([CURRENT_VECTOR, *lists])})"
+    return f"USING btree ({f.column}) INCLUDE ({CURRENT_VECTOR})"
 
 
 # (definition id, id(catalog)) → (catalog, plan, its resolver). compile_definition_schema returns one

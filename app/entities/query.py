@@ -1,51 +1,42 @@
-"""Record query and count, one way through (the model for reading a domain's records):
+"""Record query and count: a plan chosen once, then one small executor per strategy.
 
 1. `_reading`: the definition, its compiled schema and filter context (app.entities.services.context),
    from the per-process cache (services.definitions.DefinitionCache); a cached one is proven current
    by the request's count statement, which selects the definition row's token beside the count (same
-   snapshot), else the answer is discarded and the definition read again;
+   snapshot), else the answer is discarded and the definition read again (the stale-cache retry; a
+   projection table dropped meanwhile is retried on entity_records alone);
 2. `compile_request_filters`: parse the filters, resolve `$similar` through the app's similarity hook
-   (embedding the query text is the only I/O), then compile (pure, app.entities.filters);
-   When the definition has a ready typed projection (app.entities.projection) that covers the filter
-   and the sort, the same compiler targets its columns instead (a `ProjectionResolver`): the count
-   reads the projection alone and `_projected_page` takes the page's ids from it, then the records by id;
-3. an exact count and its page (no `$similar`) are one statement (`_counted_page`: the count's row
-   outer-joined with the page); otherwise `_count`, then `fetch_page`, the executor of the other pages
-   (an estimated count's, exact distance, ANN index walk, rank fusion);
-4. shaping: projection, `distance`, lookups.
+   (embedding the query text is the only I/O; app.entities.similar), then compile (pure,
+   app.entities.filters). When the definition has a ready typed projection (app.entities.projection)
+   that covers the filter and the sort, the same compiler targets its columns instead (a
+   `ProjectionResolver`);
+3. `_plan`: every choice of the request, made once (`QueryPlan`): the compiled filter, the order, the
+   keyset a cursor follows and the cursor's position, the page window, the fields to return, the
+   lookups, and the strategy: the exact count and its page in one statement (`_counted_page`, over
+   entity_records or the projection), or the count first (`_count`; a `$similar` counts by its own
+   means, app.entities.similar) and then the page from one executor: `_projected_page` (the page's ids
+   from the projection, then the records by id), `_plain_page` (sort order, OFFSET or keyset), or
+   `similar.page` (exact distance, HNSW index walk, rank fusion);
+4. `_answer`: shaping (field projection, `distance`), lookups, totals, the next cursor.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
-import weakref
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from flask import current_app
-from sqlalchemy import JSON, Integer, Text, bindparam, cast, func, literal, select, text, true
+from sqlalchemy import JSON, Integer, Text, bindparam, cast, func, literal_column, select, true
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.orm import Session
-from sqlalchemy.sql.elements import ClauseElement, ColumnElement
-from sqlalchemy.sql.expression import Executable
+from sqlalchemy.sql.elements import ColumnElement
 
 from app.db import db
 from app.entities import cursor as cursors
-from app.entities import hooks, projection
-from app.entities.filters import (
-    CompiledFilter,
-    FieldResolver,
-    FilterError,
-    NotProjected,
-    SimilarityClause,
-    SimilarSpec,
-    compile_filters,
-    parse_filters,
-    project_terms,
-)
+from app.entities import hooks, projection, similar
+from app.entities.counting import COUNT_MODES, counted, record_scope
+from app.entities.filters import CompiledFilter, FieldResolver, FilterError, compile_request
 from app.entities.models import EntityDefinition, EntityRecord
 from app.entities.services import definitions
 from app.entities.services.context import DefinitionContext
@@ -53,133 +44,48 @@ from app.entities.services.records import RECORD_COLUMNS, record_to_wire
 from app.errors import ValidationFailed
 from app.wire import iso
 
+__all__ = ["COUNT_MODES", "compile_request_filters", "count_records", "query_records", "record_scope"]
+
 T = EntityRecord.__table__
+COUNT_WITH_PAGE = True  # a page and its exact count in one statement (False: two; for A/B benches)
+RECORD_JSON = True  # the page's records built by PostgreSQL (`_record_json`; False: from columns; A/B benches)
+_LIMIT, _OFFSET = bindparam("page_limit", type_=Integer), bindparam("page_offset", type_=Integer)
 
 
-def record_scope(definition: EntityDefinition) -> list:
-    """The conditions every record read of a definition starts with: org, entity, active."""
-    return [T.c.org_id == definition.org_id, T.c.entity_id == definition.id, T.c.is_active.is_(True)]
-
-
-def resolve_similarity(similar: SimilarSpec | None, dctx: DefinitionContext) -> SimilarityClause | None:
-    """What `$similar` compiles to, from the app's hook (None: it matches nothing)."""
-    if similar is None or not dctx.filters.embeddings_enabled:
-        return None
-    hook = hooks.current().similarity
-    return hook(similar, dctx.filters) if hook is not None else None
-
+# --- compiling the request's filter ------------------------------------------------------------------
 
 def compile_request_filters(raw: Any, dctx: DefinitionContext, *, sort_by: str | None = None,
                             projected: bool = False) -> CompiledFilter:
-    """Parse, resolve `$similar` (before compiling), compile. `projected`: against the definition's
-    ready typed projection when it answers the filter (and `sort_by`) exactly, else entity_records."""
-    parsed = parse_filters(raw, dctx.filters)
+    """The request's filter compiled (filters.compile_request): against the definition's ready typed
+    projection when `projected` and it answers the filter (and `sort_by`) exactly, else entity_records;
+    `$similar` resolved through the app's similarity hook (embedding the query text: the only I/O)."""
     resolver = projection.resolver_for(dctx.definition, dctx.filters.catalog) if projected else None
-    terms = None
-    if resolver is not None and parsed.similar is None:
-        terms = project_terms(parsed, resolver)  # each top-level term compiled once against the projection
-        try:
-            if sort_by:
-                resolver.sort_key(resolver.resolve(sort_by))
-            return compile_filters(parsed, dctx.filters, None, resolver, terms=terms)
-        except (NotProjected, FilterError):  # not projected, or an unknown sortBy (400 below)
-            pass
-    # entity_records; the terms the projection can answer still narrow the rows through its indexes
-    out = compile_filters(parsed, dctx.filters, resolve_similarity(parsed.similar, dctx),
-                          narrow=resolver if parsed.similar is None else None, terms=terms)  # $similar: its own path
-    if resolver is not None and out.similarity is not None and out.count_total is None:
-        out.count_projected = _projected_similar_count(parsed, dctx, resolver, out.similarity)
-    return out
+    return compile_request(raw, dctx.filters, projection=resolver, sort_by=sort_by,
+                           resolve_similar=lambda spec: similar.resolve(spec, dctx.filters,
+                                                                        hooks.current().similarity))
 
 
-def _projected_similar_count(parsed, dctx: DefinitionContext, resolver, similarity) -> Any:
-    """`$similar` (without maxDistance) + a filter the projection answers: the exact count of the
-    projection's rows matching the filter whose projected stamp is the current vector (the projection
-    holds exactly the active records; `embedded_current` = v0003's stamp when it is of the record's
-    version), index-only through the shared enum b-tree. None when the projection cannot answer."""
-    current_hash = getattr(similarity, "current_hash", None)
-    if current_hash is None:
-        return None
-    try:
-        rest = compile_filters(dataclasses.replace(parsed, similar=None), dctx.filters, None, resolver)
-    except (NotProjected, FilterError):
-        return None
-    t = resolver.t
-    return select(func.count()).select_from(t).where(rest.where, t.c[projection.CURRENT_VECTOR] == current_hash)
+# --- counting, and proving a cached definition current -----------------------------------------------
 
-
-COUNT_MODES = ("exact", "planned", "estimated")
-COUNT_WITH_PAGE = True  # a page and its exact count in one statement (False: two; for A/B benches)
-
-
-class _ExplainJson(Executable, ClauseElement):
-    """`EXPLAIN (FORMAT JSON) <select>`, with the select's parameters bound as usual."""
-
-    inherit_cache = False
-
-    def __init__(self, stmt):
-        self.stmt = stmt
-
-
-@compiles(_ExplainJson, "postgresql")
-def _compile_explain(element, compiler, **kw):
-    return "EXPLAIN (FORMAT JSON) " + compiler.process(element.stmt, **kw)
-
-
-def planned_count(where: list, table=T) -> int:
-    """The planner's estimate of the matching rows (PostgREST's `count=planned`): no scan at all."""
-    plan = db.session.scalar(_ExplainJson(select(literal(1)).select_from(table).where(*where)))
-    if isinstance(plan, str):
-        plan = json.loads(plan)
-    return max(0, int(round(plan[0]["Plan"]["Plan Rows"])))
-
-
-def counted(where: list, mode: str = "exact", count_where: list | None = None, table=T,
-            token_of: str | None = None) -> tuple[int, str, str | None]:
-    """(count, how it was counted, a row token). `estimated` counts exactly while the estimate is at most
-    ENTITY_COUNT_ESTIMATE_ABOVE, and reports the estimate beyond (PostgREST's `count=estimated`).
-    `count_where` (a `$similar`: CompiledFilter.where_to_count) is the same set, cheaper to count
-    exactly; the planner estimates `where` (it cannot estimate the stamp's `embedded_version = version`).
-    `token_of`: a definition id whose current row token (definitions.TOKEN_OF) the exact count selects
-    beside the count, from the same snapshot (the token is None when not asked or when no exact count ran)."""
-    if mode in ("planned", "estimated"):
-        estimate = planned_count(where, table)
-        if mode == "planned" or estimate > current_app.config["ENTITY_COUNT_ESTIMATE_ABOVE"]:
-            return estimate, "planned" if mode == "planned" else "estimated", None
-    terms = count_where or where
-    if token_of is None:
-        result = db.execute_shaped(db.session, ("count", table.schema, table.name),
-                                   lambda: select(func.count()).select_from(table).where(*terms), terms)
-        return int(result.scalar() or 0), "exact", None
-    result = db.execute_shaped(db.session, ("count+token", table.schema, table.name),
-                               lambda: select(func.count(), definitions.TOKEN_OF).select_from(table).where(*terms),
-                               terms, {"definition_token_id": token_of})
-    count, token = result.first()
-    return int(count or 0), "exact", token
-
-
-def _count(entry: definitions.CachedDefinition, compiled: Any, mode: str) -> tuple[int, str]:
+def _count(entry: definitions.CachedDefinition, compiled: CompiledFilter, mode: str) -> tuple[int, str]:
     """The count of a query, and how it was counted. For a cached definition (`entry.cached`) the
     count also proves the definition current: its row token from the count's own snapshot (or, on
     the paths that cannot select it, one round trip more); `_StaleDefinition` when it is not."""
     definition = entry.context.definition
     token_of = definition.id if entry.cached else None
     token = None
-    if compiled.projected:  # the projection holds exactly the definition's active records
-        total, how, token = counted([compiled.where], mode, table=compiled.table, token_of=token_of)
-    elif mode == "exact" and compiled.count_total is not None:  # a lone $similar: its counter
-        total, how = int(db.session.scalar(compiled.count_total) or 0), "exact"
-    elif mode == "exact" and compiled.count_projected is not None:  # $similar + a projected filter
-        total, how = int(db.session.scalar(compiled.count_projected) or 0), "exact"
-    elif compiled.count_projected is not None:  # ... estimated: on the projection too
-        # (entity_records' estimate of the joined condition is blind to the correlation of org_id and
-        # entity_id: 231 for 10 000 matching measured, which sent the page to an exact scan)
-        stmt = compiled.count_projected
-        total, how, _ = counted([stmt.whereclause], mode, table=stmt.get_final_froms()[0])
+    by_clause = None
+    if compiled.similarity is not None and not compiled.projected:  # a $similar's counter, or the projection
+        by_clause = similar.count(db.session, compiled.count_total, compiled.count_projected, mode)
+    if by_clause is not None:
+        total, how = by_clause
+    elif compiled.projected:  # the projection holds exactly the definition's active records
+        total, how, token = counted([compiled.where], mode, table=compiled.table, token_of=token_of,
+                                    token=definitions.TOKEN_OF)
     else:
         scope = record_scope(definition)
         total, how, token = counted([*scope, compiled.where], mode, [*scope, compiled.where_to_count],
-                                    token_of=token_of)
+                                    token_of=token_of, token=definitions.TOKEN_OF)
     _check_current(entry, token)
     return total, how
 
@@ -248,84 +154,160 @@ def count_records(name: str, filters: Any, count_mode: str = "exact") -> tuple[i
 def query_records(name: str, params: dict[str, Any], count_mode: str = "exact") -> dict[str, Any]:
     """One page of records of the org's definition `name` matching the filters, as a PaginatedResult
     (`countMode` says how `totalCount` was counted: exact unless the caller preferred otherwise)."""
-    return _reading(name, lambda entry, projected: _query_records(entry, params, count_mode, projected))
+    return _reading(name, lambda entry, projected: _execute(_plan(entry, params, count_mode, projected)))
 
 
-def _query_records(entry: definitions.CachedDefinition, params: dict[str, Any], count_mode: str,
-                   projected: bool) -> dict[str, Any]:
+# --- the plan --------------------------------------------------------------------------------------
+
+@dataclass
+class QueryPlan:
+    """Every choice one page query makes, made once (`_plan`); the executors only read it."""
+
+    entry: definitions.CachedDefinition
+    compiled: CompiledFilter
+    count_mode: str
+    page: int
+    page_size: int
+    order: list              # [(expression, descending, nulls last)]
+    keyset: tuple | None     # (sort key, descending) a cursor can follow; None for relevance orders
+    position: Any            # the decoded cursor (cursors.Position), or None
+    digest: str              # the query's digest (cursors bind to it)
+    include: set[str] | None
+    exclude: set[str] | None
+    lookups: list[dict]
+    where: list              # the scope and the filter, over `compiled.table`
+    by_similarity: bool      # the page is ordered by `$similar` (no sortBy)
+
+    @property
+    def definition(self) -> EntityDefinition:
+        return self.entry.context.definition
+
+    @property
+    def offset(self) -> int:
+        return (self.page - 1) * self.page_size
+
+    @property
+    def skip(self) -> int:
+        """OFFSET of the page statement: none after a cursor (its keyset condition starts the page)."""
+        return 0 if self.position is not None else self.offset
+
+    @property
+    def page_where(self) -> list:
+        """`where`, and after a cursor the keyset condition (no OFFSET to walk, stable under writes)."""
+        if self.position is None:
+            return self.where
+        return [*self.where, cursors.after(self.keyset[0], self.compiled.table.c.id, self.keyset[1], self.position)]
+
+    @property
+    def counted_with_page(self) -> bool:
+        """The exact count and the page in one statement (one round trip, one snapshot), unless a
+        `$similar` orders or counts (its own statements) or the count is an estimate (the page is
+        fetched whatever it says)."""
+        return self.count_mode == "exact" and self.compiled.similarity is None and COUNT_WITH_PAGE
+
+
+def _plan(entry: definitions.CachedDefinition, params: dict[str, Any], count_mode: str,
+          projected: bool) -> QueryPlan:
+    """The request's plan; every 400 of a page query is raised here, in the order the parameters are read."""
     dctx = entry.context
-    definition = dctx.definition
-    schema, ctx = dctx.schema, dctx.filters
-    page, page_size = params.get("page") or 1, params.get("pageSize", 20)
+    page_size = _page_size(params.get("pageSize", 20))
+    sort_by, sort_order = params.get("sortBy"), params.get("sortOrder")
+    compiled = compile_request_filters(params.get("filters") or {}, dctx, sort_by=sort_by, projected=projected)
+    resolver = compiled.resolver  # entity_records, or the projection: where, order and cursor key alike
+    order = _order_spec(resolver, compiled, sort_by, sort_order)
+    keyset = _keyset(resolver, compiled, sort_by, sort_order)
+    digest = cursors.query_digest(params)
+    position = _position(dctx.definition, params, keyset, digest)
+    include = _projection(dctx.filters.catalog, params.get("include"), "include")
+    exclude = _projection(dctx.filters.catalog, params.get("exclude"), "exclude")
+    lookups = _lookup_specs(dctx.schema.catalog, params.get("includeLookups") or [])
+    where = [compiled.where] if compiled.projected else [*record_scope(dctx.definition), compiled.where]
+    page = position.page if position is not None else params.get("page") or 1
+    return QueryPlan(entry, compiled, count_mode, page, page_size, order, keyset, position, digest, include,
+                     exclude, lookups, where, compiled.similarity is not None and not sort_by)
+
+
+def _page_size(page_size: int) -> int:
     max_page_size = current_app.config["ENTITY_MAX_PAGE_SIZE"]
     if page_size > max_page_size:
         raise ValidationFailed(f"pageSize is at most {max_page_size}.",
                                {"fields": {"query.pageSize": [f"must be between 1 and {max_page_size}"]}})
-    compiled = compile_request_filters(params.get("filters") or {}, dctx, sort_by=params.get("sortBy"),
-                                       projected=projected)
-    resolver = compiled.resolver  # entity_records, or the projection: where, order and cursor key alike
-    P = compiled.table  # noqa: N806
-    order = _order_spec(resolver, compiled, params.get("sortBy"), params.get("sortOrder"))
-    order_by = _ordered(order)
-    keyset = _keyset(resolver, compiled, params.get("sortBy"), params.get("sortOrder"))
-    digest = cursors.query_digest(params)
-    position = _position(definition, params, keyset, digest)
-    if position is not None:
-        page = position.page
-    include, exclude = _projection(ctx.catalog, params.get("include"), "include"), \
-        _projection(ctx.catalog, params.get("exclude"), "exclude")
-    lookups = _lookup_specs(schema.catalog, params.get("includeLookups") or [])
+    return page_size
 
-    where = [compiled.where] if compiled.projected else [*record_scope(definition), compiled.where]
-    offset = (page - 1) * page_size
-    # count and page in one statement (one round trip, one snapshot), unless a `$similar` orders or
-    # counts (its own statements) or the count is an estimate (the page is fetched whatever it says)
-    combined = count_mode == "exact" and compiled.similarity is None and COUNT_WITH_PAGE
-    if combined:
-        page_where = where if position is None else [*where, cursors.after(keyset[0], P.c.id, keyset[1], position)]
-        count_where = where if compiled.projected else [*record_scope(definition), compiled.where_to_count]
-        total, token, rows = _counted_page(P, count_where, page_where, order, keyset,
-                                           0 if position is not None else offset, page_size,
-                                           definition.id if entry.cached else None)
-        how = "exact"
-        _check_current(entry, token)
+
+# --- the executors ---------------------------------------------------------------------------------
+
+def _execute(plan: QueryPlan) -> dict[str, Any]:
+    if plan.counted_with_page:
+        total, how, rows = _run_counted_page(plan)
     else:
-        total, how = _count(entry, compiled, count_mode)
-        rows = []
-    if not combined and (position is not None or offset < total or how != "exact"):  # an estimate may be low
-        columns = [T.c[name] for name in RECORD_COLUMNS]
-        if compiled.distance is not None:
-            columns.append(compiled.distance.label("distance"))
-        similarity = compiled.similarity if not params.get("sortBy") else None
-        if keyset is not None:
-            columns.append(_cursor_key(keyset[0]).label("cursor_key"))
-        if compiled.projected:
-            if position is not None:
-                where = [*where, cursors.after(keyset[0], P.c.id, keyset[1], position)]
-            rows = _projected_page(P, where, order, keyset, 0 if position is not None else offset, page_size)
-        elif position is not None:  # keyset: no OFFSET to walk, stable under concurrent writes
-            rows = fetch_page(db.session, columns, [*where, cursors.after(keyset[0], P.c.id, keyset[1], position)],
-                              order_by, None, None, total, 0, page_size)
-        else:
-            rows = fetch_page(db.session, columns, where, order_by, similarity, compiled.rank, total, offset,
-                              page_size)
-    records = [_shape(row, include, exclude, compiled) for row in rows]
-    if lookups:
-        _resolve_lookups(definition, records, [row._mapping["fields"] for row in rows], lookups)
+        total, how = _count(plan.entry, plan.compiled, plan.count_mode)
+        # an estimate may be low: the page is fetched whatever it says
+        wanted = plan.position is not None or plan.offset < total or how != "exact"
+        rows = _run_page(plan, total) if wanted else []
+    return _answer(plan, total, how, rows)
+
+
+def _run_counted_page(plan: QueryPlan) -> tuple[int, str, list]:
+    compiled = plan.compiled
+    count_where = plan.where if compiled.projected else [*record_scope(plan.definition), compiled.where_to_count]
+    total, token, rows = _counted_page(compiled.table, count_where, plan.page_where, plan.order, plan.keyset,
+                                       plan.skip, plan.page_size, plan.definition.id if plan.entry.cached else None)
+    _check_current(plan.entry, token)
+    return total, "exact", rows
+
+
+def _run_page(plan: QueryPlan, total: int) -> list:
+    """The page alone (after `_count`), from the executor of its strategy."""
+    compiled = plan.compiled
+    if compiled.projected:
+        return _projected_page(compiled.table, plan.page_where, plan.order, plan.keyset, plan.skip, plan.page_size)
+    columns = [T.c[name] for name in RECORD_COLUMNS]
+    if compiled.distance is not None:
+        columns.append(compiled.distance.label("distance"))
+    if plan.keyset is not None:
+        columns.append(_cursor_key(plan.keyset[0]).label("cursor_key"))
+    if plan.by_similarity and plan.position is None:
+        return similar.page(db.session, columns, plan.where, compiled.similarity, compiled.rank, total,
+                            plan.offset, plan.page_size)
+    return _plain_page(columns, plan.page_where, _ordered(plan.order), plan.skip, plan.page_size)
+
+
+def _plain_page(columns: list, where: list, order_by: list, offset: int, limit: int) -> list:
+    """A page of entity_records in `order_by` (one statement per shape: db.execute_shaped)."""
+    return list(db.execute_shaped(
+        db.session, ("page",),
+        lambda: select(*columns).where(*where).order_by(*order_by).limit(_LIMIT).offset(_OFFSET),
+        [*columns, *where, *order_by], {"page_limit": limit, "page_offset": offset}))
+
+
+# --- the answer ------------------------------------------------------------------------------------
+
+def _answer(plan: QueryPlan, total: int, how: str, rows: list) -> dict[str, Any]:
+    records = [_wire(row) for row in rows]
+    raw_fields = [record["fields"] for record in records]  # before include/exclude: lookups read them all
+    records = [_shape(record, row, plan.include, plan.exclude, plan.compiled)
+               for record, row in zip(records, rows, strict=True)]
+    if plan.lookups:
+        _resolve_lookups(plan.definition, records, raw_fields, plan.lookups)
+    page, page_size = plan.page, plan.page_size
     if how != "exact":  # an estimate never contradicts the page in hand
-        total = max(total, offset + len(records) + (1 if len(records) == page_size else 0))
+        total = max(total, plan.offset + len(records) + (1 if len(records) == page_size else 0))
     total_pages = math.ceil(total / page_size) if total else 0
-    next_cursor = None
-    if keyset is not None and rows and len(rows) == page_size and page < total_pages:
-        last = rows[-1]._mapping
-        key = last["cursor_key"]
-        if key is not None and isinstance(keyset[0].type, JSON):
-            key = cursors.JsonText(key)
-        next_cursor = cursors.encode(definition.org_id, definition.id, digest,
-                                     cursors.Position(page + 1, key, last["id"]))
     return {"records": records, "totalCount": total, "currentPage": page, "pageSize": page_size,
             "totalPages": total_pages, "hasNextPage": page < total_pages, "hasPreviousPage": page > 1,
-            "nextCursor": next_cursor, "countMode": how}
+            "nextCursor": _next_cursor(plan, rows, total_pages), "countMode": how}
+
+
+def _next_cursor(plan: QueryPlan, rows: list, total_pages: int) -> str | None:
+    if plan.keyset is None or not rows or len(rows) != plan.page_size or plan.page >= total_pages:
+        return None
+    last = rows[-1]._mapping
+    key = last["cursor_key"]
+    if key is not None and isinstance(plan.keyset[0].type, JSON):
+        key = cursors.JsonText(key)
+    return cursors.encode(plan.definition.org_id, plan.definition.id, plan.digest,
+                          cursors.Position(plan.page + 1, key, last["id"]))
 
 
 def _keyset(resolver: FieldResolver, compiled: CompiledFilter, sort_by: str | None, sort_order: int | None):
@@ -356,91 +338,6 @@ def _position(definition: EntityDefinition, params: dict[str, Any], keyset, dige
     return cursors.decode(text, definition.org_id, definition.id, digest)
 
 
-_LIMIT, _OFFSET = bindparam("page_limit", type_=Integer), bindparam("page_offset", type_=Integer)
-RRF_K = 60  # reciprocal rank fusion: the constant of Cormack et al. (2009); damps the very top ranks
-
-
-def fetch_page(session: Session, columns: list, where: list, order_by: list, similarity: SimilarityClause | None,
-               rank: ColumnElement | None, total: int, offset: int, limit: int) -> list:
-    """The rows of one page. Without `similarity` (or with a sortBy) in `order_by`; with it, by distance:
-    an exact scan, or the ANN index walk the clause plans (candidates re-sorted by exact distance); with
-    a top-level `$search` as well, by reciprocal rank fusion of distance and text relevance."""
-    if similarity is None:
-        return list(db.execute_shaped(
-            session, ("page",),
-            lambda: select(*columns).where(*where).order_by(*order_by).limit(_LIMIT).offset(_OFFSET),
-            [*columns, *where, *order_by], {"page_limit": limit, "page_offset": offset}))
-    if rank is not None:
-        return _fused_page(session, columns, where, similarity, rank, offset, limit)
-    end = offset + limit
-    settings = (similarity.index_scan_settings(session, total, end)
-                if similarity.index_distance is not None else None)
-    if settings is None:
-        stmt = select(*columns).where(*where).order_by(similarity.distance, T.c.id).offset(offset).limit(limit)
-        return list(session.execute(stmt))
-    _walk_settings(session, settings)
-    candidates = (select(*columns).where(*where).order_by(similarity.index_distance).limit(end)
-                  .cte("similar_candidates").prefix_with("MATERIALIZED"))
-    stmt = (select(*[candidates.c[c.name] for c in columns])
-            .order_by(candidates.c.distance, candidates.c.id).offset(offset).limit(limit))
-    # The walk was chosen from the exact number of matches (`total`); the planner only has its own
-    # estimate of the filtered join, which can be far too low (org_id and entity_id are correlated,
-    # the filter's selectivity is sampled): 231 estimated for 10 000 matching gave a filter-first plan
-    # with a top-N sort over every match, 136 ms instead of a 3 ms walk (decisions.md, stop 20). With
-    # sorting disabled for this one statement the candidates can only come in index order.
-    session.execute(_SORT_OFF)
-    try:
-        rows = list(session.execute(stmt))
-    except Exception:
-        # in a transaction the error aborted it, and its rollback undoes the SET; in autocommit the
-        # connection keeps it: set it back, or drop the connection rather than pool it so
-        if session.connection().get_execution_options().get("isolation_level") == "AUTOCOMMIT":
-            try:
-                session.execute(_SORT_RESET)
-            except DBAPIError:
-                session.connection().invalidate()
-        raise
-    session.execute(_SORT_RESET)
-    return rows
-
-
-# enable_sort off for the candidates statement of an index walk only (fetch_page), set back right after
-# it (a plain SET: undone by a rollback inside a transaction, kept by the connection in autocommit)
-_SORT_OFF, _SORT_RESET = text("SET enable_sort = off"), text("RESET enable_sort")
-
-# DBAPI connection → the hnsw.* values it holds at session level (set by _walk_settings in autocommit)
-_connection_settings: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _walk_settings(session: Session, settings: dict[str, str]) -> None:
-    """Give the index walk its settings, in one statement. Inside a transaction: SET LOCAL (gone at its
-    end). In autocommit (a read-only request, db.reads_only): session-level SET, which no rollback
-    can undo, remembered per connection so that the next `$similar` page on it with the same values
-    (the usual case: page 1 of any query) sends nothing. Only this walk uses the HNSW index, and it
-    always sets all three values first, so values left on a pooled connection affect no other query."""
-    connection = session.connection()
-    if connection.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
-        session.execute(select(*[func.set_config(name, value, True) for name, value in settings.items()]))
-        return
-    dbapi = connection.connection.dbapi_connection
-    wanted = tuple(sorted(settings.items()))
-    if _connection_settings.get(dbapi) != wanted:
-        session.execute(select(*[func.set_config(name, value, False) for name, value in settings.items()]))
-        _connection_settings[dbapi] = wanted
-
-
-def _fused_page(session: Session, columns: list, where: list, similarity: SimilarityClause, rank: ColumnElement,
-                offset: int, limit: int) -> list:
-    ranked = select(*columns,
-                    func.row_number().over(order_by=(similarity.distance, T.c.id)).label("similar_rank"),
-                    func.row_number().over(order_by=(rank.desc(), T.c.id)).label("search_rank"),
-                    ).where(*where).cte("fused")
-    score = 1.0 / (RRF_K + ranked.c.similar_rank) + 1.0 / (RRF_K + ranked.c.search_rank)
-    stmt = (select(*[ranked.c[c.name] for c in columns])
-            .order_by(score.desc(), ranked.c.distance, ranked.c.id).offset(offset).limit(limit))
-    return list(session.execute(stmt))
-
-
 def _projected_page(P, where: list, order: list, keyset, offset: int, limit: int) -> list:  # noqa: N803
     """A page on a definition's projection: the page's ids and sort keys from the projection alone
     (filter, order, LIMIT/OFFSET on its indexes), then those records from entity_records by primary
@@ -450,15 +347,16 @@ def _projected_page(P, where: list, order: list, keyset, offset: int, limit: int
         extra = [_cursor_key(keyset[0]).label("cursor_key")] if keyset is not None else []
         page = (select(P.c.id.label("pid"), *keys, *extra).where(*where).order_by(*_ordered(order))
                 .limit(_LIMIT).offset(_OFFSET).subquery("page"))
-        columns = [T.c[name] for name in RECORD_COLUMNS] + ([page.c.cursor_key] if keyset is not None else [])
+        columns = _record_columns(T.c) + ([page.c.cursor_key] if keyset is not None else [])
         return (select(*columns).join_from(T, page, T.c.id == page.c.pid)
                 .order_by(*_ordered([(page.c[f"k{i}"], d, n) for i, (_, d, n) in enumerate(order)])))
 
     # the statement's form: the projection, the order's directions, a cursor key or not (the rest is
     # in the sources' structure)
-    shape = ("projected page", P.schema, P.name, tuple((d, n) for _, d, n in order), keyset is not None)
+    shape = ("projected page", P.schema, P.name, tuple((d, n) for _, d, n in order), keyset is not None,
+             RECORD_JSON)
     sources = [*where, *(expr for expr, _, _ in order), *([keyset[0]] if keyset is not None else [])]
-    return list(db.execute_shaped(db.session, shape, build, sources, {"page_limit": limit, "page_offset": offset}))
+    return db.execute_shaped(db.session, shape, build, sources, {"page_limit": limit, "page_offset": offset}).all()
 
 
 def _counted_page(P, count_where: list, where: list, order: list, keyset, offset: int,  # noqa: N803
@@ -477,29 +375,60 @@ def _counted_page(P, count_where: list, where: list, order: list, keyset, offset
                         *([definitions.TOKEN_OF.label("row_token")] if token_of is not None else [])
                         ).select_from(P).where(*count_where).subquery("counted")
         picked = [P.c.id.label("pid")] if projected else [T.c[name] for name in RECORD_COLUMNS]
+        # the records as the wire has them, built by PostgreSQL (`_record_json`)
         page = (select(*picked, *keys, *extra).where(*where).order_by(*_ordered(order))
                 .limit(_LIMIT).offset(_OFFSET).subquery("page"))
         joined = counts.outerjoin(page, true())
         if projected:  # the page's records by primary key
-            columns = [T.c[name] for name in RECORD_COLUMNS]
+            columns = _record_columns(T.c)
             joined = joined.outerjoin(T, T.c.id == page.c.pid)
         else:
-            columns = [page.c[name] for name in RECORD_COLUMNS]
+            columns = _record_columns(page.c)
         columns += [page.c.cursor_key] if keyset is not None else []
         return (select(counts.c.total, *([counts.c.row_token] if token_of is not None else []), *columns)
                 .select_from(joined)
                 .order_by(*_ordered([(page.c[f"k{i}"], d, n) for i, (_, d, n) in enumerate(order)])))
 
     shape = ("counted page", P.schema, P.name, tuple((d, n) for _, d, n in order), keyset is not None,
-             token_of is not None)
+             token_of is not None, RECORD_JSON)
     sources = [*count_where, *where, *(expr for expr, _, _ in order), *([keyset[0]] if keyset is not None else [])]
     named = {"page_limit": limit, "page_offset": offset}
     if token_of is not None:
         named["definition_token_id"] = token_of
-    rows = list(db.execute_shaped(db.session, shape, build, sources, named))
+    rows = db.execute_shaped(db.session, shape, build, sources, named).all()
     first = rows[0]._mapping
     return (int(first["total"] or 0), first["row_token"] if token_of is not None else None,
             [row for row in rows if row._mapping["id"] is not None])
+
+
+# `createdAt`/`updatedAt` as app.wire.iso writes them: UTC, milliseconds (truncated), Z
+_ISO_MS = literal_column("""'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'""")
+_UTC = literal_column("'UTC'")
+
+
+def _record_columns(c) -> list:
+    """The columns a page statement selects for its records from `c` (a table's or subquery's columns)."""
+    if RECORD_JSON:
+        return [_record_json(c), c["id"]]
+    return [c[name] for name in RECORD_COLUMNS]
+
+
+def _record_json(c) -> ColumnElement:
+    """A record as `record_to_wire` shapes it, built by PostgreSQL as one JSON object (`record`) from the
+    RECORD_COLUMNS of `c` (a table's or subquery's columns): the driver decodes one JSON value per row
+    instead of twelve typed columns, and no Python shapes it. Same keys, same values: `fields` and
+    `metadata` are the stored JSON as they are, `tags` [] when NULL, the stamps in the wire's one format
+    (the keys and the format are SQL constants, not binds: the statement's shape stays cacheable)."""
+    def stamp(column):
+        return func.to_char(func.timezone(_UTC, column), _ISO_MS)
+
+    pairs = (("id", c["id"]), ("entityId", c["entity_id"]), ("name", c["name"]), ("fields", c["fields"]),
+             ("tags", func.coalesce(c["tags"], literal_column("'{}'::text[]"))), ("metadata", c["metadata"]),
+             ("createdAt", stamp(c["created_at"])), ("updatedAt", stamp(c["updated_at"])),
+             ("createdBy", c["created_by"]), ("updatedBy", c["updated_by"]), ("isActive", c["is_active"]),
+             ("version", c["version"]))
+    return func.json_build_object(*(part for key, value in pairs
+                                     for part in (literal_column(f"'{key}'"), value))).label("record")
 
 
 def _ordered(order: list) -> list:
@@ -542,8 +471,13 @@ def _projection(catalog, names: list[str] | None, key: str) -> set[str] | None:
     return set(names)
 
 
-def _shape(row, include: set[str] | None, exclude: set[str] | None, compiled: CompiledFilter) -> dict:
-    record = record_to_wire(row)
+def _wire(row) -> dict:
+    """The record of a page's row: built by PostgreSQL (`_record_json`), or from its columns."""
+    record = row._mapping.get("record")
+    return record if record is not None else record_to_wire(row)
+
+
+def _shape(record: dict, row, include: set[str] | None, exclude: set[str] | None, compiled: CompiledFilter) -> dict:
     if include is not None or exclude:
         record["fields"] = {k: v for k, v in record["fields"].items()
                             if (include is None or k in include) and not (exclude and k in exclude)}
@@ -572,26 +506,32 @@ def _resolve_lookups(definition: EntityDefinition, records: list[dict], raw_fiel
     wanted: set[str] = set()
     for fields in raw_fields:
         for spec in specs:
-            value = fields.get(spec["field"]) if isinstance(fields, dict) else None
-            wanted.update(v for v in (value if isinstance(value, list) else [value]) if isinstance(v, str))
-    found: dict[str, tuple[dict, str]] = {}
-    if wanted:
-        stmt = (select(T.c.id, T.c.entity_id, T.c.name, T.c.fields, T.c.created_at, T.c.updated_at,
-                       EntityDefinition.name.label("entity_name"))
-                .join(EntityDefinition, EntityDefinition.id == T.c.entity_id)
-                .where(T.c.org_id == definition.org_id, T.c.is_active.is_(True), T.c.id.in_(sorted(wanted))))
-        for row in db.session.execute(stmt):
-            found[row.id] = ({"id": row.id, "entityId": row.entity_id, "entityName": row.entity_name,
-                              "name": row.name, "fields": row.fields, "createdAt": iso(row.created_at),
-                              "updatedAt": iso(row.updated_at)}, row.entity_name)
+            wanted.update(i for i in _lookup_ids(fields, spec) if isinstance(i, str))
+    found = _lookup_targets(definition, wanted) if wanted else {}
     for record, fields in zip(records, raw_fields, strict=True):
         resolved = record.setdefault("lookups", {})
         for spec in specs:
-            value = fields.get(spec["field"]) if isinstance(fields, dict) else None
-            ids = value if isinstance(value, list) else ([value] if value is not None else [])
-            targets = [_project(found[i][0], spec["fields"]) for i in ids
+            targets = [_project(found[i][0], spec["fields"]) for i in _lookup_ids(fields, spec)
                        if isinstance(i, str) and i in found and (not spec["entity"] or found[i][1] == spec["entity"])]
             resolved[spec["field"]] = targets if spec["many"] else (targets[0] if targets else None)
+
+
+def _lookup_ids(fields: Any, spec: dict) -> list:
+    """The values a record's lookup field holds (ids, and whatever else a schema change left there)."""
+    value = fields.get(spec["field"]) if isinstance(fields, dict) else None
+    return value if isinstance(value, list) else ([value] if value is not None else [])
+
+
+def _lookup_targets(definition: EntityDefinition, wanted: set[str]) -> dict[str, tuple[dict, str]]:
+    """id → (the record as a lookup shows it, its definition's name), of the active ones of the org."""
+    stmt = (select(T.c.id, T.c.entity_id, T.c.name, T.c.fields, T.c.created_at, T.c.updated_at,
+                   EntityDefinition.name.label("entity_name"))
+            .join(EntityDefinition, EntityDefinition.id == T.c.entity_id)
+            .where(T.c.org_id == definition.org_id, T.c.is_active.is_(True), T.c.id.in_(sorted(wanted))))
+    return {row.id: ({"id": row.id, "entityId": row.entity_id, "entityName": row.entity_name, "name": row.name,
+                      "fields": row.fields, "createdAt": iso(row.created_at), "updatedAt": iso(row.updated_at)},
+                     row.entity_name)
+            for row in db.session.execute(stmt)}
 
 
 def _project(target: dict, names: set[str] | None) -> dict:

@@ -18,6 +18,7 @@ from app.entities.filters import (
     compile_filters,
     parse_filters,
 )
+from app.entities.similar import SimilarityClause
 from app.errors import ValidationFailed
 
 SCHEMA = {"type": "object", "properties": {
@@ -83,7 +84,7 @@ def test_similar_without_embeddings_matches_nothing_and_hook_plugs_in():
 
     def hook(spec, ctx):
         seen.append(spec)
-        return SimpleNamespace(where=literal(True), distance=literal(0.25), fetch_page=lambda *a: [])
+        return SimilarityClause(where=literal(True), distance=literal(0.25))
 
     parsed = parse_filters({"$similar": {"query": "cats", "maxDistance": 0.4}, "qty": 1}, enabled)
     compiled = compile_filters(parsed, enabled, hook(parsed.similar, enabled))
@@ -99,8 +100,8 @@ def test_a_lone_similar_hands_over_the_hooks_total():
 
     enabled = FilterContext(CTX.catalog, embeddings_enabled=True)
     total = select(literal(7))
-    clause = SimpleNamespace(where=literal(True), count_where=literal(True), count_total=total,
-                             distance=literal(0.25))
+    clause = SimilarityClause(where=literal(True), count_where=literal(True), count_total=total,
+                              distance=literal(0.25))
 
     def compiled(filters, similarity=clause):
         parsed = parse_filters(filters, enabled)
@@ -110,7 +111,7 @@ def test_a_lone_similar_hands_over_the_hooks_total():
     assert compiled({"qty": {"$similar": "cats"}}).count_total is total  # field-level, still alone
     for other in ({"qty": 1}, {"$search": "cats"}, {"$or": [{"qty": 1}, {"qty": 2}]}, {"$not": {"qty": 1}}):
         assert compiled({**other, "$similar": "cats"}).count_total is None, other
-    bare = SimpleNamespace(where=literal(True), distance=literal(0.25))  # a hook without count_where/total
+    bare = SimilarityClause(where=literal(True), distance=literal(0.25))  # a hook without count_where/total
     assert compiled({"$similar": "cats"}, bare).count_total is None
     assert compiled({"$similar": "cats"}, None).count_total is None  # no hook: matches nothing
 
