@@ -195,7 +195,7 @@ class RecordQuery(MethodView):
         to ENTITY_COUNT_ESTIMATE_ABOVE matches, the estimate beyond) make `totalCount` approximate;
         `Preference-Applied: count=…` then says how it was counted. Without it, `totalCount` is exact."""
         # reads only, no transaction needed: statements in autocommit (a `$similar` page too: its index
-        # walk settings are then set at session level, app.entities.query._walk_settings)
+        # walk settings are then set at session level, app.entities.similar._walk_settings)
         db.reads_only()
         result = query.query_records(entityName, data["query"], _count_preference())
         return result, 200, _count_applied(result.pop("countMode"))
