@@ -12,7 +12,6 @@ import functools
 import json
 import math
 import re
-from collections.abc import Mapping
 from datetime import UTC
 from typing import Any
 
@@ -105,19 +104,6 @@ class UtcTimestamp(fields.DateTime):
         return moment.replace(microsecond=0, tzinfo=None).isoformat() + "Z"
 
 
-def contains_nul(value: Any) -> bool:
-    """True when a NUL character hides anywhere in `value` (keys included): PostgreSQL text and
-    JSONB cannot store it, so such input is refused up front instead of failing in the database."""
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, Mapping):  # JSON objects, and the query-string proxies of webargs
-        getall = getattr(value, "getall", None)
-        return any(contains_nul(k) or contains_nul(getall(k) if getall else value[k]) for k in value)
-    if isinstance(value, list | tuple):
-        return any(contains_nul(v) for v in value)
-    return False
-
-
 def non_finite_paths(value: Any, path: str = "") -> list[str]:
     """Where `value` holds a number that is not finite: `1e400` is JSON syntax but parses to infinity
     (app.jsonbody refuses the NaN/Infinity literals), which JSONB cannot store."""
@@ -131,13 +117,12 @@ def non_finite_paths(value: Any, path: str = "") -> list[str]:
 
 
 class NulFree(Schema):
-    """Base of every request schema: no NUL characters anywhere in the input, and no number the
-    database cannot store (named by path, before any field is read)."""
+    """Base of every request schema: no number the database cannot store (named by path, before any
+    field is read). A NUL character anywhere in a request is the parser's one rule (app.jsonbody:
+    the body, the query string and the path alike), so no schema checks it again."""
 
     @pre_load
-    def _refuse_nul(self, data, **_):
-        if contains_nul(data):
-            raise ValidationError("Text must not contain NUL (\\u0000) characters.")
+    def _refuse_non_finite(self, data, **_):
         paths = non_finite_paths(data)
         if paths:
             raise ValidationError({p: ["Numbers must be finite."] for p in paths})

@@ -93,11 +93,32 @@ def test_unresolvable_ref_is_a_validation_message_not_a_crash():
     assert len(errors) == 1 and "cannot be applied" in errors[0]
 
 
-def test_nul_characters_are_found_anywhere():
-    from app.fields import contains_nul
+def test_a_nul_anywhere_in_a_body_is_one_validation_error_naming_each_place():
+    from app.errors import ValidationFailed
+    from app.jsonbody import loads
 
-    assert contains_nul({"a": ["ok", {"b\x00": 1}]}) and contains_nul("x\x00")
-    assert not contains_nul({"a": ["ok", {"b": 1}], "n": None})
+    with pytest.raises(ValidationFailed) as caught:
+        loads('{"a": ["ok", {"b\\u0000": 1}], "c": "x\\u0000", "d": {"e": ["\\u0000"]}}')
+    assert caught.value.code == "VALIDATION_ERROR"
+    assert caught.value.details == {"fields": {"a[1]": ["a key contains the NUL character (U+0000)"],
+                                               "c": ["must not contain the NUL character (U+0000)"],
+                                               "d.e[0]": ["must not contain the NUL character (U+0000)"]}}
+    # the six characters typed as text are text
+    assert loads('{"a": "\\\\u0000", "b\\\\u0000": 1}') == {"a": "\\u0000", "b\\u0000": 1}
+
+
+def test_a_nul_in_the_url_is_the_same_rule():
+    from werkzeug.datastructures import MultiDict
+
+    from app.jsonbody import nul_problem
+
+    assert nul_problem("/api/v1/x", MultiDict([("a", "b"), ("c", "")])) is None
+    path = nul_problem("/api/v1/a\x00b", MultiDict())
+    assert (path.code, path.details) == ("VALIDATION_ERROR", {"fields": {"path": [
+        "must not contain the NUL character (U+0000)"]}, "location": "path"})
+    query = nul_problem("/api/v1/x", MultiDict([("a", "ok"), ("a", "b\x00"), ("k\x00", "v")]))
+    assert (query.code, query.details["location"], sorted(query.details["fields"])) == (
+        "VALIDATION_ERROR", "query", ["a", "k?"])
 
 
 @pytest.mark.parametrize("raw,stored", [("2026-11-20T08:00:00Z", "2026-11-20T08:00:00Z"),
