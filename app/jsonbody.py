@@ -205,10 +205,10 @@ def nul_problem(url_path: str, args) -> ValidationFailed | None:
     return None
 
 
-def json_bytes(value: Any) -> int:
+def json_bytes(value: Any, *, allow_nan: bool = True) -> int:
     """The size of `value` as compact UTF-8 JSON (no spaces, characters as they are): the one measure
-    of every byte limit on a JSON value."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    of every byte limit on a JSON value (`allow_nan=False`: ValueError for a non-finite number)."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str, allow_nan=allow_nan)
     return len(text.encode("utf-8", "surrogatepass"))
 
 

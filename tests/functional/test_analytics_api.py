@@ -202,8 +202,8 @@ def test_a_nul_in_a_query_parameter_is_the_one_nul_rule_never_a_database_error(c
 def test_a_nul_in_an_event_is_the_one_nul_rule_naming_each_place(client, auth):
     body = {**GOOD, "userId": "u\x00", "properties": {"k\x00": 1, "v": ["ok", "\x00"]}}
     got = assert_error(client.post(f"{API}/events", json=body, headers=auth()), 400, "VALIDATION_ERROR")
-    assert got["error"]["details"] == {"fields": {
-        "userId": NUL_MESSAGE, "properties": ["a key contains the NUL character (U+0000)"], "properties.v[1]": NUL_MESSAGE}}
+    assert got["error"]["details"] == {"fields": {"userId": NUL_MESSAGE, "properties.v[1]": NUL_MESSAGE,
+                                                  "properties": ["a key contains the NUL character (U+0000)"]}}
     batch = assert_error(client.post(f"{API}/events/batch", json={"events": [GOOD, {**GOOD, "eventType": "\x00"}]},
                                      headers=auth()), 400, "VALIDATION_ERROR")
     assert batch["error"]["details"] == {"fields": {"events[1].eventType": NUL_MESSAGE}}

@@ -136,3 +136,29 @@ def test_timestamps_that_leave_the_calendar_are_invalid():
 
     with pytest.raises(ValidationError):
         AgentInputSchema._declared_fields["lastUsedAt"].deserialize("0001-01-01T00:00:00+05:00")
+
+
+def test_a_fast_lane_is_derived_from_its_schema_so_a_rule_changed_there_changes_it():
+    from marshmallow import ValidationError, validates_schema
+
+    from app.fields import FastLane, FastLoad, text
+
+    class Wide(FastLoad):
+        name = text(10, min_length=1, required=True)
+        size = StrictInt(load_default=5, validate=validate.Range(min=1, max=9))
+
+    class Narrow(Wide):
+        name = text(3, min_length=1, required=True)
+
+        @validates_schema
+        def _even(self, data, **_):
+            if data["size"] % 2:
+                raise ValidationError("even sizes only")
+
+    body = {"name": "abcd", "size": 4}
+    assert FastLane(Wide()).load(Wide(), body) == Wide().load(body) == body
+    assert FastLane(Narrow()).load(Narrow(), body) is None  # the narrower length: declined, the schema reports
+    with pytest.raises(ValidationError):
+        Narrow().load(body)
+    assert FastLane(Narrow()).load(Narrow(), {"name": "abc", "size": 3}) is None  # the schema's own hook ran
+    assert FastLane(Wide()).load(Wide(), {"name": "a"}) == {"name": "a", "size": 5}
