@@ -250,7 +250,10 @@ def check_config(data: dict, *, schema_key: str, config_key: str) -> None:
 # schema's load returns, or declines (None) on anything it is not sure of — any validation error, a value
 # of another class, an unknown key under RAISE, a field type it does not know by heart — and the schema
 # then runs and reports as before. A rule changed in the schema is a rule changed in the lane: they
-# cannot drift (tests/unit/test_fast_lane.py checks both on random input).
+# cannot drift (tests/unit/analytics/test_fast_validation.py and tests/unit/entities/
+# test_fast_request_validation.py check both on random input). The lane is straight-line Python that
+# `FastLane` writes from that description and compiles once per schema class (as attrs and dataclasses do):
+# a field costs a few comparisons, not a closure call. `print(Schema.fast_lane().source)` shows it.
 
 class _Decline(Exception):
     """The fast lane is not sure: marshmallow decides."""
