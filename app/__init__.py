@@ -18,7 +18,7 @@ from typing import Any
 from flask import Flask, current_app, g, request
 
 from app.config import load_config
-from app.errors import InvalidInput, error_response
+from app.errors import error_response
 
 log = logging.getLogger(__name__)
 _SANE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -42,7 +42,8 @@ API_INFO = {
                                 "(HS256) whose claims select the organization and product.\n\n"
                                 "Rules that hold for every request beyond the schemas below: text anywhere in "
                                 "a request (values and object keys) must not contain the NUL character "
-                                "(U+0000), which PostgreSQL cannot store (400). Fields documented as JSON "
+                                "(U+0000), which PostgreSQL cannot store (400 VALIDATION_ERROR naming where, "
+                                "in the body, the query string or the path). Fields documented as JSON "
                                 "Schemas must be valid JSON Schemas, and a `config` must validate against its "
                                 "`configSchema` (400). References must exist in the caller's organization: "
                                 "`subAgentIds`, entity names, record ids, the fields a filter, sort or "
@@ -54,7 +55,8 @@ API_INFO = {
 def create_app(overrides: dict[str, Any] | None = None) -> Flask:
     """Build the Flask app. `overrides` replace configuration values (tests)."""
     app = Flask(__name__)
-    from app.jsonbody import SafeJSONProvider  # here, not at module level: see the module docstring
+    # here, not at module level: see the module docstring
+    from app.jsonbody import SafeJSONProvider, refuse_nul_in_url
 
     app.json = SafeJSONProvider(app)  # request.get_json() parses through app.jsonbody.loads
     # a copy per app: apispec's to_dict() merges each document into API_SPEC_OPTIONS in place, so a shared
@@ -88,11 +90,11 @@ def create_app(overrides: dict[str, Any] | None = None) -> Flask:
     register_error_handlers(app)
     # 5. cross-domain hooks, per app (nothing is installed by importing a module)
     _install_hooks(app)
-    # 6. request pipeline: request id, authentication, authorization, the NUL-in-path rule, CORS
+    # 6. request pipeline: request id, authentication, authorization, the NUL rule (path, query), CORS
     app.before_request(_assign_request_id)
     app.before_request(authenticate_request)
     app.before_request(authorize_request)
-    app.before_request(_refuse_nul_in_path)
+    app.before_request(refuse_nul_in_url)  # app.jsonbody: the one NUL rule, here for the path and query
     app.after_request(_finish_response)
     _register_cli(app)
     return app
@@ -185,15 +187,6 @@ def new_request_id() -> str:
 def _assign_request_id() -> None:
     incoming = request.headers.get("X-Request-ID", "")
     g.request_id = incoming if _SANE_REQUEST_ID.match(incoming) else new_request_id()
-
-
-def _refuse_nul_in_path() -> None:
-    """The one rule for a NUL character in the URL path, for every route: 400
-    INVALID_INPUT. PostgreSQL text cannot hold NUL, so such a path can name nothing; answering before
-    any route runs means no domain needs a check of its own. Runs after authentication and
-    authorization, so an anonymous caller still gets 401 on /api/v1."""
-    if "\x00" in request.path:
-        raise InvalidInput("The URL path must not contain the NUL character (%00).")
 
 
 def _finish_response(response):

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import functools
 import json
+import linecache
 import math
 import re
-from collections.abc import Mapping
 from datetime import UTC
 from typing import Any
 
 from jsonschema.exceptions import SchemaError
-from marshmallow import Schema, ValidationError, fields, pre_load, validate
+from marshmallow import EXCLUDE, RAISE, Schema, ValidationError, fields, missing, pre_load, validate
 from marshmallow import validate as _validate
 
 from app.jsonbody import BoundedJson, size_error
@@ -105,19 +105,6 @@ class UtcTimestamp(fields.DateTime):
         return moment.replace(microsecond=0, tzinfo=None).isoformat() + "Z"
 
 
-def contains_nul(value: Any) -> bool:
-    """True when a NUL character hides anywhere in `value` (keys included): PostgreSQL text and
-    JSONB cannot store it, so such input is refused up front instead of failing in the database."""
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, Mapping):  # JSON objects, and the query-string proxies of webargs
-        getall = getattr(value, "getall", None)
-        return any(contains_nul(k) or contains_nul(getall(k) if getall else value[k]) for k in value)
-    if isinstance(value, list | tuple):
-        return any(contains_nul(v) for v in value)
-    return False
-
-
 def non_finite_paths(value: Any, path: str = "") -> list[str]:
     """Where `value` holds a number that is not finite: `1e400` is JSON syntax but parses to infinity
     (app.jsonbody refuses the NaN/Infinity literals), which JSONB cannot store."""
@@ -130,14 +117,30 @@ def non_finite_paths(value: Any, path: str = "") -> list[str]:
     return []
 
 
+def clean_json_check(hook):
+    """Marks a `pre_load` hook that refuses only what `is_clean_json` refuses (a non-finite number, a lone
+    surrogate): a fast lane (`FastLane`) runs that one C-speed check for it instead."""
+    hook.clean_json_check = True
+    return hook
+
+
+def is_clean_json(value: Any) -> bool:
+    """True when `value` is JSON with finite numbers and text encodable as UTF-8 (one C-speed pass)."""
+    try:
+        json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except (ValueError, TypeError):  # NaN/Infinity, a lone surrogate (UnicodeEncodeError), not JSON
+        return False
+    return True
+
+
 class NulFree(Schema):
-    """Base of every request schema: no NUL characters anywhere in the input, and no number the
-    database cannot store (named by path, before any field is read)."""
+    """Base of every request schema: no number the database cannot store (named by path, before any
+    field is read). A NUL character anywhere in a request is the parser's one rule (app.jsonbody:
+    the body, the query string and the path alike), so no schema checks it again."""
 
     @pre_load
-    def _refuse_nul(self, data, **_):
-        if contains_nul(data):
-            raise ValidationError("Text must not contain NUL (\\u0000) characters.")
+    @clean_json_check
+    def _refuse_non_finite(self, data, **_):
         paths = non_finite_paths(data)
         if paths:
             raise ValidationError({p: ["Numbers must be finite."] for p in paths})
@@ -235,3 +238,298 @@ def check_config(data: dict, *, schema_key: str, config_key: str) -> None:
         errors = schema_errors(schema, config)
         if errors:
             raise ValidationError(errors, field_name=config_key)
+
+
+# --- fast lanes derived from their schema ----------------------------------------------------------
+# marshmallow's load costs tens of µs per body (hooks, error store, per-field machinery): most of the CPU of
+# an analytics batch or a record query's fixed cost. A `FastLoad` schema's `load` first tries its fast lane,
+# which `FastLane` derives from the schema itself, once: its declared fields (type, required, allow_none,
+# load_default, data_key), their validators (Length and Range inline, any other called as it is) and the
+# schema's hooks (pre_load, @validates, @validates_schema, post_load, called as marshmallow calls them;
+# a `clean_json_check` pre_load hook by one `is_clean_json` pass). The lane returns exactly what the
+# schema's load returns, or declines (None) on anything it is not sure of — any validation error, a value
+# of another class, an unknown key under RAISE, a field type it does not know by heart — and the schema
+# then runs and reports as before. A rule changed in the schema is a rule changed in the lane: they
+# cannot drift (tests/unit/analytics/test_fast_validation.py and tests/unit/entities/
+# test_fast_request_validation.py check both on random input). The lane is straight-line Python that
+# `FastLane` writes from that description and compiles once per schema class (as attrs and dataclasses do):
+# a field costs a few comparisons, not a closure call. `print(Schema.fast_lane().source)` shows it.
+
+class _Decline(Exception):
+    """The fast lane is not sure: marshmallow decides."""
+
+
+def _plain(field: fields.Field, base: type) -> bool:
+    """`field` deserializes as `base` does (the class itself, or a subclass that changes no loading)."""
+    return isinstance(field, base) and type(field)._deserialize is base._deserialize
+
+
+def _bounds(field: fields.Field) -> tuple[Any, Any] | None:
+    """(low, high), inclusive, that the field's validators amount to when they are only Length (of a
+    string) or Range (of an integer) rules; None otherwise."""
+    low, high = -math.inf, math.inf
+    for rule in field.validators:
+        if _plain(field, fields.String) and type(rule) is _validate.Length and rule.equal is None:
+            pass
+        elif type(field) is StrictInt and type(rule) is _validate.Range and rule.min_inclusive and rule.max_inclusive:
+            pass
+        else:
+            return None
+        low = low if rule.min is None else max(low, rule.min)
+        high = high if rule.max is None else min(high, rule.max)
+    return low, high
+
+
+class _Source:
+    """The text of one generated lane function and the names it refers to (its globals)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.names: dict[str, Any] = {"_Decline": _Decline, "is_clean_json": is_clean_json}
+        self.count = 0
+
+    def emit(self, indent: int, line: str) -> None:
+        self.lines.append("    " * indent + line)
+
+    def name(self, hint: str, value: Any = None) -> str:
+        self.count += 1
+        name = f"_{hint}{self.count}"
+        self.names[name] = value
+        return name
+
+    def literal(self, value: Any, hint: str) -> str:
+        """`value` as source: itself when it is a plain literal, else a name bound to it."""
+        if value is None or type(value) in (bool, int, str):
+            return repr(value)
+        return self.name(hint, value)
+
+
+def _within(src: _Source, measure: str, low: Any, high: Any) -> str | None:
+    """The condition `low <= measure <= high` (either side may be open: ±inf or None)."""
+    parts = []
+    if low is not None and low != -math.inf:
+        parts.append(f"{src.literal(low, 'low')} <= ")
+    parts.append(measure)
+    if high is not None and high != math.inf:
+        parts.append(f" <= {src.literal(high, 'high')}")
+    return "".join(parts) if len(parts) > 1 else None
+
+
+def _emit_rules(src: _Source, field: fields.Field, var: str, indent: int) -> None:
+    """The field's validators on `var`: Length and Range inline, any other called (False or an error: declined)."""
+    for rule in field.validators:
+        if type(rule) is _validate.Length:
+            if rule.equal is not None:
+                src.emit(indent, f"if len({var}) != {src.literal(rule.equal, 'equal')}:")
+                src.emit(indent + 1, "raise _Decline")
+                continue
+            condition = _within(src, f"len({var})", rule.min, rule.max)
+        elif type(rule) is _validate.Range:
+            below, above = "<=" if rule.min_inclusive else "<", "<=" if rule.max_inclusive else "<"
+            low = None if rule.min is None else f"{src.literal(rule.min, 'low')} {below} "
+            high = None if rule.max is None else f" {above} {src.literal(rule.max, 'high')}"
+            condition = None if low is None and high is None else f"{low or ''}{var}{high or ''}"
+        else:
+            src.emit(indent, f"if {src.name('rule', rule)}({var}) is False:")
+            src.emit(indent + 1, "raise _Decline")
+            continue
+        if condition is not None:
+            src.emit(indent, f"if not {condition}:")
+            src.emit(indent + 1, "raise _Decline")
+
+
+def _nested(src: _Source, field: fields.Nested) -> tuple[str, str]:
+    """Names of the nested schema's lane function and schema, bound on first use (a schema may nest itself)."""
+    run, schema = src.name("lane"), src.name("schema")
+    names = src.names
+
+    def first_use(_schema: Any, value: Any) -> Any:
+        lane = FastLane(field.schema, unknown=field.unknown)
+        names[run], names[schema] = lane.run, field.schema
+        return lane.run(field.schema, value)
+
+    names[run] = first_use
+    return run, schema
+
+
+def _is_nested(field: fields.Field) -> bool:
+    return (_plain(field, fields.Nested) and not field.many and field.only is None and not field.exclude
+            and isinstance(field.nested, type | Schema))
+
+
+def _emit_value(src: _Source, field: fields.Field, var: str, indent: int) -> None:
+    """Statements that turn the present value `var` of `field` into what the field loads, or raise _Decline."""
+    string, integer = _plain(field, fields.String), type(field) is StrictInt
+    bounds = _bounds(field) if string or integer else None
+    if bounds is not None:  # the usual field, in one step: a string within its lengths, an integer within its range
+        kind = "str" if string else "int"
+        condition = _within(src, f"len({var})" if string else var, *bounds)
+        if field.allow_none:
+            src.emit(indent, f"if {var}.__class__ is not {kind} and {var} is not None:")
+            src.emit(indent + 1, "raise _Decline")
+            if condition is not None:
+                src.emit(indent, f"if {var} is not None and not {condition}:")
+                src.emit(indent + 1, "raise _Decline")
+        else:
+            src.emit(indent, f"if {var}.__class__ is not {kind}" + (f" or not {condition}:" if condition else ":"))
+            src.emit(indent + 1, "raise _Decline")
+        return
+    known = string or integer or _is_nested(field) or _plain(field, fields.Raw) or _plain(field, fields.List) or (
+        _plain(field, fields.Dict) and field.value_field is None and (
+            field.key_field is None or (_plain(field.key_field, fields.String) and not field.key_field.validators)))
+    if not known and not isinstance(field, fields.Method | fields.Function | fields.Pluck):
+        own = src.name("field", field)
+        src.emit(indent, f"{var} = {own}.deserialize({var})  # {type(field).__name__}: its own load")
+        return
+    if field.allow_none:
+        src.emit(indent, f"if {var} is not None:")
+        indent += 1
+    elif not (string or integer or _plain(field, fields.Dict) or _plain(field, fields.List)):  # no class check below
+        src.emit(indent, f"if {var} is None:")
+        src.emit(indent + 1, "raise _Decline")
+    if string or integer:
+        src.emit(indent, f"if {var}.__class__ is not {'str' if string else 'int'}:")
+        src.emit(indent + 1, "raise _Decline")
+    elif isinstance(field, fields.Dict):
+        src.emit(indent, f"if {var}.__class__ is not dict:")
+        src.emit(indent + 1, "raise _Decline")
+        if field.key_field is not None:
+            src.emit(indent, f"if {var} and {{*map(type, {var})}} != {{str}}:")
+            src.emit(indent + 1, "raise _Decline")
+        src.emit(indent, f"{var} = dict({var})")
+    elif isinstance(field, fields.List):
+        src.emit(indent, f"if {var}.__class__ is not list:")
+        src.emit(indent + 1, "raise _Decline")
+        inner = field.inner
+        if _is_nested(inner) and not inner.allow_none and not inner.validators:
+            run, schema = _nested(src, inner)
+            src.emit(indent, f"{var} = [{run}({schema}, item) for item in {var}]")
+        else:
+            items, item = src.name("items"), src.name("item")
+            src.emit(indent, f"{items} = []")
+            src.emit(indent, f"for {item} in {var}:")
+            _emit_value(src, inner, item, indent + 1)
+            src.emit(indent + 1, f"{items}.append({item})")
+            src.emit(indent, f"{var} = {items}")
+    elif _is_nested(field):
+        run, schema = _nested(src, field)
+        src.emit(indent, f"{var} = {run}({schema}, {var})")
+    elif isinstance(field, fields.Method | fields.Function | fields.Pluck):
+        src.emit(indent, f"raise _Decline  # {type(field).__name__}: marshmallow loads it")
+        return
+    _emit_rules(src, field, var, indent)
+    if src.lines[-1].endswith(":"):
+        src.emit(indent, "pass")
+
+
+def _hook(attr: str) -> str:
+    return f"schema.{attr}" if attr.isidentifier() else f"getattr(schema, {attr!r})"
+
+
+class FastLane:
+    """What `schema.load(data)` returns, derived from the schema (see above) as one generated function
+    (`source` is its text; `run(schema, data)` raises _Decline)."""
+
+    def __init__(self, schema: Schema, *, unknown: str | None = None) -> None:
+        self.unknown = unknown or schema.unknown
+        if self.unknown not in (RAISE, EXCLUDE):
+            raise TypeError(f"{type(schema).__name__}: a fast lane keeps unknown=RAISE or EXCLUDE")
+        hooks = schema._hooks
+        ordered = [(attr, kw) for collection in (True, False) for attr, many, kw in hooks["pre_load"]
+                   if many is collection]
+        precheck = any(getattr(getattr(schema, attr), "clean_json_check", False) for attr, _ in ordered)
+        pre_load = [(attr, kw.get("pass_original", False)) for attr, kw in ordered
+                    if not getattr(getattr(schema, attr), "clean_json_check", False)]
+        declared = []
+        for name, field in schema.load_fields.items():
+            attr = field.attribute or name
+            if "." in attr:
+                raise TypeError(f"{type(schema).__name__}.{name}: a dotted attribute")
+            declared.append((field.data_key or name, attr, field))
+        by_name = {name: (field.data_key or name, field.attribute or name)
+                   for name, field in schema.load_fields.items()}
+        validates = [(attr, by_name[name]) for attr, _, kw in hooks["validates"] for name in kw["field_names"]
+                     if name in by_name]
+        schema_checks = [(attr, kw.get("pass_original", False)) for collection in (True, False)
+                         for attr, many, kw in hooks["validates_schema"] if many is collection]
+        post_load = [(attr, kw.get("pass_original", False)) for collection in (True, False)
+                     for attr, many, kw in hooks["post_load"] if many is collection]
+
+        src = _Source()
+        function = f"lane_{type(schema).__name__}"
+        src.emit(0, f"def {function}(schema, data):")
+        src.emit(1, "if data.__class__ is not dict" + (" or not is_clean_json(data):" if precheck else ":"))
+        src.emit(2, "raise _Decline")
+        options = f"many=False, partial=schema.partial, unknown={self.unknown!r}"
+        if any(pass_original for _, pass_original in pre_load + schema_checks + post_load):
+            src.emit(1, "original = data")
+        for attr, pass_original in pre_load:
+            src.emit(1, f"data = {_hook(attr)}(data, {'original, ' if pass_original else ''}{options})")
+            src.emit(1, "if data.__class__ is not dict:")
+            src.emit(2, "raise _Decline")
+        if self.unknown == RAISE:
+            keys = src.name("keys", frozenset(key for key, _, _ in declared))
+            src.emit(1, f"if not data.keys() <= {keys}:  # an unknown key under RAISE")
+            src.emit(2, "raise _Decline")
+        src.emit(1, "out = {}")
+        for key, attr, field in declared:
+            src.emit(1, f"if {key!r} in data:")
+            src.emit(2, f"value = data[{key!r}]")
+            _emit_value(src, field, "value", 2)
+            src.emit(2, f"out[{attr!r}] = value")
+            default = field.load_default
+            if field.required:
+                src.emit(1, "else:")
+                src.emit(2, "raise _Decline  # required")
+            elif default is not missing:
+                src.emit(1, "else:")
+                src.emit(2, f"out[{attr!r}] = " + (f"{src.name('default', default)}()" if callable(default)
+                                                   else src.literal(default, "default")))
+        for attr, (key, field_attr) in validates:
+            src.emit(1, f"if {field_attr!r} in out:")
+            src.emit(2, f"{_hook(attr)}(out[{field_attr!r}], data_key={key!r})")
+        for attr, pass_original in schema_checks:
+            src.emit(1, f"{_hook(attr)}(out, {'original, ' if pass_original else ''}{options})")
+        for attr, pass_original in post_load:
+            src.emit(1, f"out = {_hook(attr)}(out, {'original, ' if pass_original else ''}{options})")
+        src.emit(1, "return out")
+
+        self.source = "\n".join(src.lines) + "\n"
+        filename = f"<fast lane {type(schema).__module__}.{type(schema).__qualname__}>"
+        exec(compile(self.source, filename, "exec"), src.names)  # noqa: S102 - our own generated text
+        linecache.cache[filename] = (len(self.source), None, self.source.splitlines(True), filename)  # tracebacks
+        self.run = src.names[function]
+
+    def load(self, schema: Schema, data: Any) -> dict | None:
+        """The schema's load of `data`, or None when marshmallow must look at it."""
+        try:
+            return self.run(schema, data)
+        except (_Decline, ValidationError):
+            return None
+
+
+_LANES: dict[type, FastLane] = {}
+
+
+class FastLoad(Schema):
+    """A request schema whose `load` takes the fast lane derived from it (`FastLane`) and runs
+    marshmallow only when the lane declines: the same result, the same errors, a fraction of the cost."""
+
+    @classmethod
+    def fast_lane(cls) -> FastLane:
+        """The class's lane (built on first use); `print(Schema.fast_lane().source)` shows its code."""
+        lane = _LANES.get(cls)
+        if lane is None:
+            lane = _LANES[cls] = FastLane(cls())
+        return lane
+
+    def load(self, data, *, many=None, partial=None, unknown=None):
+        if many is None and partial is None:
+            lane = _LANES.get(type(self)) or type(self).fast_lane()
+            if ((unknown is None or unknown == self.unknown) and not self.many
+                    and self.unknown == lane.unknown and self.only is None and not self.exclude and not self.load_only
+                    and not self.dump_only and not self.partial):
+                found = lane.load(self, data)
+                if found is not None:
+                    return found
+        return super().load(data, many=many, partial=partial, unknown=unknown)

@@ -11,11 +11,13 @@ Both readers of a request body go through `loads()`: flask-smorest/webargs argum
 - the literals `NaN`, `Infinity` and `-Infinity` (not JSON, RFC 8259 §6, though Python's decoder takes
   them; JSONB and the domains cannot hold them) → 400 INVALID_INPUT naming the literal, for every
   route alike. A number too big for a float (`1e400`) still parses to infinity and is refused by the
-  domain that reads it (`check_storable`, the analytics checks, the agent registry's `NulFree`),
+  domain that reads it (`check_storable`, the analytics checks, the schemas' `NulFree` base),
   naming the field;
-- a lone surrogate (`"\\ud800"`, unencodable as UTF-8: PostgreSQL, headers and logs would fail on it) in
-  any string or key → 400 VALIDATION_ERROR naming the path. NUL characters are refused by each domain's
-  own check, which names the field or the bulk record index (`check_storable`, `NulFree`, email subject);
+- a character no text column can hold, in any string or key → 400 VALIDATION_ERROR naming each path
+  (`details.fields`): a lone surrogate (`"\\ud800"`, unencodable as UTF-8: PostgreSQL, headers and logs
+  would fail on it) or a NUL (`"\\u0000"`, which PostgreSQL text and JSONB cannot store). The NUL rule is
+  one rule for a whole request (`nul_problem`): the same answer for a NUL in the URL path or a query
+  parameter (`refuse_nul_in_url`, run by create_app for every route), so no domain has a check of its own;
 - a string longer than `MAX_STRING_CHARS` → 413.
 
 Past parsing, a free-form JSON field is bounded by `BoundedJson`, the one field type for every object
@@ -32,18 +34,25 @@ import json
 import re
 from typing import Any
 
-from flask import current_app, has_app_context
+from flask import current_app, has_app_context, request
 from flask.json.provider import DefaultJSONProvider
 from marshmallow import ValidationError, fields
 
 from app.config import SETTINGS
 from app.errors import ApiError, InvalidInput, PayloadTooLarge, ValidationFailed
 
+NUL_MESSAGE = "must not contain the NUL character (U+0000)"
+NUL_KEY_MESSAGE = "a key contains the NUL character (U+0000)"
+
 DEFAULT_MAX_DEPTH = 64
 # Only a \u escape can produce a lone surrogate (raw surrogates are invalid UTF-8), so the check runs
 # only when the text has a surrogate escape; pairs (emoji) are joined by the decoder, and re-encoding
 # (C speed) tells whether a lone one is left before the slower walk that names where.
 _SUSPICIOUS_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+# Only the escape `\u0000` can put a NUL into a parsed string (a raw NUL byte is not valid JSON), so
+# the walk that names where runs only when the text has it (the six characters typed as text, escaped
+# as `\\u0000`, are a false alarm the walk clears).
+_NUL_ESCAPE = "\\u0000"
 _BAD_CHARS = re.compile("[\ud800-\udfff]")
 
 
@@ -101,7 +110,7 @@ def loads(data: bytes | bytearray | str) -> Any:
     max_string = _setting("MAX_STRING_CHARS", 0)
     if text.count("[") + text.count("{") > max_depth:  # fewer brackets than levels: cannot be too deep
         check_depth(value, max_depth)
-    scan = bool(_SUSPICIOUS_ESCAPE.search(text)) and _has_lone_surrogate(value)
+    scan = (_NUL_ESCAPE in text) or (bool(_SUSPICIOUS_ESCAPE.search(text)) and _has_lone_surrogate(value))
     long_possible = bool(max_string) and len(text) > max_string
     if scan or long_possible:
         check_strings(value, scan_strings=scan, max_string=max_string if long_possible else 0)
@@ -132,8 +141,8 @@ def check_depth(value: Any, max_depth: int = DEFAULT_MAX_DEPTH, what: str = "Req
 
 def check_strings(value: Any, *, scan_strings: bool = True, max_string: int = 0,
                   what: str = "Request body") -> None:
-    """Lone surrogates in strings and keys (400 naming the paths) and strings over `max_string`
-    characters (413), in a document already known to be shallow enough."""
+    """Lone surrogates and NUL characters in strings and keys (400 naming the paths) and strings over
+    `max_string` characters (413), in a document already known to be shallow enough."""
     problems: dict[str, list[str]] = {}
     stack: list[tuple[Any, str]] = [(value, "")]
     while stack and len(problems) < 20:
@@ -143,6 +152,8 @@ def check_strings(value: Any, *, scan_strings: bool = True, max_string: int = 0,
                 if scan_strings and _BAD_CHARS.search(key):
                     problems.setdefault(_printable(path) or "(root)", []).append(
                         "a key contains a lone surrogate (\\ud800-\\udfff)")
+                if scan_strings and "\x00" in key:
+                    problems.setdefault(_printable(path) or "(root)", []).append(NUL_KEY_MESSAGE)
                 stack.append((item, f"{path}.{key}" if path else str(key)))
         elif isinstance(node, list):
             stack.extend((item, f"{path}[{index}]") for index, item in enumerate(node))
@@ -159,16 +170,45 @@ def _check_string(value: str, path: str, scan: bool, max_string: int, problems: 
     if scan and _BAD_CHARS.search(value):
         problems.setdefault(_printable(path) or "(root)", []).append(
             "must not contain a lone surrogate (\\ud800-\\udfff)")
+    if scan and "\x00" in value:
+        problems.setdefault(_printable(path) or "(root)", []).append(NUL_MESSAGE)
 
 
 def _printable(path: str) -> str:
-    return _BAD_CHARS.sub("?", path)[:200]
+    return _BAD_CHARS.sub("?", path).replace("\x00", "?")[:200]
 
 
-def json_bytes(value: Any) -> int:
+def refuse_nul_in_url() -> None:
+    """The NUL rule for the URL (create_app runs it before every route, after authentication and
+    authorization: an anonymous caller still gets 401 on /api/v1). Before routing, so an unknown path
+    with a NUL is the same 400, and no domain needs a check of its own."""
+    problem = nul_problem(request.path, request.args)
+    if problem is not None:
+        raise problem
+
+
+def nul_problem(url_path: str, args) -> ValidationFailed | None:
+    """The answer to a NUL character in a request's URL path or query string (parameter names and
+    values; `args` is a MultiDict), or None: 400 VALIDATION_ERROR naming where, as for a body."""
+    if "\x00" in url_path:
+        return ValidationFailed("The URL path must not contain the NUL character (%00).",
+                                {"fields": {"path": [NUL_MESSAGE]}, "location": "path"})
+    problems: dict[str, list[str]] = {}
+    for key, values in args.lists():
+        if "\x00" in key:
+            problems.setdefault(_printable(key), []).append("the parameter name contains the NUL character (U+0000)")
+        elif any("\x00" in value for value in values):
+            problems.setdefault(_printable(key), []).append(NUL_MESSAGE)
+    if problems:
+        return ValidationFailed(f"Query parameter {', '.join(sorted(problems))} must not contain the NUL "
+                                "character (%00).", {"fields": problems, "location": "query"})
+    return None
+
+
+def json_bytes(value: Any, *, allow_nan: bool = True) -> int:
     """The size of `value` as compact UTF-8 JSON (no spaces, characters as they are): the one measure
-    of every byte limit on a JSON value."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    of every byte limit on a JSON value (`allow_nan=False`: ValueError for a non-finite number)."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str, allow_nan=allow_nan)
     return len(text.encode("utf-8", "surrogatepass"))
 
 

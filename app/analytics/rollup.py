@@ -1,203 +1,109 @@
-"""Rollup arithmetic, pure Python (no database): the reference definitions of what one ingest batch
-adds to the rollups. The batch writer (`app.analytics.writer`) does the same in SQL over the staged
-batch; the tests check it against `plan_batch` and a from-scratch computation. Only events stored for
-the first time reach the planner; duplicates and redeliveries add nothing.
+"""The definitions of the analytics metrics, once: which events are chat facts, their defaults, the fact
+columns of a chat event (SQL over its `properties`), and what a message and a chat add to the rollup
+and usage columns.
 
-Definitions (also what the reference in the tests and the benchmark computes from raw facts):
+The batch writer (`app.analytics.writer`) compiles these expressions into its set-based statements over
+the staged batch; the dashboards (`app.analytics.services`) apply the same expressions to the raw events
+and chat rows of a window's partial days. So a change here changes both, and the rollups of whole days
+and the raw reads of partial days cannot disagree. The pure-Python reference model the tests compare
+the writer with lives in tests/unit/analytics/reference.py.
+
 - message metrics (messages, inbound, tokens, cost, usage per service/model) belong to the message
-  event's own UTC day, `agentId` ('' when absent) and `channel` ('web' when absent);
-- a user is active on the day/agent/channel of each chat event they sent (exact sets, no sketch);
-- a chat is all chat events with one `chatId`; its *earliest* event (by timestamp, then eventId) fixes
-  its start day, user, agent and channel; its duration is its last non-csat event − its first event; its CSAT is the
-  score of its latest `csat` event. A late event that changes any of these retracts the chat's old
-  contribution from its old bucket and adds the new one, so totals stay exact in any arrival order.
-Durations are integer microseconds and costs Decimals with 6 places, so sums and retractions are exact.
+  event's own UTC day, `agentId` ('' when absent) and `channel` ('web' when absent or empty);
+- a chat's start day, user, agent and channel are those of its earliest event; its duration is its last
+  non-csat event − its first event (integer microseconds); its CSAT the score of its latest `csat` event.
 """
 
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
-from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
+
+from sqlalchemy import BigInteger, Integer, Numeric, Text, and_, case, cast, false, func, literal, literal_column
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.sql.elements import ColumnElement
 
 CHAT_CATEGORY = "chat"
 CHAT_TYPES = ("chat_started", "message", "chat_ended", "csat")
 DEFAULT_CHANNEL = "web"
 DEFAULT_SERVICE = "chat"
 DEFAULT_MODEL = "unknown"
-CENT = Decimal("0.000001")
 
 ROLLUP_COLUMNS = ("chats", "duration_us", "csat_sum", "csat_count", "messages", "inbound_messages",
                   "input_tokens", "output_tokens", "total_tokens", "cost")
 USAGE_COLUMNS = ("input_tokens", "output_tokens", "total_tokens", "cost", "request_count")
+COST = Numeric(18, 6)
 
 
-def money(value: Any) -> Decimal:
-    return Decimal(str(value or 0)).quantize(CENT, rounding=ROUND_HALF_UP)  # as PostgreSQL numeric rounds
+def _text_or(value: ColumnElement, default: str) -> ColumnElement:
+    """The text, or `default` when it is absent or empty."""
+    return func.coalesce(func.nullif(value, ""), default)
 
 
-def utc_day(ts: datetime) -> date:
-    return ts.astimezone(UTC).date()
+def _number(value: ColumnElement, type_: Any) -> ColumnElement:
+    return cast(func.coalesce(cast(value, Numeric), 0), type_)
 
 
-@dataclass(frozen=True, slots=True)
-class ChatFact:
-    """One chat-category event, reduced to what the rollups need."""
-
-    org_id: str
-    event_id: str
-    event_type: str
-    chat_id: str
-    user_id: str
-    at: datetime
-    agent_id: str = ""
-    agent_name: str | None = None
-    channel: str = DEFAULT_CHANNEL
-    inbound: bool = False
-    service: str = DEFAULT_SERVICE
-    model: str = DEFAULT_MODEL
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost: Decimal = Decimal(0)
-    score: int | None = None
-    day: date | None = None
-
-    def __post_init__(self) -> None:
-        if self.day is None:
-            object.__setattr__(self, "day", utc_day(self.at))
-
-    @property
-    def order(self) -> tuple[datetime, str]:
-        return (self.at, self.event_id)
+def fact_columns(p: ColumnElement, event_type: ColumnElement) -> dict[str, ColumnElement]:
+    """The fact columns of a chat event from its `properties` (`p`, JSONB) and type: message-only
+    columns are their default for the other types."""
+    message = event_type == "message"
+    return {
+        "agent_id": func.coalesce(p["agentId"].astext, ""),
+        "agent_name": p["agentName"].astext,
+        "channel": _text_or(p["channel"].astext, DEFAULT_CHANNEL),
+        "inbound": and_(message, func.coalesce(p["direction"].astext == "inbound", false())),
+        "service": case((message, _text_or(p["service"].astext, DEFAULT_SERVICE)), else_=DEFAULT_SERVICE),
+        "model": case((message, _text_or(p["model"].astext, DEFAULT_MODEL)), else_=DEFAULT_MODEL),
+        "input_tokens": case((message, _number(p["inputTokens"].astext, BigInteger)), else_=0),
+        "output_tokens": case((message, _number(p["outputTokens"].astext, BigInteger)), else_=0),
+        "cost": case((message, _number(p["cost"].astext, COST)), else_=literal(0, COST)),
+        "score": case((event_type == "csat", cast(cast(p["score"].astext, Numeric), Integer))),
+    }
 
 
-def chat_fact(event: dict[str, Any]) -> ChatFact | None:
-    """The chat fact of a normalised event (see services.normalise_event), or None for other events."""
-    kind = event["event_type"]
-    if event["event_category"] != CHAT_CATEGORY or kind not in CHAT_TYPES:
-        return None
-    props = event.get("properties") or {}
-    message = kind == "message"
-    return ChatFact(
-        event["org_id"], event["event_id"], kind, props["chatId"], event["user_id"], event["occurred_at"],
-        props.get("agentId") or "", props.get("agentName"), props.get("channel") or DEFAULT_CHANNEL,
-        message and props.get("direction") == "inbound",
-        (props.get("service") or DEFAULT_SERVICE) if message else DEFAULT_SERVICE,
-        (props.get("model") or DEFAULT_MODEL) if message else DEFAULT_MODEL,
-        int(props.get("inputTokens") or 0) if message else 0,
-        int(props.get("outputTokens") or 0) if message else 0,
-        money(props.get("cost")) if message else Decimal(0),
-        int(props["score"]) if kind == "csat" else None)
+def message_sums(f: dict[str, ColumnElement]) -> dict[str, ColumnElement]:
+    """What one message (fact columns `f`: inbound, input_tokens, output_tokens, cost) adds to each
+    rollup column."""
+    return {"chats": 0, "duration_us": 0, "csat_sum": 0, "csat_count": 0, "messages": 1,
+            "inbound_messages": cast(f["inbound"], Integer), "input_tokens": f["input_tokens"],
+            "output_tokens": f["output_tokens"], "total_tokens": f["input_tokens"] + f["output_tokens"],
+            "cost": f["cost"]}
 
 
-@dataclass
-class ChatState:
-    """One row of analytics_chats."""
-
-    user_id: str | None = None
-    agent_id: str = ""
-    agent_name: str | None = None
-    channel: str = DEFAULT_CHANNEL
-    first_at: datetime | None = None
-    first_event_id: str | None = None
-    last_at: datetime | None = None
-    message_count: int = 0
-    inbound_messages: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    total_tokens: int = 0
-    cost: Decimal = field(default_factory=lambda: Decimal(0))
-    csat_score: int | None = None
-    csat_at: datetime | None = None
-    csat_event_id: str | None = None
-
-    def absorb(self, fact: ChatFact) -> None:
-        if self.first_at is None or fact.order < (self.first_at, self.first_event_id or ""):
-            self.first_at, self.first_event_id = fact.at, fact.event_id
-            self.user_id, self.agent_id, self.agent_name, self.channel = (
-                fact.user_id, fact.agent_id, fact.agent_name, fact.channel)
-        if fact.event_type != "csat" and (self.last_at is None or fact.at > self.last_at):
-            self.last_at = fact.at  # a survey answered later does not lengthen the chat
-        if fact.event_type == "message":
-            self.message_count += 1
-            self.inbound_messages += int(fact.inbound)
-            self.input_tokens += fact.input_tokens
-            self.output_tokens += fact.output_tokens
-            self.total_tokens += fact.input_tokens + fact.output_tokens
-            self.cost += fact.cost
-        elif fact.event_type == "csat" and (
-                self.csat_at is None or fact.order > (self.csat_at, self.csat_event_id or "")):
-            self.csat_score, self.csat_at, self.csat_event_id = fact.score, fact.at, fact.event_id
-
-    @property
-    def duration_us(self) -> int:
-        if self.first_at is None or self.last_at is None:
-            return 0
-        delta = self.last_at - self.first_at
-        return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-    def contribution(self) -> tuple[tuple[date, str, str], dict[str, int]] | None:
-        """(bucket, chat columns) this chat adds to the rollup; None for an empty placeholder."""
-        if self.first_at is None:
-            return None
-        return ((utc_day(self.first_at), self.agent_id, self.channel),
-                {"chats": 1, "duration_us": self.duration_us,
-                 "csat_sum": self.csat_score or 0, "csat_count": int(self.csat_score is not None)})
+def usage_sums(f: dict[str, ColumnElement]) -> dict[str, ColumnElement]:
+    """What one message adds to each usage column (per service and model)."""
+    return {"input_tokens": f["input_tokens"], "output_tokens": f["output_tokens"],
+            "total_tokens": f["input_tokens"] + f["output_tokens"], "cost": f["cost"], "request_count": 1}
 
 
-@dataclass
-class BatchPlan:
-    """Everything one batch changes: deltas to add, sets to union, chat rows to write."""
-
-    rollup: dict[tuple[str, date, str, str], dict[str, Any]] = field(default_factory=dict)
-    usage: dict[tuple[str, date, str, str], dict[str, Any]] = field(default_factory=dict)
-    users: set[tuple[str, date, str, str, str]] = field(default_factory=set)
-    chats: dict[tuple[str, str], ChatState] = field(default_factory=dict)
-    agent_names: dict[tuple[str, str], str] = field(default_factory=dict)
+def duration_us(first_at: ColumnElement, last_at: ColumnElement) -> ColumnElement:
+    """A chat's duration in integer microseconds (0 while either end is unknown)."""
+    return func.coalesce(cast(func.extract("epoch", last_at - first_at) * 1_000_000, BigInteger), 0)
 
 
-def _add(target: dict, key: tuple, columns: tuple[str, ...], values: dict[str, Any], sign: int = 1) -> None:
-    row = target.get(key)
-    if row is None:
-        row = target[key] = {c: (Decimal(0) if c == "cost" else 0) for c in columns}
-    for name, value in values.items():
-        row[name] += sign * value
+def chat_sums(first_at: ColumnElement, last_at: ColumnElement, score: ColumnElement) -> dict[str, ColumnElement]:
+    """What one chat adds to each rollup column of its start bucket."""
+    return {"chats": 1, "duration_us": duration_us(first_at, last_at), "csat_sum": func.coalesce(score, 0),
+            "csat_count": cast(score.isnot(None), Integer), "messages": 0, "inbound_messages": 0,
+            "input_tokens": 0, "output_tokens": 0, "total_tokens": 0, "cost": 0}
 
 
-def plan_batch(facts: list[ChatFact], existing: dict[tuple[str, str], ChatState]) -> BatchPlan:
-    """The rollup deltas of `facts` (events stored for the first time), given the current rows of the
-    chats they touch (`existing`; a missing chat is a new one)."""
-    plan = BatchPlan()
-    touched: dict[tuple[str, str], ChatState] = {}
-    for fact in sorted(facts, key=lambda f: (f.org_id, f.order)):
-        bucket = (fact.org_id, fact.day, fact.agent_id, fact.channel)
-        plan.users.add((*bucket, fact.user_id))
-        if fact.agent_id and fact.agent_name:
-            plan.agent_names[(fact.org_id, fact.agent_id)] = fact.agent_name
-        if fact.event_type == "message":
-            tokens = fact.input_tokens + fact.output_tokens
-            _add(plan.rollup, bucket, ROLLUP_COLUMNS,
-                 {"messages": 1, "inbound_messages": int(fact.inbound), "input_tokens": fact.input_tokens,
-                  "output_tokens": fact.output_tokens, "total_tokens": tokens, "cost": fact.cost})
-            _add(plan.usage, (fact.org_id, fact.day, fact.service, fact.model), USAGE_COLUMNS,
-                 {"input_tokens": fact.input_tokens, "output_tokens": fact.output_tokens,
-                  "total_tokens": tokens, "cost": fact.cost, "request_count": 1})
-        key = (fact.org_id, fact.chat_id)
-        state = touched.get(key)
-        if state is None:
-            old = existing.get(key)
-            state = touched[key] = copy.copy(old) if old is not None else ChatState()
-        state.absorb(fact)
-    for key, state in touched.items():
-        old = existing.get(key)
-        before = old.contribution() if old is not None else None
-        after = state.contribution()
-        if before != after:
-            if before is not None:
-                _add(plan.rollup, (key[0], *before[0]), ROLLUP_COLUMNS, before[1], -1)
-            if after is not None:
-                _add(plan.rollup, (key[0], *after[0]), ROLLUP_COLUMNS, after[1])
-        plan.chats[key] = state
-    return plan
+# --- as SQL text, for the writer's statements --------------------------------------------------------
+
+def column(name: str, type_: Any = Text) -> ColumnElement:
+    """A column of the writer's statements by name (compiled as is)."""
+    return literal_column(name, type_)
+
+
+def sql(value: Any) -> str:
+    """An expression (or a constant) as PostgreSQL text, constants inlined (compiled once, at import)."""
+    if not isinstance(value, ColumnElement):
+        value = literal(value)
+    return str(value.compile(dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True}))
+
+
+def chat_fact_sql(p: str, event_type: str) -> dict[str, str]:
+    """`fact_columns` over the writer's columns named `p` (JSONB) and `event_type`, as SQL text."""
+    return {name: sql(expr) for name, expr in fact_columns(column(p, JSONB), column(event_type)).items()}
+

@@ -8,9 +8,9 @@ import math
 import re
 from typing import Any
 
-from marshmallow import EXCLUDE, RAISE, Schema, ValidationError, fields, pre_load, validate, validates_schema
+from marshmallow import EXCLUDE, Schema, ValidationError, fields, pre_load, validate, validates_schema
 
-from app.fields import NulFree, QueryInt, text
+from app.fields import FastLoad, NulFree, QueryInt, clean_json_check, text
 from app.jsonbody import json_bytes
 from app.wire import parse_instant
 
@@ -75,14 +75,16 @@ EVENT_ID_PATTERN = re.compile(r"^[\x21-\x7e]+$")
 CHAT_EVENT_TYPES = ("chat_started", "message", "chat_ended", "csat")
 
 
-class AnalyticsEventSchema(NulFree):
+class AnalyticsEventSchema(NulFree, FastLoad):
     """AnalyticsEvent (camelCase). `orgId` is accepted and ignored: the token selects the org.
-    Fields the DTO does not name are dropped (a newer client must not lose its events)."""
+    Fields the DTO does not name are dropped (a newer client must not lose its events).
+    `load` takes the fast lane derived from this schema (app.fields.FastLoad): the accept path's CPU."""
 
     class Meta:
         unknown = EXCLUDE
 
     @pre_load
+    @clean_json_check
     def _refuse_lone_surrogates(self, data, **_):
         try:
             json.dumps(data, ensure_ascii=False).encode("utf-8")
@@ -119,122 +121,27 @@ class AnalyticsEventSchema(NulFree):
                 errors["timestamp"] = ["Must be an ISO 8601 timestamp, e.g. 2026-11-23T10:00:00Z."]
         props = data.get("properties")
         if props is not None:
-            _finite_json(props, "properties", errors)
-            if not errors:
-                size = json_bytes(props)  # the one measure of a JSON value's size (app.jsonbody)
-                if size > MAX_PROPERTIES_BYTES:
+            try:  # the one measure of a JSON value's size (app.jsonbody); a non-finite number is named
+                size = json_bytes(props, allow_nan=False)
+            except ValueError:
+                _finite_json(props, "properties", errors)
+            else:
+                if not errors and size > MAX_PROPERTIES_BYTES:
                     errors["properties"] = [f"At most {MAX_PROPERTIES_BYTES} bytes as JSON (got {size})."]
         if data.get("eventCategory") == "chat" and data.get("eventType") in CHAT_EVENT_TYPES:
             errors.update(chat_property_errors(data["eventType"], props or {}))
         if errors:
             raise ValidationError(errors)
 
-    def load(self, data, *, many=None, partial=None, unknown=None):
-        if many is None and partial is None and unknown in (None, EXCLUDE):
-            found = fast_events([data]) if type(data) is dict else None
-            if found is not None:
-                return found[0]
-        return super().load(data, many=many, partial=partial, unknown=unknown)
-
-
-# --- the accept path's fast lane ---------------------------------------------------------------------
-# marshmallow costs ~50 µs per event (most of a batch POST's CPU). `fast_events` accepts only what the
-# schema accepts and returns exactly what `load` would; anything it is not sure of (any error, a NUL or
-# lone surrogate anywhere, a non-finite number, an unusual type) returns None and the caller runs the
-# schema, which then reports the errors as before. tests/unit/test_analytics_fast_validation.py checks
-# the equivalence on random and mutated events.
-
-_TEXT_FIELDS = (("sessionId", 256), ("userId", 256), ("eventType", 128), ("eventCategory", 128))
-
-
-def _fast_event(data: dict) -> dict | None:
-    out: dict[str, Any] = {}
-    for name, limit in _TEXT_FIELDS:
-        value = data.get(name)
-        if value.__class__ is not str or not 1 <= len(value) <= limit:
-            return None
-        out[name] = value
-    if "eventId" in data:
-        value = data["eventId"]
-        if value is not None and (value.__class__ is not str or not 1 <= len(value) <= 128
-                                  or not EVENT_ID_PATTERN.match(value)):
-            return None
-        out["eventId"] = value
-    if "orgId" in data:
-        value = data["orgId"]
-        if value is not None and value.__class__ is not str:
-            return None
-        out["orgId"] = value
-    if "pagePath" in data:
-        value = data["pagePath"]
-        if value is not None and (value.__class__ is not str or len(value) > 2048):
-            return None
-        out["pagePath"] = value
-    if "timestamp" in data:
-        value = data["timestamp"]
-        if value is not None:
-            if value.__class__ is not str:
-                return None
-            try:
-                parse_instant(value)
-            except ValueError:
-                return None
-        out["timestamp"] = value
-    if "properties" in data:
-        props = data["properties"]
-        if props is not None:
-            if props.__class__ is not dict:
-                return None
-            try:
-                size = len(json.dumps(props, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode())
-            except (ValueError, TypeError):  # non-finite numbers (or not JSON): let the schema say
-                return None
-            if size > MAX_PROPERTIES_BYTES:
-                return None
-            props = dict(props)
-        out["properties"] = props
-    if out["eventCategory"] == "chat" and out["eventType"] in CHAT_EVENT_TYPES and chat_property_errors(
-            out["eventType"], out.get("properties") or {}):
-        return None
-    return out
-
-
-def fast_events(events: list) -> list[dict] | None:
-    """What AnalyticsEventSchema().load gives for each event, or None when any of them needs the schema."""
-    try:  # one C-speed pass over every event: NUL (only as an escape), lone surrogates, NaN/Infinity
-        whole = json.dumps(events, ensure_ascii=False, allow_nan=False)
-        whole.encode("utf-8")
-    except (ValueError, TypeError):
-        return None
-    if "\\u0000" in whole:
-        return None
-    out = []
-    for data in events:
-        if data.__class__ is not dict:
-            return None
-        loaded = _fast_event(data)
-        if loaded is None:
-            return None
-        out.append(loaded)
-    return out
-
 
 MAX_BATCH = 500
 
 
-class EventBatchSchema(Schema):
+class EventBatchSchema(FastLoad):
     """Several events in one request (beyond the spec; PostHog's /batch): all valid, or none stored."""
 
     events = fields.List(fields.Nested(AnalyticsEventSchema), required=True,
                          validate=validate.Length(min=1, max=MAX_BATCH))
-
-    def load(self, data, *, many=None, partial=None, unknown=None):
-        if (many is None and partial is None and unknown in (None, RAISE) and type(data) is dict
-                and len(data) == 1 and type(data.get("events")) is list and 1 <= len(data["events"]) <= MAX_BATCH):
-            found = fast_events(data["events"])
-            if found is not None:
-                return {"events": found}
-        return super().load(data, many=many, partial=partial, unknown=unknown)
 
 
 class BatchAcceptedSchema(Schema):

@@ -16,9 +16,7 @@ from typing import Any
 from sqlalchemy import (
     BigInteger,
     Date,
-    Numeric,
     and_,
-    case,
     cast,
     func,
     literal,
@@ -27,6 +25,7 @@ from sqlalchemy import (
     union_all,
 )
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import ColumnElement
 
 from app.analytics.models import (
     AnalyticsAgentName,
@@ -39,11 +38,13 @@ from app.analytics.models import (
 from app.analytics.rollup import (
     CHAT_CATEGORY,
     CHAT_TYPES,
-    DEFAULT_CHANNEL,
-    DEFAULT_MODEL,
-    DEFAULT_SERVICE,
+    COST,
     ROLLUP_COLUMNS,
     USAGE_COLUMNS,
+    chat_sums,
+    fact_columns,
+    message_sums,
+    usage_sums,
 )
 from app.analytics.writer import encode, write_lines
 from app.db import db
@@ -174,22 +175,14 @@ def _utc_day(column):
 
 
 def _props():
-    p = E.c.properties
-    return {
-        "agent_id": func.coalesce(p["agentId"].astext, ""),
-        # an empty string means the default, as in the writer's rollups (app.analytics.writer)
-        "channel": func.coalesce(func.nullif(p["channel"].astext, ""), DEFAULT_CHANNEL),
-        "input_tokens": func.coalesce(cast(p["inputTokens"].astext, BigInteger), 0),
-        "output_tokens": func.coalesce(cast(p["outputTokens"].astext, BigInteger), 0),
-        "cost": func.coalesce(cast(p["cost"].astext, Numeric(18, 6)), 0),
-        "inbound": case((p["direction"].astext == "inbound", 1), else_=0),
-        "service": func.coalesce(func.nullif(p["service"].astext, ""), DEFAULT_SERVICE),
-        "model": func.coalesce(func.nullif(p["model"].astext, ""), DEFAULT_MODEL),
-    }
+    """The fact columns of the events read (the definitions of app.analytics.rollup, as the writer's)."""
+    return fact_columns(E.c.properties, E.c.event_type)
 
 
-def _zero(name: str):
-    return literal(0, BigInteger).label(name)
+def _labelled(sums: dict[str, Any], columns: tuple[str, ...]) -> list:
+    """`sums` (app.analytics.rollup) as labelled select columns in `columns` order (constants typed)."""
+    return [(sums[c] if isinstance(sums[c], ColumnElement) else literal(sums[c], COST if c == "cost" else BigInteger)
+             ).label(c) for c in columns]
 
 
 def facts(window: Window, org: str | None = None, channel: str | None = None):
@@ -204,22 +197,13 @@ def facts(window: Window, org: str | None = None, channel: str | None = None):
     if window.edges:
         p = _props()
         q = select(E.c.org_id, _utc_day(E.c.occurred_at).label("day"), p["agent_id"].label("agent_id"),
-                   p["channel"].label("channel"), _zero("chats"), _zero("duration_us"), _zero("csat_sum"),
-                   _zero("csat_count"), literal(1, BigInteger).label("messages"),
-                   p["inbound"].label("inbound_messages"), p["input_tokens"].label("input_tokens"),
-                   p["output_tokens"].label("output_tokens"),
-                   (p["input_tokens"] + p["output_tokens"]).label("total_tokens"), p["cost"].label("cost")
+                   p["channel"].label("channel"), *_labelled(message_sums(p), ROLLUP_COLUMNS)
                    ).where(E.c.event_category == CHAT_CATEGORY, E.c.event_type == "message",
                            _edge_time(E.c.occurred_at, window))
         q = q.where(E.c.org_id == org) if org else q
         parts.append(q.where(p["channel"] == channel) if channel else q)
-        duration = func.coalesce(cast(func.extract("epoch", C.c.last_at - C.c.first_at) * 1_000_000, BigInteger), 0)
         q = select(C.c.org_id, _utc_day(C.c.first_at).label("day"), C.c.agent_id, C.c.channel,
-                   literal(1, BigInteger).label("chats"), duration.label("duration_us"),
-                   func.coalesce(C.c.csat_score, 0).label("csat_sum"),
-                   case((C.c.csat_score.isnot(None), 1), else_=0).label("csat_count"),
-                   _zero("messages"), _zero("inbound_messages"), _zero("input_tokens"), _zero("output_tokens"),
-                   _zero("total_tokens"), literal(0, Numeric(18, 6)).label("cost")
+                   *_labelled(chat_sums(C.c.first_at, C.c.last_at, C.c.csat_score), ROLLUP_COLUMNS)
                    ).where(C.c.first_at.isnot(None), _edge_time(C.c.first_at, window))
         q = q.where(C.c.org_id == org) if org else q
         parts.append(q.where(C.c.channel == channel) if channel else q)
@@ -335,9 +319,7 @@ def usage(org: str, window: Window) -> list[dict[str, Any]]:
     if window.edges:
         p = _props()
         parts.append(select(p["service"].label("service"), p["model"].label("model"),
-                            p["input_tokens"].label("input_tokens"), p["output_tokens"].label("output_tokens"),
-                            (p["input_tokens"] + p["output_tokens"]).label("total_tokens"),
-                            p["cost"].label("cost"), literal(1, BigInteger).label("request_count")).where(
+                            *_labelled(usage_sums(p), USAGE_COLUMNS)).where(
             E.c.org_id == org, E.c.event_category == CHAT_CATEGORY, E.c.event_type == "message",
             _edge_time(E.c.occurred_at, window)))
     parts.append(select(literal(IMAGE_SERVICE).label("service"), IMG.c.model, IMG.c.input_tokens,

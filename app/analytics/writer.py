@@ -13,8 +13,10 @@ One batch (one product) is four statements after one COPY:
    added to `analytics_rollup` together with the message sums; then usage, the per-day user sets and
    agent names.
 
-The definitions (which event starts a chat, duration, latest CSAT, defaults) are those of
-`app.analytics.rollup`, whose pure-Python planner stays the reference the tests compare this with.
+The definitions (the fact columns of a chat event, what a message and a chat add to each rollup and
+usage column, defaults) are those of `app.analytics.rollup`, compiled into these statements once at
+import; the dashboards read partial days with the same expressions. The tests compare this writer with
+the pure-Python reference model in tests/unit/analytics/reference.py.
 Text ordering of event ids is by code point (COLLATE "C"), as in Python. Lines that are not JSON
 objects are skipped and returned to the caller (it parks them).
 """
@@ -27,6 +29,7 @@ from datetime import date, datetime
 from typing import Any
 
 import psycopg
+from sqlalchemy import BigInteger, Boolean, DateTime, Integer
 from sqlalchemy.orm import Session
 
 from app.analytics.models import (
@@ -37,7 +40,19 @@ from app.analytics.models import (
     AnalyticsRollup,
     AnalyticsUsage,
 )
-from app.analytics.rollup import CHAT_CATEGORY, CHAT_TYPES, DEFAULT_CHANNEL, DEFAULT_MODEL, DEFAULT_SERVICE
+from app.analytics.rollup import (
+    CHAT_CATEGORY,
+    CHAT_TYPES,
+    COST,
+    ROLLUP_COLUMNS,
+    USAGE_COLUMNS,
+    chat_fact_sql,
+    chat_sums,
+    column,
+    message_sums,
+    sql,
+    usage_sums,
+)
 from app.db import db
 
 _DDL = """
@@ -50,6 +65,21 @@ CREATE TEMP TABLE IF NOT EXISTS analytics_new (
 """
 
 _CHAT_TYPES = ", ".join(f"'{t}'" for t in CHAT_TYPES)
+_F = chat_fact_sql("p", "event_type")  # the fact columns of the events stored (RETURNING … properties AS p)
+# the columns of `analytics_new`, typed, for the sums
+_NEW = {"inbound": column("inbound", Boolean), "input_tokens": column("input_tokens", BigInteger),
+        "output_tokens": column("output_tokens", BigInteger), "cost": column("cost", COST)}
+
+
+def _row(sums: dict, sign: str = "") -> str:
+    """A SELECT list of every rollup column, in ROLLUP_COLUMNS order (`sign` "-": the retraction)."""
+    return ", ".join(f"{sign}({sql(sums[c])}) AS {c}" for c in ROLLUP_COLUMNS)
+
+
+def _chat_row(prefix: str, sign: str = "") -> str:
+    return _row(chat_sums(column(f"{prefix}first_at", DateTime), column(f"{prefix}last_at", DateTime),
+                          column(f"{prefix}score", Integer)), sign)
+
 
 _INSERT = f"""
 WITH src AS (
@@ -70,17 +100,8 @@ ins AS (
 facts AS (
   INSERT INTO analytics_new
   SELECT org_id, event_id, event_type, p->>'chatId', user_id, occurred_at, (occurred_at AT TIME ZONE 'UTC')::date,
-         coalesce(nullif(p->>'agentId', ''), ''), p->>'agentName',
-         coalesce(nullif(p->>'channel', ''), '{DEFAULT_CHANNEL}'),
-         event_type = 'message' AND coalesce(p->>'direction' = 'inbound', false),
-         CASE WHEN event_type = 'message' THEN coalesce(nullif(p->>'service', ''), '{DEFAULT_SERVICE}')
-              ELSE '{DEFAULT_SERVICE}' END,
-         CASE WHEN event_type = 'message' THEN coalesce(nullif(p->>'model', ''), '{DEFAULT_MODEL}')
-              ELSE '{DEFAULT_MODEL}' END,
-         CASE WHEN event_type = 'message' THEN coalesce((p->>'inputTokens')::numeric, 0)::bigint ELSE 0 END,
-         CASE WHEN event_type = 'message' THEN coalesce((p->>'outputTokens')::numeric, 0)::bigint ELSE 0 END,
-         CASE WHEN event_type = 'message' THEN coalesce((p->>'cost')::numeric, 0)::numeric(18,6) ELSE 0 END,
-         CASE WHEN event_type = 'csat' THEN (p->>'score')::numeric::integer END
+         {", ".join(_F[c] for c in ("agent_id", "agent_name", "channel", "inbound", "service", "model",
+                                    "input_tokens", "output_tokens", "cost", "score"))}
   FROM ins WHERE event_category = '{CHAT_CATEGORY}' AND event_type IN ({_CHAT_TYPES})
   RETURNING 1)
 SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM facts)
@@ -92,10 +113,6 @@ SELECT DISTINCT org_id, chat_id FROM analytics_new ORDER BY 1, 2
 ON CONFLICT (org_id, chat_id) DO NOTHING
 """
 
-_DURATION = ("CASE WHEN {p}last_at IS NULL OR {p}first_at IS NULL THEN 0 "
-             "ELSE (extract(epoch FROM {p}last_at - {p}first_at) * 1000000)::bigint END")
-_ROLLUP_SUMS = ("chats", "duration_us", "csat_sum", "csat_count", "messages", "inbound_messages", "input_tokens",
-                "output_tokens", "total_tokens", "cost")
 
 _CHATS_AND_ROLLUP = f"""
 WITH b AS (
@@ -122,8 +139,8 @@ pick AS (
            OR (bc.at, bc.event_id) > (o.csat_at, coalesce(o.csat_event_id, '') COLLATE "C"))) AS csat_new
   FROM old o JOIN bf USING (org_id, chat_id) LEFT JOIN bc USING (org_id, chat_id)),
 m AS (
-  SELECT org_id, chat_id, first_at AS o_first_at, agent_id AS o_agent, channel AS o_channel,
-         {_DURATION.format(p="")} AS o_duration, csat_score AS o_score,
+  SELECT org_id, chat_id, first_at AS o_first_at, last_at AS o_last_at, agent_id AS o_agent, channel AS o_channel,
+         csat_score AS o_score,
          CASE WHEN first_new THEN f_user ELSE user_id END AS n_user,
          CASE WHEN first_new THEN f_agent ELSE agent_id END AS n_agent,
          CASE WHEN first_new THEN f_name ELSE agent_name END AS n_name,
@@ -148,47 +165,38 @@ upd AS (
   RETURNING 1),
 d AS (
   SELECT org_id, (o_first_at AT TIME ZONE 'UTC')::date AS day, o_agent AS agent_id, o_channel AS channel,
-         -1 AS chats, -o_duration AS duration_us, -coalesce(o_score, 0) AS csat_sum,
-         -(o_score IS NOT NULL)::int AS csat_count, 0 AS messages, 0 AS inbound_messages, 0::bigint AS input_tokens,
-         0::bigint AS output_tokens, 0::bigint AS total_tokens, 0::numeric AS cost
+         {_chat_row("o_", "-")}
   FROM m WHERE o_first_at IS NOT NULL
   UNION ALL
-  SELECT org_id, (n_first_at AT TIME ZONE 'UTC')::date, n_agent, n_channel, 1,
-         {_DURATION.format(p="n_")}, coalesce(n_score, 0),
-         (n_score IS NOT NULL)::int, 0, 0, 0, 0, 0, 0
+  SELECT org_id, (n_first_at AT TIME ZONE 'UTC')::date, n_agent, n_channel, {_chat_row("n_")}
   FROM m WHERE n_first_at IS NOT NULL
   UNION ALL
-  SELECT org_id, day, agent_id, channel, 0, 0, 0, 0, 1, inbound::int, input_tokens, output_tokens,
-         input_tokens + output_tokens, cost
+  SELECT org_id, day, agent_id, channel, {_row(message_sums(_NEW))}
   FROM analytics_new WHERE event_type = 'message')
-INSERT INTO {{R}} AS r (org_id, day, agent_id, channel, {", ".join(_ROLLUP_SUMS)})
-SELECT org_id, day, agent_id, channel, {", ".join(f"sum({c})" for c in _ROLLUP_SUMS)}
+INSERT INTO {{R}} AS r (org_id, day, agent_id, channel, {", ".join(ROLLUP_COLUMNS)})
+SELECT org_id, day, agent_id, channel, {", ".join(f"sum({c})" for c in ROLLUP_COLUMNS)}
 FROM d GROUP BY 1, 2, 3, 4
-HAVING {" OR ".join(f"sum({c}) <> 0" for c in _ROLLUP_SUMS)}
+HAVING {" OR ".join(f"sum({c}) <> 0" for c in ROLLUP_COLUMNS)}
 ORDER BY 1, 2, 3, 4
 ON CONFLICT (org_id, day, agent_id, channel) DO UPDATE SET
-  {", ".join(f"{c} = r.{c} + EXCLUDED.{c}" for c in _ROLLUP_SUMS)}
+  {", ".join(f"{c} = r.{c} + EXCLUDED.{c}" for c in ROLLUP_COLUMNS)}
 """
 
-_USAGE_USERS_NAMES = """
+_USAGE_USERS_NAMES = f"""
 WITH usage AS (
-  INSERT INTO {USAGE} AS x (org_id, day, service, model, input_tokens, output_tokens, total_tokens, cost, request_count)
-  SELECT org_id, day, service, model, sum(input_tokens), sum(output_tokens), sum(input_tokens + output_tokens),
-         sum(cost), count(*)
+  INSERT INTO {{USAGE}} AS x (org_id, day, service, model, {", ".join(USAGE_COLUMNS)})
+  SELECT org_id, day, service, model, {", ".join(f"sum({sql(v)})" for v in usage_sums(_NEW).values())}
   FROM analytics_new WHERE event_type = 'message' GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4
   ON CONFLICT (org_id, day, service, model) DO UPDATE SET
-    input_tokens = x.input_tokens + EXCLUDED.input_tokens,
-    output_tokens = x.output_tokens + EXCLUDED.output_tokens,
-    total_tokens = x.total_tokens + EXCLUDED.total_tokens,
-    cost = x.cost + EXCLUDED.cost, request_count = x.request_count + EXCLUDED.request_count
+    {", ".join(f"{c} = x.{c} + EXCLUDED.{c}" for c in USAGE_COLUMNS)}
   RETURNING 1),
 users AS (
-  INSERT INTO {U} (org_id, day, agent_id, channel, user_id)
+  INSERT INTO {{U}} (org_id, day, agent_id, channel, user_id)
   SELECT DISTINCT org_id, day, agent_id, channel, user_id FROM analytics_new ORDER BY 1, 2, 3, 4, 5
   ON CONFLICT DO NOTHING
   RETURNING 1),
 names AS (
-  INSERT INTO {NAMES} (org_id, agent_id, agent_name)
+  INSERT INTO {{NAMES}} (org_id, agent_id, agent_name)
   SELECT DISTINCT ON (org_id, agent_id) org_id, agent_id, agent_name
   FROM analytics_new WHERE agent_id <> '' AND agent_name <> ''
   ORDER BY org_id, agent_id, at DESC, event_id DESC

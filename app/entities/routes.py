@@ -39,7 +39,6 @@ from app.entities.schemas import (
     ViewListSchema,
 )
 from app.entities.services import common, definitions, records, relationships, views
-from app.errors import InvalidInput
 from app.extensions import Blueprint, SuccessSchema
 from app.ratelimit import may_be_rate_limited, rate_limited
 from app.tenancy import current_tenant
@@ -60,11 +59,8 @@ SELF_CHECKED = {"entities.BulkCreate", "entities.BulkUpdate", "entities.BulkDele
 
 
 def _refuse_unstorable() -> None:
-    """Query values and JSON bodies must be storable (no NUL, no NaN) — a 400, never a database
-    error. (A NUL in the path is the app-level rule, app._refuse_nul_in_path.)"""
-    for key, value in request.args.items():
-        if "\x00" in key or "\x00" in str(value):
-            raise InvalidInput(f"Parameter '{key.replace(chr(0), '')}' must not contain the NUL character.")
+    """JSON bodies must be storable (no number too big for a float) — a 400, never a database error.
+    (A NUL character anywhere in a request is the parser's one rule, app.jsonbody.)"""
     if request.endpoint not in SELF_CHECKED and request.is_json and request.get_data(cache=True):
         body = request.get_json(silent=True)
         if body is not None:

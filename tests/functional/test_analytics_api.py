@@ -178,12 +178,37 @@ def test_hostile_bodies_are_400_never_500(client, auth):
                  400, "VALIDATION_ERROR")
     assert_error(client.post(f"{API}/events", json={**GOOD, "timestamp": "0001-01-01T00:00:00+01:00"}, headers=h),
                  400, "VALIDATION_ERROR")
-    for path in ("chats?agent_id=a%00b", "events?eventType=%00", "global/channels/a%00/daily"):
-        assert client.get(f"{API}/{path}", headers=auth("read", role="admin")).status_code == 400
     exactly = {**GOOD, "properties": {"blob": "x" * (32 * 1024 - 11)}}  # {"blob":"…"} is exactly 32 KB
     assert client.post(f"{API}/events", json=exactly, headers=h).status_code == 202
 
 
+NUL_MESSAGE = ["must not contain the NUL character (U+0000)"]
+
+
+@pytest.mark.parametrize("path, where", [
+    ("chats?agent_id=a%00b", "agent_id"), ("events?eventType=%00", "eventType"), ("events?userId=u%00", "userId"),
+    ("summary?from=2026-01-01%00", "from"), ("usage?to=%00", "to"), ("agents?limit=1%00", "limit"),
+    ("global/channels/web/orgs?from=%00", "from")])
+def test_a_nul_in_a_query_parameter_is_the_one_nul_rule_never_a_database_error(client, auth, path, where):
+    """A NUL in any analytics query parameter is the request-wide rule (app.jsonbody): 400 VALIDATION_ERROR
+    naming the parameter, before any query reaches PostgreSQL (no blame on field types)."""
+    body = assert_error(client.get(f"{API}/{path}", headers=auth("read", role="admin")), 400, "VALIDATION_ERROR")
+    assert body["error"]["details"] == {"fields": {where: NUL_MESSAGE}, "location": "query"}
+    named = assert_error(client.get(f"{API}/daily?x%00=1", headers=auth("read")), 400, "VALIDATION_ERROR")
+    assert named["error"]["details"] == {
+        "fields": {"x?": ["the parameter name contains the NUL character (U+0000)"]}, "location": "query"}
+
+
+def test_a_nul_in_an_event_is_the_one_nul_rule_naming_each_place(client, auth):
+    body = {**GOOD, "userId": "u\x00", "properties": {"k\x00": 1, "v": ["ok", "\x00"]}}
+    got = assert_error(client.post(f"{API}/events", json=body, headers=auth()), 400, "VALIDATION_ERROR")
+    assert got["error"]["details"] == {"fields": {"userId": NUL_MESSAGE, "properties.v[1]": NUL_MESSAGE,
+                                                  "properties": ["a key contains the NUL character (U+0000)"]}}
+    batch = assert_error(client.post(f"{API}/events/batch", json={"events": [GOOD, {**GOOD, "eventType": "\x00"}]},
+                                     headers=auth()), 400, "VALIDATION_ERROR")
+    assert batch["error"]["details"] == {"fields": {"events[1].eventType": NUL_MESSAGE}}
+    assert_error(client.get(f"{API}/global/channels/a%00/daily", headers=auth("read", role="admin")), 400,
+                 "VALIDATION_ERROR")
 def test_ingest_needs_a_token_but_no_scope(client, auth):
     assert_error(client.post(f"{API}/events", json=GOOD), 401, "UNAUTHORIZED")
     r = client.post(f"{API}/events", json=GOOD, headers=auth("write:image-gen"))

@@ -400,9 +400,14 @@ def test_bulk_all_or_nothing(client, auth):
     assert ok.status_code == 200 and ok.get_json() == {"message": "Created 5 records.", "count": 5}
     bad = client.post(f"{BASE}/items/records/bulk/create", headers=headers, json={"records": [
         {"name": "fine", "fields": {"title": "t"}}, {"name": "bad", "fields": {"qty": "x"}},
-        {"name": "fine2", "fields": {"title": "t"}}, "junk", {"fields": {"title": "\x00"}}]})
+        {"name": "fine2", "fields": {"title": "t"}}, "junk", {"fields": {"title": "t", "qty": "y"}}]})
     err = error(bad, 400)
     assert err["details"]["indexes"] == [1, 3, 4] and "fields.qty" in err["details"]["records"]["1"]
+    # a NUL is the one rule of every body (app.jsonbody), named by its path, before any record is read
+    nul = client.post(f"{BASE}/items/records/bulk/create", headers=headers, json={"records": [
+        {"name": "bad", "fields": {"qty": "x"}}, {"fields": {"title": "\x00"}}]})
+    assert error(nul, 400)["details"] == {"fields": {"records[1].fields.title": [
+        "must not contain the NUL character (U+0000)"]}}
     assert query(client, headers, "items").get_json()["totalCount"] == 5
     created = query(client, headers, "items", filters={"$search": "title"}, pageSize=10).get_json()
     assert created["totalCount"] == 5 and created["records"][0]["createdBy"] == "user-1"
@@ -532,10 +537,12 @@ def test_scopes(client, auth):
 def test_unstorable_values_are_400_not_500(client, auth):
     headers = auth()
     create_definition(client, headers)
-    error(client.get(f"{BASE}/definitions/a%00b", headers=headers), 400, "INVALID_INPUT")
-    error(client.get(f"{BASE}/items/records/x%00", headers=headers), 400, "INVALID_INPUT")
-    error(client.get(f"{BASE}/definitions?module=a%00", headers=headers), 400, "INVALID_INPUT")
-    error(client.get("/api/v1/jobs/%00", headers=headers), 400, "INVALID_INPUT")
+    # a NUL anywhere (path, query, body) is the one rule: 400 VALIDATION_ERROR naming where (app.jsonbody)
+    error(client.get(f"{BASE}/definitions/a%00b", headers=headers), 400)
+    error(client.get(f"{BASE}/items/records/x%00", headers=headers), 400)
+    assert error(client.get(f"{BASE}/definitions?module=a%00", headers=headers), 400)["details"] == {
+        "fields": {"module": ["must not contain the NUL character (U+0000)"]}, "location": "query"}
+    error(client.get("/api/v1/jobs/%00", headers=headers), 400)
     err = error(client.post(f"{BASE}/definitions", json={"name": "n", "displayName": "a\x00"}, headers=headers), 400)
     assert "displayName" in err["details"]["fields"]
     # NaN/Infinity literals are not JSON (400 INVALID_INPUT, app.jsonbody); a number too big for a float
@@ -549,10 +556,10 @@ def test_unstorable_values_are_400_not_500(client, auth):
                             headers={**headers, "Content-Type": "application/json"}), 400)
     assert err["details"]["indexes"] == [1]
     err = error(client.post(f"{BASE}/items/records/bulk/delete", json={"recordIds": ["a\x00"]}, headers=headers), 400)
-    assert err["details"]["indexes"] == [0]
+    assert set(err["details"]["fields"]) == {"recordIds[0]"}
     err = error(client.post(f"{BASE}/items/records/bulk/update", json={"records": [{"id": "a\x00"}]},
                             headers=headers), 400)
-    assert err["details"]["indexes"] == [0]
+    assert set(err["details"]["fields"]) == {"records[0].id"}
     bad_schema = {"name": "weird", "schema": {"type": "object", "properties": {"a": {"type": {"x": 1}}}}}
     assert "schema.properties.a" in error(client.post(f"{BASE}/definitions", json=bad_schema, headers=headers),
                                           400)["details"]["fields"]
@@ -560,9 +567,8 @@ def test_unstorable_values_are_400_not_500(client, auth):
 
 
 def test_bulk_create_names_each_unstorable_place_and_takes_the_text_backslash_u0000(client, auth):
-    """One JSON dump per record answers 'storable, and how large' (app.entities.services.records
-    `_record_json`); a NUL anywhere or a non-finite number sends the record through the exact walk,
-    which names each place; the six characters `\\u0000` typed as text are stored as they are."""
+    """A NUL anywhere in the body is the parser's one rule (app.jsonbody), which names each place; the six
+    characters `\\u0000` typed as text are stored as they are."""
     headers = auth()
     create_definition(client, headers)
     records = [{"name": "plain \\u0000 text", "fields": {"title": "a \\u0000 b"}, "tags": ["\\u0000"]},
@@ -570,10 +576,8 @@ def test_bulk_create_names_each_unstorable_place_and_takes_the_text_backslash_u0
                {"fields": {"title": "t", "x\x00": 1}, "tags": ["ok", "b\x00d"]},
                {"fields": {"title": "t"}, "metadata": {"deep": [{"v": "\x00"}]}}]
     err = error(client.post(f"{BASE}/items/records/bulk/create", json={"records": records}, headers=headers), 400)
-    assert err["details"]["indexes"] == [1, 2, 3]
-    shown = err["details"]["records"]
-    assert set(shown["1"]) == {"name"} and set(shown["2"]) == {"fields", "tags[1]"}
-    assert set(shown["3"]) == {"metadata.deep[0].v"}
+    assert set(err["details"]["fields"]) == {"records[1].name", "records[2].fields", "records[2].tags[1]",
+                                             "records[3].metadata.deep[0].v"}
     resp = client.post(f"{BASE}/items/records/bulk/create", json={"records": records[:1]}, headers=headers)
     assert resp.status_code == 200, resp.get_json()
     stored = query(client, headers, "items").get_json()["records"]

@@ -455,7 +455,10 @@ def test_wrongly_typed_values_on_known_fields_are_400(fuzz_data, field, value):
     flt = {field: value}
     resp = client.post(f"{BASE}/fuzz/records/query", json={"query": {"filters": flt}}, headers=headers)
     assert resp.status_code == 400, (flt, resp.get_json())
-    assert resp.get_json()["error"]["details"]["path"].startswith("filters")
+    details = resp.get_json()["error"]["details"]
+    # a NUL is the parser's one rule (app.jsonbody), named by its path in the body; anything else the filter's
+    assert details["path"].startswith("filters") if "path" in details else all(
+        where.startswith("query.filters") for where in details["fields"])
 
 
 def test_reference_evaluator_sanity():

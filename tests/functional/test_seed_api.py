@@ -129,8 +129,8 @@ def test_internal_routes_authenticate_like_every_route(seed_client, make_token):
     assert_error(seed_client.get(status), 401, "UNAUTHORIZED")
     assert_error(seed_client.get(status, headers={"X-Internal-Token": "wrong"}), 401, "UNAUTHORIZED")
     assert_error(seed_client.get(status, headers=bearer(make_token(scopes=["*"]))), 403, "FORBIDDEN")
-    assert_error(seed_client.get(status, headers=HDR), 400, "INVALID_INPUT")
-    assert_error(seed_client.get(status, headers=bearer(make_token(role="admin"))), 400, "INVALID_INPUT")
+    assert_error(seed_client.get(status, headers=HDR), 400, "VALIDATION_ERROR")
+    assert_error(seed_client.get(status, headers=bearer(make_token(role="admin"))), 400, "VALIDATION_ERROR")
     # the token's product selects nothing here: an admin of a product not provisioned yet may seed it
     d = domain()
     nowhere = bearer(make_token(role="super_admin", product="not-provisioned-yet"))

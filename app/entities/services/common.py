@@ -1,5 +1,5 @@
 """Building blocks of the entity store services: timestamps, version checks, unique-constraint
-409s and the storable-payload check (no NUL, no NaN)."""
+409s and the storable-payload check (no NaN; NUL is the parser's rule, app.jsonbody)."""
 
 from __future__ import annotations
 
@@ -34,17 +34,13 @@ def flush_unique(session: Session, message: str) -> None:
         raise Conflict(message) from None  # the unit of work (or the upsert's savepoint) rolls back
 
 def unstorable_errors(value: Any, path: str, out: dict[str, list[str]]) -> None:
-    """PostgreSQL text and JSONB cannot hold U+0000, JSONB no NaN/Infinity: name each place."""
-    if isinstance(value, str):
-        if "\x00" in value:
-            out.setdefault(path, []).append("must not contain the NUL character")
-    elif isinstance(value, float):
+    """JSONB cannot hold NaN/Infinity (a number too big for a float parses to infinity): name each
+    place. (A NUL character is refused for the whole request by the parser, app.jsonbody.)"""
+    if isinstance(value, float):
         if not math.isfinite(value):
             out.setdefault(path, []).append("must be a finite number")
     elif isinstance(value, dict):
         for key, item in value.items():
-            if isinstance(key, str) and "\x00" in key:
-                out.setdefault(path, []).append("keys must not contain the NUL character")
             unstorable_errors(item, f"{path}.{key}" if path else str(key), out)
     elif isinstance(value, list):
         for i, item in enumerate(value):
@@ -52,7 +48,7 @@ def unstorable_errors(value: Any, path: str, out: dict[str, list[str]]) -> None:
 
 
 def check_storable(payload: Any, what: str = "Request") -> None:
-    """400 naming every NUL character or non-finite number in a payload (never a database error)."""
+    """400 naming every non-finite number in a payload (never a database error)."""
     errors: dict[str, list[str]] = {}
     unstorable_errors(payload, "", errors)
     if errors:

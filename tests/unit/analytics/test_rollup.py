@@ -16,7 +16,8 @@ from decimal import Decimal
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.analytics.rollup import ROLLUP_COLUMNS, USAGE_COLUMNS, ChatFact, money, plan_batch, utc_day
+from app.analytics.rollup import ROLLUP_COLUMNS, USAGE_COLUMNS
+from tests.unit.analytics.reference import ChatFact, money, plan_batch, utc_day
 
 T0 = datetime(2026, 3, 1, 22, tzinfo=UTC)
 
@@ -35,7 +36,7 @@ fact_strategy = st.builds(
 
 
 def reference(facts: list[ChatFact]):
-    """Rollups computed from scratch from the distinct raw facts (the definitions in rollup.py)."""
+    """Rollups computed from scratch from the distinct raw facts (the definitions of app.analytics.rollup)."""
     rollup = defaultdict(lambda: defaultdict(int))
     usage = defaultdict(lambda: defaultdict(int))
     users = set()
