@@ -15,6 +15,7 @@ re-queue jobs whose worker died (see `app.entities.bulk.requeue_orphaned_jobs`).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import importlib
 import logging
 import random
@@ -41,6 +42,13 @@ from app.wire import new_id
 
 log = logging.getLogger(__name__)
 
+# True while `_flush_pending` sends the tasks of a commit (an after_commit hook): an eager task sent then
+# runs in this process, inside that hook, while the session that committed is in its 'committed' state
+# (no SQL until the commit returns). Such a task never takes AppContextTask's inline shortcut, even when
+# the commit was a task's (its context has `g._celery_inline`): it gets a context of its own.
+_SENDING_AFTER_COMMIT: contextvars.ContextVar[bool] = contextvars.ContextVar("sending_after_commit", default=False)
+
+
 def init_celery(celery: Celery, app: Flask) -> None:
     """Configure the Celery app from celeryconfig + REDIS_URL and run tasks in an app context."""
     configure_broker(celery, app.config)
@@ -50,7 +58,10 @@ def init_celery(celery: Celery, app: Flask) -> None:
         abstract = True
 
         def __call__(self, *args: Any, **kwargs: Any) -> Any:
-            if g and getattr(g, "_celery_inline", False):
+            # Inside a task's context (a task calling another directly, a test's run under its own app) the
+            # task runs inline, in the caller's unit of work; not when it was sent by a commit's
+            # after_commit hook (`_flush_pending`, eager mode): that session is mid-commit.
+            if g and getattr(g, "_celery_inline", False) and not _SENDING_AFTER_COMMIT.get():
                 return self.run(*args, **kwargs)
             # A worker has no app context: use the app Celery was bound to. An eager task called
             # inside a request or CLI command runs in a fresh context of *that* app (its own `g`, so
@@ -58,10 +69,14 @@ def init_celery(celery: Celery, app: Flask) -> None:
             # The task is the edge: its context's session is its unit of work (db.unit_of_work), committed
             # when it returns; a job that commits step by step opens its steps' own sessions.
             target = current_app._get_current_object() if has_app_context() else app
-            with target.app_context():
-                g._celery_inline = True
-                with db.unit_of_work():
-                    return self.run(*args, **kwargs)
+            sending = _SENDING_AFTER_COMMIT.set(False)  # what this task calls directly runs inline again
+            try:
+                with target.app_context():
+                    g._celery_inline = True
+                    with db.unit_of_work():
+                        return self.run(*args, **kwargs)
+            finally:
+                _SENDING_AFTER_COMMIT.reset(sending)
 
     celery.Task = AppContextTask
     celery.set_default()
@@ -230,18 +245,22 @@ def _flush_pending(session: Session) -> None:
         return                           # the outer transaction has not committed yet
     pending = session.info.pop("_pending_tasks", [])
     sent = []
-    for task, args, kwargs, message_id, in_outbox in pending:
-        try:
-            task.apply_async(args=args, kwargs=kwargs, task_id=message_id)
-        except Exception as exc:  # broker down: the caller's data is committed; do not fail the request
-            if not in_outbox:
-                log.exception("could not enqueue %s", task.name)
+    sending = _SENDING_AFTER_COMMIT.set(True)  # an eager task runs here, in its own context (AppContextTask)
+    try:
+        for task, args, kwargs, message_id, in_outbox in pending:
+            try:
+                task.apply_async(args=args, kwargs=kwargs, task_id=message_id)
+            except Exception as exc:  # broker down: the caller's data is committed; do not fail the request
+                if not in_outbox:
+                    log.exception("could not enqueue %s", task.name)
+                else:
+                    log.warning("could not enqueue %s (%s); the outbox dispatcher sends it when the broker is "
+                                "back", task.name, type(exc).__name__)
             else:
-                log.warning("could not enqueue %s (%s); the outbox dispatcher sends it when the broker is "
-                            "back", task.name, type(exc).__name__)
-        else:
-            if in_outbox:
-                sent.append(message_id)
+                if in_outbox:
+                    sent.append(message_id)
+    finally:
+        _SENDING_AFTER_COMMIT.reset(sending)
     if sent:
         _forget_sent(sent)
 

@@ -29,6 +29,31 @@ def which_app() -> str:
     return current_app.config["PUBLIC_BASE_URL"]
 
 
+SESSION_READS: list[int] = []
+
+
+@celery_app.task(name="tests.read_session", ignore_result=True)
+def read_session(value: int) -> None:
+    """Test-only task: reads through its context's session (db.session), notes `value` in SESSION_READS."""
+    from sqlalchemy import text
+
+    from app.db import db
+
+    SESSION_READS.append(db.session.execute(text("SELECT CAST(:v AS integer)"), {"v": value}).scalar_one())
+
+
+@celery_app.task(name="tests.send_read_session", ignore_result=True)
+def send_read_session(value: int) -> None:
+    """Test-only task: sends `read_session(value)` once its own unit of work (db.session) commits."""
+    from sqlalchemy import text
+
+    from app.db import db
+    from app.tasks import enqueue_after_commit
+
+    db.session.execute(text("SELECT 1"))
+    enqueue_after_commit(db.session, read_session, value)
+
+
 def register_test_routes(app: Flask) -> None:
     """Routes that exist only in tests: a scope-guarded one, an admin one, a crashing one."""
 

@@ -71,6 +71,25 @@ def test_eager_task_runs_in_the_calling_apps_context(make_app, app):
         assert which_app.apply().get() == app.config["PUBLIC_BASE_URL"]
 
 
+def test_eager_task_sent_by_a_tasks_commit_runs_in_its_own_session(app):
+    """Eager mode: a task that a task sends after its commit (its unit of work's) runs in a context of its
+    own, not inline in the sender's, whose session is mid-commit (after_commit: no SQL) at that point."""
+    from app.extensions import celery_app
+    from tests.support import SESSION_READS, send_read_session
+
+    saved = celery_app.conf.task_always_eager, celery_app.conf.task_eager_propagates
+    celery_app.conf.task_always_eager = celery_app.conf.task_eager_propagates = True
+    SESSION_READS.clear()
+    try:
+        with app.app_context():
+            assert send_read_session.apply(args=(7,)).successful()
+            assert SESSION_READS == [7]  # without its own context: InvalidRequestError, logged, not run
+            send_read_session.delay(8)  # sent the way a request sends it
+            assert SESSION_READS == [7, 8]
+    finally:
+        celery_app.conf.task_always_eager, celery_app.conf.task_eager_propagates = saved
+
+
 @pytest.mark.parametrize("broker_up", [True, False])
 def test_outbox_row_commits_with_the_transaction(app, database_url, broker_up):
     """With a broker, the task is an outbox row of the same transaction: none after a rollback; after
