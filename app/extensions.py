@@ -285,6 +285,8 @@ def _add_response(responses: dict, status: int, description: str) -> None:
         responses[status] = [{"schema": ErrorEnvelopeSchema(), "description": description, "content_type": None}]
 
 
-celery_app = Celery("platform_gateway")
+# Every task's base (its app context and unit of work), named here so that a task created before
+# init_celery runs (a module that finalizes Celery first) has it too; resolved when the first task is made.
+celery_app = Celery("platform_gateway", task_cls="app.tasks:AppContextTask")
 
 __all__ = ["Api", "Blueprint", "SuccessSchema", "celery_app", "db"]

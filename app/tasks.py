@@ -49,36 +49,49 @@ log = logging.getLogger(__name__)
 _SENDING_AFTER_COMMIT: contextvars.ContextVar[bool] = contextvars.ContextVar("sending_after_commit", default=False)
 
 
+_bound_app: Flask | None = None  # the app Celery was last bound to (init_celery): a worker's, or the CLI's
+
+
+class AppContextTask(Task):
+    """The base of every task, named where the Celery app is created (app.extensions: `task_cls`), so a
+    task has it whatever imported or finalized Celery first: runs the task in an app context, as its
+    unit of work."""
+
+    abstract = True
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # Inside a task's context (a task calling another directly, a test's run under its own app) the
+        # task runs inline, in the caller's unit of work; not when it was sent by a commit's
+        # after_commit hook (`_flush_pending`, eager mode): that session is mid-commit.
+        if g and getattr(g, "_celery_inline", False) and not _SENDING_AFTER_COMMIT.get():
+            return self.run(*args, **kwargs)
+        # A worker has no app context: use the app Celery was bound to. An eager task called
+        # inside a request or CLI command runs in a fresh context of *that* app (its own `g`, so
+        # it never shares the request's session), which keeps several apps in one process apart.
+        # The task is the edge: its context's session is its unit of work (db.unit_of_work), committed
+        # when it returns; a job that commits step by step opens its steps' own sessions.
+        if has_app_context():
+            target = current_app._get_current_object()
+        elif _bound_app is not None:
+            target = _bound_app
+        else:
+            raise RuntimeError(f"task {self.name} run before init_celery bound Celery to an app")
+        sending = _SENDING_AFTER_COMMIT.set(False)  # what this task calls directly runs inline again
+        try:
+            with target.app_context():
+                g._celery_inline = True
+                with db.unit_of_work():
+                    return self.run(*args, **kwargs)
+        finally:
+            _SENDING_AFTER_COMMIT.reset(sending)
+
+
 def init_celery(celery: Celery, app: Flask) -> None:
     """Configure the Celery app from celeryconfig + REDIS_URL and run tasks in an app context."""
+    global _bound_app
     configure_broker(celery, app.config)
     _drop_cached_connections(celery)
-
-    class AppContextTask(Task):
-        abstract = True
-
-        def __call__(self, *args: Any, **kwargs: Any) -> Any:
-            # Inside a task's context (a task calling another directly, a test's run under its own app) the
-            # task runs inline, in the caller's unit of work; not when it was sent by a commit's
-            # after_commit hook (`_flush_pending`, eager mode): that session is mid-commit.
-            if g and getattr(g, "_celery_inline", False) and not _SENDING_AFTER_COMMIT.get():
-                return self.run(*args, **kwargs)
-            # A worker has no app context: use the app Celery was bound to. An eager task called
-            # inside a request or CLI command runs in a fresh context of *that* app (its own `g`, so
-            # it never shares the request's session), which keeps several apps in one process apart.
-            # The task is the edge: its context's session is its unit of work (db.unit_of_work), committed
-            # when it returns; a job that commits step by step opens its steps' own sessions.
-            target = current_app._get_current_object() if has_app_context() else app
-            sending = _SENDING_AFTER_COMMIT.set(False)  # what this task calls directly runs inline again
-            try:
-                with target.app_context():
-                    g._celery_inline = True
-                    with db.unit_of_work():
-                        return self.run(*args, **kwargs)
-            finally:
-                _SENDING_AFTER_COMMIT.reset(sending)
-
-    celery.Task = AppContextTask
+    _bound_app = app
     celery.set_default()
     celery.loader.import_default_modules()  # the task modules celeryconfig.include declares
     # A message carries its publisher's time limits (Celery copies them from the task, which took them

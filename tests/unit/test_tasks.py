@@ -71,6 +71,22 @@ def test_eager_task_runs_in_the_calling_apps_context(make_app, app):
         assert which_app.apply().get() == app.config["PUBLIC_BASE_URL"]
 
 
+def test_tasks_have_the_app_context_base_whatever_finalized_celery_first():
+    """A process that finalizes Celery (task_named, celery_app.tasks) before any init_celery still builds
+    every task on AppContextTask: an eager task never runs in its caller's context (mid-commit session)."""
+    import subprocess
+    import sys
+
+    code = ("from app.tasks import AppContextTask, task_named\n"
+            "task = task_named('seed.rollout')\n"
+            "from app.extensions import celery_app\n"
+            "bad = [n for n, t in celery_app.tasks.items() if not n.startswith('celery.') "
+            "and not isinstance(t, AppContextTask)]\n"
+            "assert isinstance(task, AppContextTask) and not bad, bad\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
 def test_eager_task_sent_by_a_tasks_commit_runs_in_its_own_session(app):
     """Eager mode: a task that a task sends after its commit (its unit of work's) runs in a context of its
     own, not inline in the sender's, whose session is mid-commit (after_commit: no SQL) at that point."""
