@@ -357,66 +357,117 @@ def _is_nested(field: fields.Field) -> bool:
             and isinstance(field.nested, type | Schema))
 
 
+def _scalar_class(field: fields.Field) -> str | None:
+    """'str' or 'int' when the field loads a plain string or a StrictInt (checked by class inline); else None."""
+    if _plain(field, fields.String):
+        return "str"
+    return "int" if type(field) is StrictInt else None
+
+
+def _loads_plain_dict(field: fields.Field) -> bool:
+    """A Dict that keeps its values as they are and, if it has a key field, only wants string keys."""
+    if not _plain(field, fields.Dict) or field.value_field is not None:
+        return False
+    key = field.key_field
+    return key is None or (_plain(key, fields.String) and not key.validators)
+
+
+def _known(field: fields.Field) -> bool:
+    """The lane loads the field itself (else the field's own `deserialize` is called)."""
+    return (_scalar_class(field) is not None or _is_nested(field) or _plain(field, fields.Raw)
+            or _plain(field, fields.List) or _loads_plain_dict(field))
+
+
+def _decline_unless(src: _Source, indent: int, condition: str) -> None:
+    """`if condition: raise _Decline`."""
+    src.emit(indent, f"if {condition}:")
+    src.emit(indent + 1, "raise _Decline")
+
+
+def _emit_bounded(src: _Source, field: fields.Field, var: str, indent: int, kind: str,
+                  bounds: tuple[Any, Any]) -> None:
+    """The usual field, in one step: a string within its lengths, an integer within its range."""
+    condition = _within(src, f"len({var})" if kind == "str" else var, *bounds)
+    if field.allow_none:
+        _decline_unless(src, indent, f"{var}.__class__ is not {kind} and {var} is not None")
+        if condition is not None:
+            _decline_unless(src, indent, f"{var} is not None and not {condition}")
+    else:
+        _decline_unless(src, indent, f"{var}.__class__ is not {kind}" + (f" or not {condition}" if condition else ""))
+
+
+def _emit_none_check(src: _Source, field: fields.Field, var: str, indent: int) -> int:
+    """None: skipped when allowed (the indent of what follows is returned), else declined when no class check
+    below would."""
+    if field.allow_none:
+        src.emit(indent, f"if {var} is not None:")
+        return indent + 1
+    if not (_scalar_class(field) or _plain(field, fields.Dict) or _plain(field, fields.List)):
+        _decline_unless(src, indent, f"{var} is None")
+    return indent
+
+
+def _emit_scalar(src: _Source, field: fields.Field, var: str, indent: int) -> None:
+    _decline_unless(src, indent, f"{var}.__class__ is not {_scalar_class(field)}")
+
+
+def _emit_dict(src: _Source, field: fields.Dict, var: str, indent: int) -> None:
+    _decline_unless(src, indent, f"{var}.__class__ is not dict")
+    if field.key_field is not None:
+        _decline_unless(src, indent, f"{var} and {{*map(type, {var})}} != {{str}}")
+    src.emit(indent, f"{var} = dict({var})")
+
+
+def _emit_list(src: _Source, field: fields.List, var: str, indent: int) -> None:
+    _decline_unless(src, indent, f"{var}.__class__ is not list")
+    inner = field.inner
+    if _is_nested(inner) and not inner.allow_none and not inner.validators:
+        run, schema = _nested(src, inner)
+        src.emit(indent, f"{var} = [{run}({schema}, item) for item in {var}]")
+        return
+    items, item = src.name("items"), src.name("item")
+    src.emit(indent, f"{items} = []")
+    src.emit(indent, f"for {item} in {var}:")
+    _emit_value(src, inner, item, indent + 1)
+    src.emit(indent + 1, f"{items}.append({item})")
+    src.emit(indent, f"{var} = {items}")
+
+
+def _emit_nested(src: _Source, field: fields.Nested, var: str, indent: int) -> None:
+    run, schema = _nested(src, field)
+    src.emit(indent, f"{var} = {run}({schema}, {var})")
+
+
+# what a known field's value is checked and turned into, by field kind (the first that matches; a plain Raw
+# matches none: only its None check and its rules)
+_KIND_EMITTERS: tuple[tuple[Any, Any], ...] = (
+    (lambda field: _scalar_class(field) is not None, _emit_scalar),
+    (lambda field: isinstance(field, fields.Dict), _emit_dict),
+    (lambda field: isinstance(field, fields.List), _emit_list),
+    (_is_nested, _emit_nested),
+)
+_MARSHMALLOW_ONLY = fields.Method | fields.Function | fields.Pluck
+
+
 def _emit_value(src: _Source, field: fields.Field, var: str, indent: int) -> None:
     """Statements that turn the present value `var` of `field` into what the field loads, or raise _Decline."""
-    string, integer = _plain(field, fields.String), type(field) is StrictInt
-    bounds = _bounds(field) if string or integer else None
-    if bounds is not None:  # the usual field, in one step: a string within its lengths, an integer within its range
-        kind = "str" if string else "int"
-        condition = _within(src, f"len({var})" if string else var, *bounds)
-        if field.allow_none:
-            src.emit(indent, f"if {var}.__class__ is not {kind} and {var} is not None:")
-            src.emit(indent + 1, "raise _Decline")
-            if condition is not None:
-                src.emit(indent, f"if {var} is not None and not {condition}:")
-                src.emit(indent + 1, "raise _Decline")
-        else:
-            src.emit(indent, f"if {var}.__class__ is not {kind}" + (f" or not {condition}:" if condition else ":"))
-            src.emit(indent + 1, "raise _Decline")
+    kind = _scalar_class(field)
+    bounds = _bounds(field) if kind else None
+    if bounds is not None:
+        _emit_bounded(src, field, var, indent, kind, bounds)
         return
-    known = string or integer or _is_nested(field) or _plain(field, fields.Raw) or _plain(field, fields.List) or (
-        _plain(field, fields.Dict) and field.value_field is None and (
-            field.key_field is None or (_plain(field.key_field, fields.String) and not field.key_field.validators)))
-    if not known and not isinstance(field, fields.Method | fields.Function | fields.Pluck):
+    marshmallow_only = isinstance(field, _MARSHMALLOW_ONLY)
+    if not marshmallow_only and not _known(field):
         own = src.name("field", field)
         src.emit(indent, f"{var} = {own}.deserialize({var})  # {type(field).__name__}: its own load")
         return
-    if field.allow_none:
-        src.emit(indent, f"if {var} is not None:")
-        indent += 1
-    elif not (string or integer or _plain(field, fields.Dict) or _plain(field, fields.List)):  # no class check below
-        src.emit(indent, f"if {var} is None:")
-        src.emit(indent + 1, "raise _Decline")
-    if string or integer:
-        src.emit(indent, f"if {var}.__class__ is not {'str' if string else 'int'}:")
-        src.emit(indent + 1, "raise _Decline")
-    elif isinstance(field, fields.Dict):
-        src.emit(indent, f"if {var}.__class__ is not dict:")
-        src.emit(indent + 1, "raise _Decline")
-        if field.key_field is not None:
-            src.emit(indent, f"if {var} and {{*map(type, {var})}} != {{str}}:")
-            src.emit(indent + 1, "raise _Decline")
-        src.emit(indent, f"{var} = dict({var})")
-    elif isinstance(field, fields.List):
-        src.emit(indent, f"if {var}.__class__ is not list:")
-        src.emit(indent + 1, "raise _Decline")
-        inner = field.inner
-        if _is_nested(inner) and not inner.allow_none and not inner.validators:
-            run, schema = _nested(src, inner)
-            src.emit(indent, f"{var} = [{run}({schema}, item) for item in {var}]")
-        else:
-            items, item = src.name("items"), src.name("item")
-            src.emit(indent, f"{items} = []")
-            src.emit(indent, f"for {item} in {var}:")
-            _emit_value(src, inner, item, indent + 1)
-            src.emit(indent + 1, f"{items}.append({item})")
-            src.emit(indent, f"{var} = {items}")
-    elif _is_nested(field):
-        run, schema = _nested(src, field)
-        src.emit(indent, f"{var} = {run}({schema}, {var})")
-    elif isinstance(field, fields.Method | fields.Function | fields.Pluck):
+    indent = _emit_none_check(src, field, var, indent)
+    if marshmallow_only:
         src.emit(indent, f"raise _Decline  # {type(field).__name__}: marshmallow loads it")
         return
+    emit = next((emit for matches, emit in _KIND_EMITTERS if matches(field)), None)
+    if emit is not None:
+        emit(src, field, var, indent)
     _emit_rules(src, field, var, indent)
     if src.lines[-1].endswith(":"):
         src.emit(indent, "pass")
