@@ -14,7 +14,7 @@ import linecache
 import math
 import re
 from datetime import UTC
-from typing import Any
+from typing import Any, NamedTuple
 
 from jsonschema.exceptions import SchemaError
 from marshmallow import EXCLUDE, RAISE, Schema, ValidationError, fields, missing, pre_load, validate
@@ -477,6 +477,111 @@ def _hook(attr: str) -> str:
     return f"schema.{attr}" if attr.isidentifier() else f"getattr(schema, {attr!r})"
 
 
+def _ordered(hooks: dict, kind: str) -> list[tuple[str, dict]]:
+    """(attr, kwargs) of the schema's `kind` hooks in the order marshmallow runs them (collection ones first)."""
+    return [(attr, kw) for collection in (True, False) for attr, many, kw in hooks[kind] if many is collection]
+
+
+def _with_original(hooks: dict, kind: str) -> list[tuple[str, bool]]:
+    return [(attr, kw.get("pass_original", False)) for attr, kw in _ordered(hooks, kind)]
+
+
+class _Description(NamedTuple):
+    """What a schema's load does, as the lane needs it (see the comment above `_Decline`)."""
+
+    precheck: bool  # a @clean_json_check pre_load hook: one is_clean_json pass instead
+    pre_load: list[tuple[str, bool]]  # (attr, pass_original), the other pre_load hooks
+    declared: list[tuple[str, str, fields.Field]]  # (data key, attribute, field)
+    validates: list[tuple[str, tuple[str, str]]]  # (attr, (data key, attribute)) of each @validates field
+    schema_checks: list[tuple[str, bool]]
+    post_load: list[tuple[str, bool]]
+
+
+def _is_clean_json_check(schema: Schema, attr: str) -> bool:
+    return getattr(getattr(schema, attr), "clean_json_check", False)
+
+
+def _declared(schema: Schema) -> list[tuple[str, str, fields.Field]]:
+    declared = []
+    for name, field in schema.load_fields.items():
+        attr = field.attribute or name
+        if "." in attr:
+            raise TypeError(f"{type(schema).__name__}.{name}: a dotted attribute")
+        declared.append((field.data_key or name, attr, field))
+    return declared
+
+
+def _describe(schema: Schema) -> _Description:
+    hooks = schema._hooks
+    pre_load = _ordered(hooks, "pre_load")
+    by_name = {name: (field.data_key or name, field.attribute or name) for name, field in schema.load_fields.items()}
+    return _Description(
+        precheck=any(_is_clean_json_check(schema, attr) for attr, _ in pre_load),
+        pre_load=[(attr, kw.get("pass_original", False)) for attr, kw in pre_load
+                  if not _is_clean_json_check(schema, attr)],
+        declared=_declared(schema),
+        validates=[(attr, by_name[name]) for attr, _, kw in hooks["validates"] for name in kw["field_names"]
+                   if name in by_name],
+        schema_checks=_with_original(hooks, "validates_schema"),
+        post_load=_with_original(hooks, "post_load"),
+    )
+
+
+def _emit_entry(src: _Source, about: _Description, unknown: str, options: str) -> None:
+    """The lane's first statements: the body is a (clean) dict, the pre_load hooks, the unknown-key check."""
+    _decline_unless(src, 1, "data.__class__ is not dict" + (" or not is_clean_json(data)" if about.precheck else ""))
+    if any(pass_original for _, pass_original in about.pre_load + about.schema_checks + about.post_load):
+        src.emit(1, "original = data")
+    for attr, pass_original in about.pre_load:
+        src.emit(1, f"data = {_hook(attr)}(data, {'original, ' if pass_original else ''}{options})")
+        _decline_unless(src, 1, "data.__class__ is not dict")
+    if unknown == RAISE:
+        keys = src.name("keys", frozenset(key for key, _, _ in about.declared))
+        src.emit(1, f"if not data.keys() <= {keys}:  # an unknown key under RAISE")
+        src.emit(2, "raise _Decline")
+
+
+def _emit_field(src: _Source, key: str, attr: str, field: fields.Field) -> None:
+    """One declared field: its value loaded when present, else declined (required) or its load_default."""
+    src.emit(1, f"if {key!r} in data:")
+    src.emit(2, f"value = data[{key!r}]")
+    _emit_value(src, field, "value", 2)
+    src.emit(2, f"out[{attr!r}] = value")
+    default = field.load_default
+    if field.required:
+        src.emit(1, "else:")
+        src.emit(2, "raise _Decline  # required")
+    elif default is not missing:
+        src.emit(1, "else:")
+        src.emit(2, f"out[{attr!r}] = " + (f"{src.name('default', default)}()" if callable(default)
+                                           else src.literal(default, "default")))
+
+
+def _emit_checks(src: _Source, about: _Description, options: str) -> None:
+    """The schema's @validates, @validates_schema and @post_load hooks on the loaded `out`."""
+    for attr, (key, field_attr) in about.validates:
+        src.emit(1, f"if {field_attr!r} in out:")
+        src.emit(2, f"{_hook(attr)}(out[{field_attr!r}], data_key={key!r})")
+    for attr, pass_original in about.schema_checks:
+        src.emit(1, f"{_hook(attr)}(out, {'original, ' if pass_original else ''}{options})")
+    for attr, pass_original in about.post_load:
+        src.emit(1, f"out = {_hook(attr)}(out, {'original, ' if pass_original else ''}{options})")
+
+
+def _write_lane(function: str, about: _Description, unknown: str) -> _Source:
+    """The text of the lane function `function(schema, data)` for the schema `about` describes."""
+    src = _Source()
+    options = f"many=False, partial=schema.partial, unknown={unknown!r}"
+    src.emit(0, f"def {function}(schema, data):")
+    _emit_entry(src, about, unknown, options)
+    src.emit(1, "out = {}")
+    for key, attr, field in about.declared:
+        _emit_field(src, key, attr, field)
+    _emit_checks(src, about, options)
+    src.emit(1, "return out")
+    return src
+
+
 class FastLane:
     """What `schema.load(data)` returns, derived from the schema (see above) as one generated function
     (`source` is its text; `run(schema, data)` raises _Decline)."""
@@ -485,66 +590,8 @@ class FastLane:
         self.unknown = unknown or schema.unknown
         if self.unknown not in (RAISE, EXCLUDE):
             raise TypeError(f"{type(schema).__name__}: a fast lane keeps unknown=RAISE or EXCLUDE")
-        hooks = schema._hooks
-        ordered = [(attr, kw) for collection in (True, False) for attr, many, kw in hooks["pre_load"]
-                   if many is collection]
-        precheck = any(getattr(getattr(schema, attr), "clean_json_check", False) for attr, _ in ordered)
-        pre_load = [(attr, kw.get("pass_original", False)) for attr, kw in ordered
-                    if not getattr(getattr(schema, attr), "clean_json_check", False)]
-        declared = []
-        for name, field in schema.load_fields.items():
-            attr = field.attribute or name
-            if "." in attr:
-                raise TypeError(f"{type(schema).__name__}.{name}: a dotted attribute")
-            declared.append((field.data_key or name, attr, field))
-        by_name = {name: (field.data_key or name, field.attribute or name)
-                   for name, field in schema.load_fields.items()}
-        validates = [(attr, by_name[name]) for attr, _, kw in hooks["validates"] for name in kw["field_names"]
-                     if name in by_name]
-        schema_checks = [(attr, kw.get("pass_original", False)) for collection in (True, False)
-                         for attr, many, kw in hooks["validates_schema"] if many is collection]
-        post_load = [(attr, kw.get("pass_original", False)) for collection in (True, False)
-                     for attr, many, kw in hooks["post_load"] if many is collection]
-
-        src = _Source()
         function = f"lane_{type(schema).__name__}"
-        src.emit(0, f"def {function}(schema, data):")
-        src.emit(1, "if data.__class__ is not dict" + (" or not is_clean_json(data):" if precheck else ":"))
-        src.emit(2, "raise _Decline")
-        options = f"many=False, partial=schema.partial, unknown={self.unknown!r}"
-        if any(pass_original for _, pass_original in pre_load + schema_checks + post_load):
-            src.emit(1, "original = data")
-        for attr, pass_original in pre_load:
-            src.emit(1, f"data = {_hook(attr)}(data, {'original, ' if pass_original else ''}{options})")
-            src.emit(1, "if data.__class__ is not dict:")
-            src.emit(2, "raise _Decline")
-        if self.unknown == RAISE:
-            keys = src.name("keys", frozenset(key for key, _, _ in declared))
-            src.emit(1, f"if not data.keys() <= {keys}:  # an unknown key under RAISE")
-            src.emit(2, "raise _Decline")
-        src.emit(1, "out = {}")
-        for key, attr, field in declared:
-            src.emit(1, f"if {key!r} in data:")
-            src.emit(2, f"value = data[{key!r}]")
-            _emit_value(src, field, "value", 2)
-            src.emit(2, f"out[{attr!r}] = value")
-            default = field.load_default
-            if field.required:
-                src.emit(1, "else:")
-                src.emit(2, "raise _Decline  # required")
-            elif default is not missing:
-                src.emit(1, "else:")
-                src.emit(2, f"out[{attr!r}] = " + (f"{src.name('default', default)}()" if callable(default)
-                                                   else src.literal(default, "default")))
-        for attr, (key, field_attr) in validates:
-            src.emit(1, f"if {field_attr!r} in out:")
-            src.emit(2, f"{_hook(attr)}(out[{field_attr!r}], data_key={key!r})")
-        for attr, pass_original in schema_checks:
-            src.emit(1, f"{_hook(attr)}(out, {'original, ' if pass_original else ''}{options})")
-        for attr, pass_original in post_load:
-            src.emit(1, f"out = {_hook(attr)}(out, {'original, ' if pass_original else ''}{options})")
-        src.emit(1, "return out")
-
+        src = _write_lane(function, _describe(schema), self.unknown)
         self.source = "\n".join(src.lines) + "\n"
         filename = f"<fast lane {type(schema).__module__}.{type(schema).__qualname__}>"
         exec(compile(self.source, filename, "exec"), src.names)  # noqa: S102 - our own generated text
