@@ -94,38 +94,53 @@ def _invalid(fields: dict[str, list[str]]) -> ValidationFailed:
     return ValidationFailed(f"Invalid artifact: {', '.join(sorted(fields))}.", {"fields": fields})
 
 
+def _named(data: dict, name: str) -> None:
+    if data.get("name") != name:
+        raise _invalid({"definition.name": [f"must be '{name}'"]})
+
+
+def _check_entity(name: str, definition: dict, known_skills: set[str]) -> None:
+    data, views = entity_input(definition)
+    compile_definition_schema(data.get("schema") or {"type": "object", "properties": {}})
+    _named(data, name)
+    if not all(isinstance(v, dict) and v.get("name") for v in views):
+        raise _invalid({"definition.views": ["each view needs a name"]})
+
+
+def _check_skill(name: str, definition: dict, known_skills: set[str]) -> None:
+    _named(skill_input(definition, 1), name)
+
+
+def _check_agent(name: str, definition: dict, known_skills: set[str]) -> None:
+    skills = definition.get("skills") or []
+    if not isinstance(skills, list) or not all(isinstance(s, dict) for s in skills):
+        raise _invalid({"definition.skills": ["must be a list of {skillName, enabled, order}"]})
+    unknown = sorted({s.get("skillName") or "?" for s in skills} - known_skills)
+    if unknown:
+        raise _invalid({"definition.skills": [f"unknown skill artifact(s): {', '.join(unknown)}"]})
+    _named(AgentInputSchema().load({k: v for k, v in definition.items() if k != "skills"}), name)
+
+
+def _check_storage(name: str, definition: dict, known_skills: set[str]) -> None:
+    prefix = definition.get("prefix", "orgs")
+    if not isinstance(prefix, str) or not prefix.strip("/") or ".." in prefix:
+        raise _invalid({"definition.prefix": ["must be a relative path such as orgs"]})
+
+
+# what each kind's definition must pass: what the kind's own API would accept
+_DEFINITION_CHECKS = {"entity": _check_entity, "skill": _check_skill, "agent": _check_agent,
+                      "storage": _check_storage}
+
+
 def check_definition(kind: str, name: str, definition: dict, known_skills: set[str]) -> None:
     """The definition must be what the kind's own API would accept (400 naming the fields)."""
-    def prefixed(messages) -> dict[str, list[str]]:
-        return {f"definition.{k}": v for k, v in flatten_errors(messages).items()}
-
+    check = _DEFINITION_CHECKS.get(kind)
+    if check is None:
+        return
     try:
-        if kind == "entity":
-            data, views = entity_input(definition)
-            compile_definition_schema(data.get("schema") or {"type": "object", "properties": {}})
-            if data.get("name") != name:
-                raise _invalid({"definition.name": [f"must be '{name}'"]})
-            if not all(isinstance(v, dict) and v.get("name") for v in views):
-                raise _invalid({"definition.views": ["each view needs a name"]})
-        elif kind == "skill":
-            if skill_input(definition, 1).get("name") != name:
-                raise _invalid({"definition.name": [f"must be '{name}'"]})
-        elif kind == "agent":
-            skills = definition.get("skills") or []
-            if not isinstance(skills, list) or not all(isinstance(s, dict) for s in skills):
-                raise _invalid({"definition.skills": ["must be a list of {skillName, enabled, order}"]})
-            unknown = sorted({s.get("skillName") or "?" for s in skills} - known_skills)
-            if unknown:
-                raise _invalid({"definition.skills": [f"unknown skill artifact(s): {', '.join(unknown)}"]})
-            data = AgentInputSchema().load({k: v for k, v in definition.items() if k != "skills"})
-            if data.get("name") != name:
-                raise _invalid({"definition.name": [f"must be '{name}'"]})
-        elif kind == "storage":
-            prefix = definition.get("prefix", "orgs")
-            if not isinstance(prefix, str) or not prefix.strip("/") or ".." in prefix:
-                raise _invalid({"definition.prefix": ["must be a relative path such as orgs"]})
+        check(name, definition, known_skills)
     except ValidationError as exc:
-        raise _invalid(prefixed(exc.messages)) from None
+        raise _invalid({f"definition.{k}": v for k, v in flatten_errors(exc.messages).items()}) from None
     except ValidationFailed as exc:
         if exc.message.startswith("Invalid artifact"):
             raise
