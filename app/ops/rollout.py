@@ -262,6 +262,28 @@ def run_rollout(rollout_id: str, *, batch_size: int = DEFAULT_BATCH, max_batches
             conn.commit()
 
 
+def _claim(session, rollout: Rollout, token: int) -> bool:
+    """A leased message's run: False when `token` is not the rollout's current one (or the rollout is not
+    pending or running), else the run is counted (the reaper's bound) and its lease renewed."""
+    if token != (rollout.dispatch_token or 0) or rollout.status not in ("pending", "running"):
+        log.info("rollout %s: message of token %s superseded (token %s, %s)", rollout.id, token,
+                 rollout.dispatch_token, rollout.status)
+        return False
+    rollout.attempts, rollout.lease_expires_at = (rollout.attempts or 0) + 1, _lease_end()
+    session.commit()
+    return True
+
+
+def _next_pairs(session, rollout: Rollout, batch_size: int) -> list:
+    """The next (org, product) pairs after the rollout's cursor."""
+    pairs = session.execute(
+        select(OrgArtifact.org_id, OrgArtifact.product).distinct()
+        .where(tuple_(OrgArtifact.org_id, OrgArtifact.product) > tuple_(rollout.cursor_org, rollout.cursor_product))
+        .order_by(OrgArtifact.org_id, OrgArtifact.product).limit(batch_size)).all()
+    session.commit()  # no snapshot held between batches
+    return pairs
+
+
 def _run_rollout(rollout_id: str, *, batch_size: int, max_batches: int | None, token: int | None) -> str:
     session = db.session
     rollout = session.get(Rollout, rollout_id)
@@ -269,14 +291,8 @@ def _run_rollout(rollout_id: str, *, batch_size: int, max_batches: int | None, t
         raise NotFound(f"Rollout {rollout_id} not found.")
     if rollout.status in ("done", "cancelled"):
         return rollout.status
-    if token is not None:
-        if token != (rollout.dispatch_token or 0) or rollout.status not in ("pending", "running"):
-            log.info("rollout %s: message of token %s superseded (token %s, %s)", rollout_id, token,
-                     rollout.dispatch_token, rollout.status)
-            return "stale"
-        # a run of the leased chain starts: counted (the reaper's bound), its lease renewed
-        rollout.attempts, rollout.lease_expires_at = (rollout.attempts or 0) + 1, _lease_end()
-        session.commit()
+    if token is not None and not _claim(session, rollout, token):
+        return "stale"
     artifact = session.get(Artifact, rollout.artifact_id)
     if artifact is None or artifact.artifact_version != rollout.artifact_version:
         _finish(session, rollout, "superseded", "a newer version of the artifact was published")
@@ -288,11 +304,7 @@ def _run_rollout(rollout_id: str, *, batch_size: int, max_batches: int | None, t
         ensure_product_all(session)
     batches = 0
     while max_batches is None or batches < max_batches:
-        pairs = session.execute(
-            select(OrgArtifact.org_id, OrgArtifact.product).distinct()
-            .where(tuple_(OrgArtifact.org_id, OrgArtifact.product) > tuple_(rollout.cursor_org, rollout.cursor_product))
-            .order_by(OrgArtifact.org_id, OrgArtifact.product).limit(batch_size)).all()
-        session.commit()  # no snapshot held between batches
+        pairs = _next_pairs(session, rollout, batch_size)
         if not pairs:
             _finish(session, rollout, "done")
             return "done"
