@@ -43,28 +43,46 @@ class SuccessSchema(Schema):
     success = fields.Boolean(required=True, metadata={"example": True})
 
 
+# the one class a value of each field kind dumps unchanged as (a Dict: marshmallow copies it, same JSON; an
+# Integer: not bool, int(True) would dump 1)
+_WIRE_CLASS = {fields.String: str, fields.Dict: dict, fields.Boolean: bool, fields.Integer: int, fields.Float: float}
+
+
+def _converts(field) -> bool:
+    """The field's options make marshmallow change the value: a number dumped as a string, a Dict's key or
+    value field."""
+    return (getattr(field, "as_string", False) or getattr(field, "key_field", None) is not None
+            or getattr(field, "value_field", None) is not None)
+
+
+def _class_check(cls):
+    return lambda v: v is None or v.__class__ is cls
+
+
+def _nested_check(field):
+    if not isinstance(field.schema, ExactDumpSchema) or field.many:
+        return None
+    schema = field.schema
+    return lambda v: v is None or schema.dumps_as_is(v)
+
+
+def _list_check(field):
+    inner = _exact_check(field.inner)
+    if inner is None:
+        return None
+    return lambda v: v is None or (v.__class__ is list and all(inner(item) for item in v))
+
+
 def _exact_check(field):
     """A predicate telling whether marshmallow would dump a value of `field` as that very value (JSON-
     equal), or None when the field kind is not one this shortcut knows (then the schema always dumps)."""
     kind = type(field)
-    if kind is fields.String:
-        return lambda v: v is None or v.__class__ is str
-    if kind is fields.Dict and field.key_field is None and field.value_field is None:
-        return lambda v: v is None or v.__class__ is dict  # marshmallow copies it: same JSON
-    if kind is fields.Boolean:
-        return lambda v: v is None or v.__class__ is bool
-    if kind is fields.Integer and not field.as_string:
-        return lambda v: v is None or v.__class__ is int  # not bool: int(True) would dump 1
-    if kind is fields.Float and not field.as_string:
-        return lambda v: v is None or v.__class__ is float
-    if kind is fields.Nested and isinstance(field.schema, ExactDumpSchema) and not field.many:
-        schema = field.schema
-        return lambda v: v is None or schema.dumps_as_is(v)
+    if kind in _WIRE_CLASS:
+        return None if _converts(field) else _class_check(_WIRE_CLASS[kind])
+    if kind is fields.Nested:
+        return _nested_check(field)
     if kind is fields.List:
-        inner = _exact_check(field.inner)
-        if inner is None:
-            return None
-        return lambda v: v is None or (v.__class__ is list and all(inner(item) for item in v))
+        return _list_check(field)
     return None
 
 

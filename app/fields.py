@@ -14,7 +14,7 @@ import linecache
 import math
 import re
 from datetime import UTC
-from typing import Any
+from typing import Any, NamedTuple
 
 from jsonschema.exceptions import SchemaError
 from marshmallow import EXCLUDE, RAISE, Schema, ValidationError, fields, missing, pre_load, validate
@@ -357,66 +357,117 @@ def _is_nested(field: fields.Field) -> bool:
             and isinstance(field.nested, type | Schema))
 
 
+def _scalar_class(field: fields.Field) -> str | None:
+    """'str' or 'int' when the field loads a plain string or a StrictInt (checked by class inline); else None."""
+    if _plain(field, fields.String):
+        return "str"
+    return "int" if type(field) is StrictInt else None
+
+
+def _loads_plain_dict(field: fields.Field) -> bool:
+    """A Dict that keeps its values as they are and, if it has a key field, only wants string keys."""
+    if not _plain(field, fields.Dict) or field.value_field is not None:
+        return False
+    key = field.key_field
+    return key is None or (_plain(key, fields.String) and not key.validators)
+
+
+def _known(field: fields.Field) -> bool:
+    """The lane loads the field itself (else the field's own `deserialize` is called)."""
+    return (_scalar_class(field) is not None or _is_nested(field) or _plain(field, fields.Raw)
+            or _plain(field, fields.List) or _loads_plain_dict(field))
+
+
+def _decline_unless(src: _Source, indent: int, condition: str) -> None:
+    """`if condition: raise _Decline`."""
+    src.emit(indent, f"if {condition}:")
+    src.emit(indent + 1, "raise _Decline")
+
+
+def _emit_bounded(src: _Source, field: fields.Field, var: str, indent: int, kind: str,
+                  bounds: tuple[Any, Any]) -> None:
+    """The usual field, in one step: a string within its lengths, an integer within its range."""
+    condition = _within(src, f"len({var})" if kind == "str" else var, *bounds)
+    if field.allow_none:
+        _decline_unless(src, indent, f"{var}.__class__ is not {kind} and {var} is not None")
+        if condition is not None:
+            _decline_unless(src, indent, f"{var} is not None and not {condition}")
+    else:
+        _decline_unless(src, indent, f"{var}.__class__ is not {kind}" + (f" or not {condition}" if condition else ""))
+
+
+def _emit_none_check(src: _Source, field: fields.Field, var: str, indent: int) -> int:
+    """None: skipped when allowed (the indent of what follows is returned), else declined when no class check
+    below would."""
+    if field.allow_none:
+        src.emit(indent, f"if {var} is not None:")
+        return indent + 1
+    if not (_scalar_class(field) or _plain(field, fields.Dict) or _plain(field, fields.List)):
+        _decline_unless(src, indent, f"{var} is None")
+    return indent
+
+
+def _emit_scalar(src: _Source, field: fields.Field, var: str, indent: int) -> None:
+    _decline_unless(src, indent, f"{var}.__class__ is not {_scalar_class(field)}")
+
+
+def _emit_dict(src: _Source, field: fields.Dict, var: str, indent: int) -> None:
+    _decline_unless(src, indent, f"{var}.__class__ is not dict")
+    if field.key_field is not None:
+        _decline_unless(src, indent, f"{var} and {{*map(type, {var})}} != {{str}}")
+    src.emit(indent, f"{var} = dict({var})")
+
+
+def _emit_list(src: _Source, field: fields.List, var: str, indent: int) -> None:
+    _decline_unless(src, indent, f"{var}.__class__ is not list")
+    inner = field.inner
+    if _is_nested(inner) and not inner.allow_none and not inner.validators:
+        run, schema = _nested(src, inner)
+        src.emit(indent, f"{var} = [{run}({schema}, item) for item in {var}]")
+        return
+    items, item = src.name("items"), src.name("item")
+    src.emit(indent, f"{items} = []")
+    src.emit(indent, f"for {item} in {var}:")
+    _emit_value(src, inner, item, indent + 1)
+    src.emit(indent + 1, f"{items}.append({item})")
+    src.emit(indent, f"{var} = {items}")
+
+
+def _emit_nested(src: _Source, field: fields.Nested, var: str, indent: int) -> None:
+    run, schema = _nested(src, field)
+    src.emit(indent, f"{var} = {run}({schema}, {var})")
+
+
+# what a known field's value is checked and turned into, by field kind (the first that matches; a plain Raw
+# matches none: only its None check and its rules)
+_KIND_EMITTERS: tuple[tuple[Any, Any], ...] = (
+    (lambda field: _scalar_class(field) is not None, _emit_scalar),
+    (lambda field: isinstance(field, fields.Dict), _emit_dict),
+    (lambda field: isinstance(field, fields.List), _emit_list),
+    (_is_nested, _emit_nested),
+)
+_MARSHMALLOW_ONLY = fields.Method | fields.Function | fields.Pluck
+
+
 def _emit_value(src: _Source, field: fields.Field, var: str, indent: int) -> None:
     """Statements that turn the present value `var` of `field` into what the field loads, or raise _Decline."""
-    string, integer = _plain(field, fields.String), type(field) is StrictInt
-    bounds = _bounds(field) if string or integer else None
-    if bounds is not None:  # the usual field, in one step: a string within its lengths, an integer within its range
-        kind = "str" if string else "int"
-        condition = _within(src, f"len({var})" if string else var, *bounds)
-        if field.allow_none:
-            src.emit(indent, f"if {var}.__class__ is not {kind} and {var} is not None:")
-            src.emit(indent + 1, "raise _Decline")
-            if condition is not None:
-                src.emit(indent, f"if {var} is not None and not {condition}:")
-                src.emit(indent + 1, "raise _Decline")
-        else:
-            src.emit(indent, f"if {var}.__class__ is not {kind}" + (f" or not {condition}:" if condition else ":"))
-            src.emit(indent + 1, "raise _Decline")
+    kind = _scalar_class(field)
+    bounds = _bounds(field) if kind else None
+    if bounds is not None:
+        _emit_bounded(src, field, var, indent, kind, bounds)
         return
-    known = string or integer or _is_nested(field) or _plain(field, fields.Raw) or _plain(field, fields.List) or (
-        _plain(field, fields.Dict) and field.value_field is None and (
-            field.key_field is None or (_plain(field.key_field, fields.String) and not field.key_field.validators)))
-    if not known and not isinstance(field, fields.Method | fields.Function | fields.Pluck):
+    marshmallow_only = isinstance(field, _MARSHMALLOW_ONLY)
+    if not marshmallow_only and not _known(field):
         own = src.name("field", field)
         src.emit(indent, f"{var} = {own}.deserialize({var})  # {type(field).__name__}: its own load")
         return
-    if field.allow_none:
-        src.emit(indent, f"if {var} is not None:")
-        indent += 1
-    elif not (string or integer or _plain(field, fields.Dict) or _plain(field, fields.List)):  # no class check below
-        src.emit(indent, f"if {var} is None:")
-        src.emit(indent + 1, "raise _Decline")
-    if string or integer:
-        src.emit(indent, f"if {var}.__class__ is not {'str' if string else 'int'}:")
-        src.emit(indent + 1, "raise _Decline")
-    elif isinstance(field, fields.Dict):
-        src.emit(indent, f"if {var}.__class__ is not dict:")
-        src.emit(indent + 1, "raise _Decline")
-        if field.key_field is not None:
-            src.emit(indent, f"if {var} and {{*map(type, {var})}} != {{str}}:")
-            src.emit(indent + 1, "raise _Decline")
-        src.emit(indent, f"{var} = dict({var})")
-    elif isinstance(field, fields.List):
-        src.emit(indent, f"if {var}.__class__ is not list:")
-        src.emit(indent + 1, "raise _Decline")
-        inner = field.inner
-        if _is_nested(inner) and not inner.allow_none and not inner.validators:
-            run, schema = _nested(src, inner)
-            src.emit(indent, f"{var} = [{run}({schema}, item) for item in {var}]")
-        else:
-            items, item = src.name("items"), src.name("item")
-            src.emit(indent, f"{items} = []")
-            src.emit(indent, f"for {item} in {var}:")
-            _emit_value(src, inner, item, indent + 1)
-            src.emit(indent + 1, f"{items}.append({item})")
-            src.emit(indent, f"{var} = {items}")
-    elif _is_nested(field):
-        run, schema = _nested(src, field)
-        src.emit(indent, f"{var} = {run}({schema}, {var})")
-    elif isinstance(field, fields.Method | fields.Function | fields.Pluck):
+    indent = _emit_none_check(src, field, var, indent)
+    if marshmallow_only:
         src.emit(indent, f"raise _Decline  # {type(field).__name__}: marshmallow loads it")
         return
+    emit = next((emit for matches, emit in _KIND_EMITTERS if matches(field)), None)
+    if emit is not None:
+        emit(src, field, var, indent)
     _emit_rules(src, field, var, indent)
     if src.lines[-1].endswith(":"):
         src.emit(indent, "pass")
@@ -424,6 +475,111 @@ def _emit_value(src: _Source, field: fields.Field, var: str, indent: int) -> Non
 
 def _hook(attr: str) -> str:
     return f"schema.{attr}" if attr.isidentifier() else f"getattr(schema, {attr!r})"
+
+
+def _ordered(hooks: dict, kind: str) -> list[tuple[str, dict]]:
+    """(attr, kwargs) of the schema's `kind` hooks in the order marshmallow runs them (collection ones first)."""
+    return [(attr, kw) for collection in (True, False) for attr, many, kw in hooks[kind] if many is collection]
+
+
+def _with_original(hooks: dict, kind: str) -> list[tuple[str, bool]]:
+    return [(attr, kw.get("pass_original", False)) for attr, kw in _ordered(hooks, kind)]
+
+
+class _Description(NamedTuple):
+    """What a schema's load does, as the lane needs it (see the comment above `_Decline`)."""
+
+    precheck: bool  # a @clean_json_check pre_load hook: one is_clean_json pass instead
+    pre_load: list[tuple[str, bool]]  # (attr, pass_original), the other pre_load hooks
+    declared: list[tuple[str, str, fields.Field]]  # (data key, attribute, field)
+    validates: list[tuple[str, tuple[str, str]]]  # (attr, (data key, attribute)) of each @validates field
+    schema_checks: list[tuple[str, bool]]
+    post_load: list[tuple[str, bool]]
+
+
+def _is_clean_json_check(schema: Schema, attr: str) -> bool:
+    return getattr(getattr(schema, attr), "clean_json_check", False)
+
+
+def _declared(schema: Schema) -> list[tuple[str, str, fields.Field]]:
+    declared = []
+    for name, field in schema.load_fields.items():
+        attr = field.attribute or name
+        if "." in attr:
+            raise TypeError(f"{type(schema).__name__}.{name}: a dotted attribute")
+        declared.append((field.data_key or name, attr, field))
+    return declared
+
+
+def _describe(schema: Schema) -> _Description:
+    hooks = schema._hooks
+    pre_load = _ordered(hooks, "pre_load")
+    by_name = {name: (field.data_key or name, field.attribute or name) for name, field in schema.load_fields.items()}
+    return _Description(
+        precheck=any(_is_clean_json_check(schema, attr) for attr, _ in pre_load),
+        pre_load=[(attr, kw.get("pass_original", False)) for attr, kw in pre_load
+                  if not _is_clean_json_check(schema, attr)],
+        declared=_declared(schema),
+        validates=[(attr, by_name[name]) for attr, _, kw in hooks["validates"] for name in kw["field_names"]
+                   if name in by_name],
+        schema_checks=_with_original(hooks, "validates_schema"),
+        post_load=_with_original(hooks, "post_load"),
+    )
+
+
+def _emit_entry(src: _Source, about: _Description, unknown: str, options: str) -> None:
+    """The lane's first statements: the body is a (clean) dict, the pre_load hooks, the unknown-key check."""
+    _decline_unless(src, 1, "data.__class__ is not dict" + (" or not is_clean_json(data)" if about.precheck else ""))
+    if any(pass_original for _, pass_original in about.pre_load + about.schema_checks + about.post_load):
+        src.emit(1, "original = data")
+    for attr, pass_original in about.pre_load:
+        src.emit(1, f"data = {_hook(attr)}(data, {'original, ' if pass_original else ''}{options})")
+        _decline_unless(src, 1, "data.__class__ is not dict")
+    if unknown == RAISE:
+        keys = src.name("keys", frozenset(key for key, _, _ in about.declared))
+        src.emit(1, f"if not data.keys() <= {keys}:  # an unknown key under RAISE")
+        src.emit(2, "raise _Decline")
+
+
+def _emit_field(src: _Source, key: str, attr: str, field: fields.Field) -> None:
+    """One declared field: its value loaded when present, else declined (required) or its load_default."""
+    src.emit(1, f"if {key!r} in data:")
+    src.emit(2, f"value = data[{key!r}]")
+    _emit_value(src, field, "value", 2)
+    src.emit(2, f"out[{attr!r}] = value")
+    default = field.load_default
+    if field.required:
+        src.emit(1, "else:")
+        src.emit(2, "raise _Decline  # required")
+    elif default is not missing:
+        src.emit(1, "else:")
+        src.emit(2, f"out[{attr!r}] = " + (f"{src.name('default', default)}()" if callable(default)
+                                           else src.literal(default, "default")))
+
+
+def _emit_checks(src: _Source, about: _Description, options: str) -> None:
+    """The schema's @validates, @validates_schema and @post_load hooks on the loaded `out`."""
+    for attr, (key, field_attr) in about.validates:
+        src.emit(1, f"if {field_attr!r} in out:")
+        src.emit(2, f"{_hook(attr)}(out[{field_attr!r}], data_key={key!r})")
+    for attr, pass_original in about.schema_checks:
+        src.emit(1, f"{_hook(attr)}(out, {'original, ' if pass_original else ''}{options})")
+    for attr, pass_original in about.post_load:
+        src.emit(1, f"out = {_hook(attr)}(out, {'original, ' if pass_original else ''}{options})")
+
+
+def _write_lane(function: str, about: _Description, unknown: str) -> _Source:
+    """The text of the lane function `function(schema, data)` for the schema `about` describes."""
+    src = _Source()
+    options = f"many=False, partial=schema.partial, unknown={unknown!r}"
+    src.emit(0, f"def {function}(schema, data):")
+    _emit_entry(src, about, unknown, options)
+    src.emit(1, "out = {}")
+    for key, attr, field in about.declared:
+        _emit_field(src, key, attr, field)
+    _emit_checks(src, about, options)
+    src.emit(1, "return out")
+    return src
 
 
 class FastLane:
@@ -434,66 +590,8 @@ class FastLane:
         self.unknown = unknown or schema.unknown
         if self.unknown not in (RAISE, EXCLUDE):
             raise TypeError(f"{type(schema).__name__}: a fast lane keeps unknown=RAISE or EXCLUDE")
-        hooks = schema._hooks
-        ordered = [(attr, kw) for collection in (True, False) for attr, many, kw in hooks["pre_load"]
-                   if many is collection]
-        precheck = any(getattr(getattr(schema, attr), "clean_json_check", False) for attr, _ in ordered)
-        pre_load = [(attr, kw.get("pass_original", False)) for attr, kw in ordered
-                    if not getattr(getattr(schema, attr), "clean_json_check", False)]
-        declared = []
-        for name, field in schema.load_fields.items():
-            attr = field.attribute or name
-            if "." in attr:
-                raise TypeError(f"{type(schema).__name__}.{name}: a dotted attribute")
-            declared.append((field.data_key or name, attr, field))
-        by_name = {name: (field.data_key or name, field.attribute or name)
-                   for name, field in schema.load_fields.items()}
-        validates = [(attr, by_name[name]) for attr, _, kw in hooks["validates"] for name in kw["field_names"]
-                     if name in by_name]
-        schema_checks = [(attr, kw.get("pass_original", False)) for collection in (True, False)
-                         for attr, many, kw in hooks["validates_schema"] if many is collection]
-        post_load = [(attr, kw.get("pass_original", False)) for collection in (True, False)
-                     for attr, many, kw in hooks["post_load"] if many is collection]
-
-        src = _Source()
         function = f"lane_{type(schema).__name__}"
-        src.emit(0, f"def {function}(schema, data):")
-        src.emit(1, "if data.__class__ is not dict" + (" or not is_clean_json(data):" if precheck else ":"))
-        src.emit(2, "raise _Decline")
-        options = f"many=False, partial=schema.partial, unknown={self.unknown!r}"
-        if any(pass_original for _, pass_original in pre_load + schema_checks + post_load):
-            src.emit(1, "original = data")
-        for attr, pass_original in pre_load:
-            src.emit(1, f"data = {_hook(attr)}(data, {'original, ' if pass_original else ''}{options})")
-            src.emit(1, "if data.__class__ is not dict:")
-            src.emit(2, "raise _Decline")
-        if self.unknown == RAISE:
-            keys = src.name("keys", frozenset(key for key, _, _ in declared))
-            src.emit(1, f"if not data.keys() <= {keys}:  # an unknown key under RAISE")
-            src.emit(2, "raise _Decline")
-        src.emit(1, "out = {}")
-        for key, attr, field in declared:
-            src.emit(1, f"if {key!r} in data:")
-            src.emit(2, f"value = data[{key!r}]")
-            _emit_value(src, field, "value", 2)
-            src.emit(2, f"out[{attr!r}] = value")
-            default = field.load_default
-            if field.required:
-                src.emit(1, "else:")
-                src.emit(2, "raise _Decline  # required")
-            elif default is not missing:
-                src.emit(1, "else:")
-                src.emit(2, f"out[{attr!r}] = " + (f"{src.name('default', default)}()" if callable(default)
-                                                   else src.literal(default, "default")))
-        for attr, (key, field_attr) in validates:
-            src.emit(1, f"if {field_attr!r} in out:")
-            src.emit(2, f"{_hook(attr)}(out[{field_attr!r}], data_key={key!r})")
-        for attr, pass_original in schema_checks:
-            src.emit(1, f"{_hook(attr)}(out, {'original, ' if pass_original else ''}{options})")
-        for attr, pass_original in post_load:
-            src.emit(1, f"out = {_hook(attr)}(out, {'original, ' if pass_original else ''}{options})")
-        src.emit(1, "return out")
-
+        src = _write_lane(function, _describe(schema), self.unknown)
         self.source = "\n".join(src.lines) + "\n"
         filename = f"<fast lane {type(schema).__module__}.{type(schema).__qualname__}>"
         exec(compile(self.source, filename, "exec"), src.names)  # noqa: S102 - our own generated text

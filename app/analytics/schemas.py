@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 from marshmallow import EXCLUDE, Schema, ValidationError, fields, pre_load, validate, validates_schema
@@ -39,6 +40,42 @@ def _is_number(value: Any) -> bool:
     return (isinstance(value, (int, float)) and not isinstance(value, bool)) and math.isfinite(value)
 
 
+_CHAT_STRINGS = (("agentId", 256), ("agentName", 256), ("channel", 64), ("model", 256), ("service", 128))
+
+
+def _chat_common_errors(props: dict[str, Any], bad: Callable[[str, str], None]) -> None:
+    """What every chat-category event's properties must hold: the chat's id, its optional strings."""
+    chat_id = props.get("chatId")
+    if not isinstance(chat_id, str) or not 1 <= len(chat_id) <= 256:
+        bad("chatId", "Required for chat events: a string of 1 to 256 characters.")
+    for name, limit in _CHAT_STRINGS:
+        value = props.get(name)
+        if value is not None and (not isinstance(value, str) or len(value) > limit):
+            bad(name, f"Must be a string of at most {limit} characters.")
+
+
+def _message_errors(props: dict[str, Any], bad: Callable[[str, str], None]) -> None:
+    if props.get("direction") is not None and props.get("direction") not in CHAT_DIRECTIONS:
+        bad("direction", "Must be inbound or outbound.")
+    for name in ("inputTokens", "outputTokens"):
+        value = props.get(name)
+        if value is not None and (not _is_int(value) or not 0 <= value <= 10**12):
+            bad(name, "Must be a non-negative integer.")
+    cost = props.get("cost")
+    if cost is not None and (not _is_number(cost) or not 0 <= cost <= 10**9):
+        bad("cost", "Must be a non-negative number.")
+
+
+def _csat_errors(props: dict[str, Any], bad: Callable[[str, str], None]) -> None:
+    score = props.get("score")
+    if not _is_int(score) or not 1 <= score <= 5:
+        bad("score", "Required for csat events: an integer from 1 to 5.")
+
+
+# what a chat event of these types holds besides the common properties
+_CHAT_TYPE_ERRORS = {"message": _message_errors, "csat": _csat_errors}
+
+
 def chat_property_errors(event_type: str, props: dict[str, Any]) -> dict[str, list[str]]:
     """What a chat-category event's `properties` must hold."""
     errors: dict[str, list[str]] = {}
@@ -46,28 +83,10 @@ def chat_property_errors(event_type: str, props: dict[str, Any]) -> dict[str, li
     def bad(name: str, message: str) -> None:
         errors.setdefault(f"properties.{name}", []).append(message)
 
-    chat_id = props.get("chatId")
-    if not isinstance(chat_id, str) or not 1 <= len(chat_id) <= 256:
-        bad("chatId", "Required for chat events: a string of 1 to 256 characters.")
-    for name, limit in (("agentId", 256), ("agentName", 256), ("channel", 64), ("model", 256),
-                        ("service", 128)):
-        value = props.get(name)
-        if value is not None and (not isinstance(value, str) or len(value) > limit):
-            bad(name, f"Must be a string of at most {limit} characters.")
-    if event_type == "message":
-        if props.get("direction") is not None and props.get("direction") not in CHAT_DIRECTIONS:
-            bad("direction", "Must be inbound or outbound.")
-        for name in ("inputTokens", "outputTokens"):
-            value = props.get(name)
-            if value is not None and (not _is_int(value) or not 0 <= value <= 10**12):
-                bad(name, "Must be a non-negative integer.")
-        cost = props.get("cost")
-        if cost is not None and (not _is_number(cost) or not 0 <= cost <= 10**9):
-            bad("cost", "Must be a non-negative number.")
-    elif event_type == "csat":
-        score = props.get("score")
-        if not _is_int(score) or not 1 <= score <= 5:
-            bad("score", "Required for csat events: an integer from 1 to 5.")
+    _chat_common_errors(props, bad)
+    type_errors = _CHAT_TYPE_ERRORS.get(event_type)
+    if type_errors is not None:
+        type_errors(props, bad)
     return errors
 
 

@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import SplitResult, urljoin, urlsplit
 
 from app.images.imaging import NotAnImage, inspect_image, sniff_mime
 
@@ -162,6 +162,40 @@ def _looks_like_ip(host: str) -> bool:
     return last.isdigit() or last.startswith("0x")  # a numeric TLD is never a DNS name
 
 
+def _split_url(url: str) -> tuple[SplitResult, int | None]:
+    """The URL's parts and port, refused when it is not a short string of printable characters or does not parse."""
+    if not isinstance(url, str) or len(url) > 4096:
+        raise ReferenceRefused("not a string or too long")
+    if any(ord(c) < 0x21 or c in "\\\x7f" for c in url):
+        raise ReferenceRefused("control, space or backslash in URL")
+    try:
+        parts = urlsplit(url)
+        return parts, parts.port
+    except ValueError as exc:
+        raise ReferenceRefused(f"unparseable URL: {exc}") from None
+
+
+def _check_authority(parts: SplitResult, port: int | None) -> None:
+    """https, no userinfo, the default port."""
+    if parts.scheme.lower() != "https":
+        raise ReferenceRefused(f"scheme {parts.scheme!r}")
+    if "@" in parts.netloc or parts.username is not None or parts.password is not None:
+        raise ReferenceRefused("userinfo in URL")
+    if port not in (None, 443):
+        raise ReferenceRefused(f"port {port}")
+
+
+def _checked_host(parts: SplitResult) -> str:
+    """The URL's host, normalised; an IP literal (bracketed or not) or an empty host is refused."""
+    raw_host = parts.hostname or ""
+    if "[" in parts.netloc or _looks_like_ip(raw_host.rstrip(".")):
+        raise ReferenceRefused("IP-literal host")
+    host = normalise_host(raw_host)
+    if not host or _looks_like_ip(host):
+        raise ReferenceRefused("empty or invalid host")
+    return host
+
+
 @dataclass(frozen=True)
 class _Target:
     host: str
@@ -190,27 +224,9 @@ class ReferenceFetcher:
 
     def check_url(self, url: str) -> _Target:
         """Refuse a URL on its text alone; returns the host and request path when acceptable."""
-        if not isinstance(url, str) or len(url) > 4096:
-            raise ReferenceRefused("not a string or too long")
-        if any(ord(c) < 0x21 or c in "\\\x7f" for c in url):
-            raise ReferenceRefused("control, space or backslash in URL")
-        try:
-            parts = urlsplit(url)
-            port = parts.port
-        except ValueError as exc:
-            raise ReferenceRefused(f"unparseable URL: {exc}") from None
-        if parts.scheme.lower() != "https":
-            raise ReferenceRefused(f"scheme {parts.scheme!r}")
-        if "@" in parts.netloc or parts.username is not None or parts.password is not None:
-            raise ReferenceRefused("userinfo in URL")
-        if port not in (None, 443):
-            raise ReferenceRefused(f"port {port}")
-        raw_host = parts.hostname or ""
-        if "[" in parts.netloc or _looks_like_ip(raw_host.rstrip(".")):
-            raise ReferenceRefused("IP-literal host")
-        host = normalise_host(raw_host)
-        if not host or _looks_like_ip(host):
-            raise ReferenceRefused("empty or invalid host")
+        parts, port = _split_url(url)
+        _check_authority(parts, port)
+        host = _checked_host(parts)
         if host not in self.allowed_hosts:
             raise ReferenceRefused(f"host {host!r} not on the allowlist")
         path = parts.path or "/"

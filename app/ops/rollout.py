@@ -94,38 +94,53 @@ def _invalid(fields: dict[str, list[str]]) -> ValidationFailed:
     return ValidationFailed(f"Invalid artifact: {', '.join(sorted(fields))}.", {"fields": fields})
 
 
+def _named(data: dict, name: str) -> None:
+    if data.get("name") != name:
+        raise _invalid({"definition.name": [f"must be '{name}'"]})
+
+
+def _check_entity(name: str, definition: dict, known_skills: set[str]) -> None:
+    data, views = entity_input(definition)
+    compile_definition_schema(data.get("schema") or {"type": "object", "properties": {}})
+    _named(data, name)
+    if not all(isinstance(v, dict) and v.get("name") for v in views):
+        raise _invalid({"definition.views": ["each view needs a name"]})
+
+
+def _check_skill(name: str, definition: dict, known_skills: set[str]) -> None:
+    _named(skill_input(definition, 1), name)
+
+
+def _check_agent(name: str, definition: dict, known_skills: set[str]) -> None:
+    skills = definition.get("skills") or []
+    if not isinstance(skills, list) or not all(isinstance(s, dict) for s in skills):
+        raise _invalid({"definition.skills": ["must be a list of {skillName, enabled, order}"]})
+    unknown = sorted({s.get("skillName") or "?" for s in skills} - known_skills)
+    if unknown:
+        raise _invalid({"definition.skills": [f"unknown skill artifact(s): {', '.join(unknown)}"]})
+    _named(AgentInputSchema().load({k: v for k, v in definition.items() if k != "skills"}), name)
+
+
+def _check_storage(name: str, definition: dict, known_skills: set[str]) -> None:
+    prefix = definition.get("prefix", "orgs")
+    if not isinstance(prefix, str) or not prefix.strip("/") or ".." in prefix:
+        raise _invalid({"definition.prefix": ["must be a relative path such as orgs"]})
+
+
+# what each kind's definition must pass: what the kind's own API would accept
+_DEFINITION_CHECKS = {"entity": _check_entity, "skill": _check_skill, "agent": _check_agent,
+                      "storage": _check_storage}
+
+
 def check_definition(kind: str, name: str, definition: dict, known_skills: set[str]) -> None:
     """The definition must be what the kind's own API would accept (400 naming the fields)."""
-    def prefixed(messages) -> dict[str, list[str]]:
-        return {f"definition.{k}": v for k, v in flatten_errors(messages).items()}
-
+    check = _DEFINITION_CHECKS.get(kind)
+    if check is None:
+        return
     try:
-        if kind == "entity":
-            data, views = entity_input(definition)
-            compile_definition_schema(data.get("schema") or {"type": "object", "properties": {}})
-            if data.get("name") != name:
-                raise _invalid({"definition.name": [f"must be '{name}'"]})
-            if not all(isinstance(v, dict) and v.get("name") for v in views):
-                raise _invalid({"definition.views": ["each view needs a name"]})
-        elif kind == "skill":
-            if skill_input(definition, 1).get("name") != name:
-                raise _invalid({"definition.name": [f"must be '{name}'"]})
-        elif kind == "agent":
-            skills = definition.get("skills") or []
-            if not isinstance(skills, list) or not all(isinstance(s, dict) for s in skills):
-                raise _invalid({"definition.skills": ["must be a list of {skillName, enabled, order}"]})
-            unknown = sorted({s.get("skillName") or "?" for s in skills} - known_skills)
-            if unknown:
-                raise _invalid({"definition.skills": [f"unknown skill artifact(s): {', '.join(unknown)}"]})
-            data = AgentInputSchema().load({k: v for k, v in definition.items() if k != "skills"})
-            if data.get("name") != name:
-                raise _invalid({"definition.name": [f"must be '{name}'"]})
-        elif kind == "storage":
-            prefix = definition.get("prefix", "orgs")
-            if not isinstance(prefix, str) or not prefix.strip("/") or ".." in prefix:
-                raise _invalid({"definition.prefix": ["must be a relative path such as orgs"]})
+        check(name, definition, known_skills)
     except ValidationError as exc:
-        raise _invalid(prefixed(exc.messages)) from None
+        raise _invalid({f"definition.{k}": v for k, v in flatten_errors(exc.messages).items()}) from None
     except ValidationFailed as exc:
         if exc.message.startswith("Invalid artifact"):
             raise
@@ -247,6 +262,28 @@ def run_rollout(rollout_id: str, *, batch_size: int = DEFAULT_BATCH, max_batches
             conn.commit()
 
 
+def _claim(session, rollout: Rollout, token: int) -> bool:
+    """A leased message's run: False when `token` is not the rollout's current one (or the rollout is not
+    pending or running), else the run is counted (the reaper's bound) and its lease renewed."""
+    if token != (rollout.dispatch_token or 0) or rollout.status not in ("pending", "running"):
+        log.info("rollout %s: message of token %s superseded (token %s, %s)", rollout.id, token,
+                 rollout.dispatch_token, rollout.status)
+        return False
+    rollout.attempts, rollout.lease_expires_at = (rollout.attempts or 0) + 1, _lease_end()
+    session.commit()
+    return True
+
+
+def _next_pairs(session, rollout: Rollout, batch_size: int) -> list:
+    """The next (org, product) pairs after the rollout's cursor."""
+    pairs = session.execute(
+        select(OrgArtifact.org_id, OrgArtifact.product).distinct()
+        .where(tuple_(OrgArtifact.org_id, OrgArtifact.product) > tuple_(rollout.cursor_org, rollout.cursor_product))
+        .order_by(OrgArtifact.org_id, OrgArtifact.product).limit(batch_size)).all()
+    session.commit()  # no snapshot held between batches
+    return pairs
+
+
 def _run_rollout(rollout_id: str, *, batch_size: int, max_batches: int | None, token: int | None) -> str:
     session = db.session
     rollout = session.get(Rollout, rollout_id)
@@ -254,14 +291,8 @@ def _run_rollout(rollout_id: str, *, batch_size: int, max_batches: int | None, t
         raise NotFound(f"Rollout {rollout_id} not found.")
     if rollout.status in ("done", "cancelled"):
         return rollout.status
-    if token is not None:
-        if token != (rollout.dispatch_token or 0) or rollout.status not in ("pending", "running"):
-            log.info("rollout %s: message of token %s superseded (token %s, %s)", rollout_id, token,
-                     rollout.dispatch_token, rollout.status)
-            return "stale"
-        # a run of the leased chain starts: counted (the reaper's bound), its lease renewed
-        rollout.attempts, rollout.lease_expires_at = (rollout.attempts or 0) + 1, _lease_end()
-        session.commit()
+    if token is not None and not _claim(session, rollout, token):
+        return "stale"
     artifact = session.get(Artifact, rollout.artifact_id)
     if artifact is None or artifact.artifact_version != rollout.artifact_version:
         _finish(session, rollout, "superseded", "a newer version of the artifact was published")
@@ -273,11 +304,7 @@ def _run_rollout(rollout_id: str, *, batch_size: int, max_batches: int | None, t
         ensure_product_all(session)
     batches = 0
     while max_batches is None or batches < max_batches:
-        pairs = session.execute(
-            select(OrgArtifact.org_id, OrgArtifact.product).distinct()
-            .where(tuple_(OrgArtifact.org_id, OrgArtifact.product) > tuple_(rollout.cursor_org, rollout.cursor_product))
-            .order_by(OrgArtifact.org_id, OrgArtifact.product).limit(batch_size)).all()
-        session.commit()  # no snapshot held between batches
+        pairs = _next_pairs(session, rollout, batch_size)
         if not pairs:
             _finish(session, rollout, "done")
             return "done"
