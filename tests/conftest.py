@@ -3,10 +3,18 @@
 Isolation: every test gets its own organization id (`org_id`), and all tenant data is keyed by it,
 so tests never see each other's rows even though they share one migrated database (and a real
 worker process can read what a test wrote, which savepoint rollback would hide).
+
+In parallel (`pytest -n 2`, what `make test` runs) each xdist worker has its own database (a copy of a
+migrated template, made fresh at every run), its own VAR_DIR (var/test/<worker>) and its own Celery key
+prefix, so the workers share only the embedded PostgreSQL server and the Redis server. Tests that need
+the machine to themselves or share a costly module fixture are grouped (`pytest_collection_modifyitems`
+below); a plain `pytest` runs everything in one process as before.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import socket
 import subprocess
@@ -20,7 +28,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Tests never read a developer's .env (app.config, ENV_FILE); the processes they start inherit this.
 os.environ["ENV_FILE"] = ""
 TEST_SECRET = "test-secret-" + "x" * 40
-TEST_VAR_DIR = os.path.join(ROOT, "var", "test")
+# "gw0", "gw1", … in an xdist worker (`pytest -n`); "" in a plain run
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+TEST_VAR_DIR = os.path.join(ROOT, "var", "test", XDIST_WORKER) if XDIST_WORKER else os.path.join(ROOT, "var", "test")
+DATABASE = "platform_gateway_test"
 REQUIRE_SERVICES = os.environ.get("REQUIRE_SERVICES") == "1"
 QUEUES = "default,analytics,embeddings,email,bulk,seed"
 # The console scripts of this environment (`.venv/bin/celery`, …), as `make worker` and compose run them:
@@ -28,30 +39,84 @@ QUEUES = "default,analytics,embeddings,email,bulk,seed"
 BIN = os.path.dirname(sys.executable)
 # One key namespace per test run: a worker left over from another run (or another checkout sharing
 # the Redis database) can never take this run's tasks.
-CELERY_KEY_PREFIX = f"test-{uuid.uuid4().hex[:10]}:"
+# (each xdist worker imports this module itself, so each has its own prefix, hence its own queues)
+CELERY_KEY_PREFIX = f"test-{XDIST_WORKER + '-' if XDIST_WORKER else ''}{uuid.uuid4().hex[:10]}:"
 
 
-def _database_url() -> str:
+def _database_url(database: str = DATABASE) -> str:
     url = os.environ.get("TEST_DATABASE_URL")
     if url:
-        return url
+        from sqlalchemy.engine import make_url
+
+        # the same server; TEST_DATABASE_URL's database name is the stem of the template's and the workers'
+        base = make_url(url)
+        return base.set(database=database.replace(DATABASE, base.database, 1)).render_as_string(hide_password=False)
     from app.embedded_pg import embedded_url
 
     # The embedded server lives in var/pg (shared with `make run`); tests use their own database.
-    return embedded_url(os.path.join(ROOT, "var"), "platform_gateway_test")
+    return embedded_url(os.path.join(ROOT, "var"), database)
 
 
-@pytest.fixture(scope="session")
-def database_url() -> str:
+def _migrate(url: str) -> None:
     from sqlalchemy import create_engine
 
     from migrations.runner import create_product, upgrade_all
 
-    url = _database_url()
     engine = create_engine(url)
     upgrade_all(engine, "default")
     create_product(engine, "other")
     engine.dispose()
+
+
+@contextlib.contextmanager
+def _file_lock(name: str):
+    """An exclusive lock between the processes of this checkout (xdist workers starting together)."""
+    directory = os.path.join(ROOT, "var", "test")
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, name), "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _worker_database(run_id: str) -> str:
+    """This xdist worker's database: a fresh copy of `<DATABASE>_template`, migrated once per run by the
+    first worker to get here (CREATE DATABASE … TEMPLATE copies files: far cheaper than migrating every
+    product schema once per worker)."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    with _file_lock("template.lock"):
+        template_url = make_url(_database_url(f"{DATABASE}_template"))  # starts the embedded server if needed
+        template, mine = template_url.database, f"{template_url.database.removesuffix('_template')}_{XDIST_WORKER}"
+        admin = create_engine(template_url.set(database="postgres"), isolation_level="AUTOCOMMIT")
+        try:
+            with admin.connect() as conn:
+                if not conn.scalar(text("SELECT 1 FROM pg_database WHERE datname = :d"), {"d": template}):
+                    conn.execute(text(f'CREATE DATABASE "{template}"'))  # (embedded_url has made it already)
+            stamp = os.path.join(ROOT, "var", "test", "template.run")
+            done = open(stamp).read() if os.path.exists(stamp) else ""
+            if done != f"{template_url.render_as_string()} {run_id}":
+                _migrate(template_url.render_as_string(hide_password=False))
+                with open(stamp, "w") as fh:
+                    fh.write(f"{template_url.render_as_string()} {run_id}")
+            with admin.connect() as conn:
+                # FORCE: a Celery worker of an interrupted run may still hold a connection
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{mine}" WITH (FORCE)'))
+                conn.execute(text(f'CREATE DATABASE "{mine}" TEMPLATE "{template}"'))
+        finally:
+            admin.dispose()
+    return template_url.set(database=mine).render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session")
+def database_url(request) -> str:
+    if XDIST_WORKER:
+        return _worker_database(request.config.workerinput["testrunuid"])
+    url = _database_url()
+    _migrate(url)
     return url
 
 
@@ -209,3 +274,42 @@ def wait_for(predicate, timeout: float = 30.0, what: str = "condition", interval
             return value
         time.sleep(interval)
     pytest.fail(f"{what}: not met within {timeout} s")
+
+
+# Under `pytest -n` (`--dist loadgroup`, pyproject): the work an xdist worker takes whole, heaviest first
+# so that no long group starts last (measured durations of a serial run; the rest keeps its order).
+# A test module is one unit (its module fixtures are built once, and some of its tests read what an
+# earlier one wrote); the deployment suite is one unit (one stack; `stops_stack` tests run last). A
+# test may name its own group (`xdist_group`): the contract test's shards each run on their own.
+HEAVY_FIRST = (
+    "tests/deploy",
+    "tests/functional/test_openapi_contract.py",
+    "tests/functional/test_job_durability.py",
+    "tests/functional/test_email_bulk_api.py",
+    "tests/functional/test_entities_shaped_property.py",
+    "tests/functional/test_console_browser.py",
+    "tests/functional/test_semantic_search_api.py",
+    "tests/functional/test_reliability.py",
+    "tests/functional/test_embedding_leases.py",
+    "tests/functional/test_worker.py",
+)
+
+
+def _unit_of(item) -> str:
+    path = item.nodeid.split("::")[0]
+    return "tests/deploy" if path.startswith("tests/deploy/") else path
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
+def pytest_collection_modifyitems(config, items):
+    if not XDIST_WORKER:
+        return  # a plain run: one process, the collection's order
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(_unit_of(item)))
+
+    def rank(item) -> int:
+        unit = _unit_of(item)
+        return HEAVY_FIRST.index(unit) if unit in HEAVY_FIRST else len(HEAVY_FIRST)
+
+    items.sort(key=rank)  # stable: each unit keeps its own order

@@ -34,6 +34,8 @@ MAX_EXAMPLES = int(os.environ.get("CONTRACT_MAX_EXAMPLES", "25"))
 # and negative as well as positive examples. Off by default: a review tool (its findings are listed in
 # docs/decisions.md), not every CI run.
 ALL_CHECKS = os.environ.get("CONTRACT_CHECKS", "") == "all"
+# The operations are split over this many tests (the parallel suite runs them on several workers).
+SHARDS = 4
 CONTRACT_ORG = f"org-contract-{uuid.uuid4().hex[:12]}"  # fresh per run: generated writes never accumulate
 ACCEPTANCE_CHECKED = ("/api/v1/agents", "/api/v1/skills", "/api/v1/tool-definitions", "/api/v1/subagents",
                       "/api/v1/widgets", "/api/v1/entities", "/api/v1/admin/entities")
@@ -142,12 +144,19 @@ def _strategy(operation, headers: dict):
             | operation.as_strategy(generation_mode=GenerationMode.NEGATIVE, headers=headers))
 
 
-def test_every_operation_conforms_to_the_openapi_document(app, platform_registry_restored):
+@pytest.mark.parametrize("shard", [pytest.param(i, marks=pytest.mark.xdist_group(f"contract-{i}"))
+                                   for i in range(SHARDS)])
+def test_every_operation_conforms_to_the_openapi_document(app, platform_registry_restored, shard):
+    """Every operation, in SHARDS tests (the i-th operation in shard i % SHARDS), so that the parallel
+    suite runs them side by side; each operation's examples are those of a run in one test (derandomize:
+    Hypothesis seeds from the test function, not from its neighbours)."""
     schema = schemathesis.openapi.from_wsgi("/api/v1/openapi.json", app)
     schema.config.generation.update(allow_x00=False, codec="utf-8")
     headers = bearer(token(org=CONTRACT_ORG, scopes=["*"], role="admin"))
     failures, seen = [], 0
-    for result in schema.get_all_operations():
+    for index, result in enumerate(schema.get_all_operations()):
+        if index % SHARDS != shard:
+            continue
         operation = result.ok()
         seen += 1
 
