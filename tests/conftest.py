@@ -153,15 +153,28 @@ def make_app(app, database_url):
     from app.extensions import celery_app
     from app.tasks import init_celery
 
+    made = []
+
     def factory(**overrides):
         if "REDIS_URL" in overrides and "CELERY_KEY_PREFIX" not in overrides:
             # another broker is another deployment: its own key prefix, so the session's worker never
             # sends the tasks it left in the shared database's outbox (app.tasks)
             overrides["CELERY_KEY_PREFIX"] = f"test-app-{uuid.uuid4().hex[:8]}:"
-        return create_app(app_config(overrides.pop("DATABASE_URL", database_url), **overrides))
+        made.append(create_app(app_config(overrides.pop("DATABASE_URL", database_url), **overrides)))
+        return made[-1]
 
     yield factory
     init_celery(celery_app, app)
+    # close the pooled connections of the apps this test built (they would stay open until a garbage
+    # collection: with several xdist workers on one server, past PostgreSQL's max_connections)
+    for made_app in made:
+        dispose_database(made_app)
+
+
+def dispose_database(application) -> None:
+    state = application.extensions.get("db")
+    if state is not None:
+        state.engine.dispose()
 
 
 @pytest.fixture()
