@@ -144,8 +144,7 @@ def _strategy(operation, headers: dict):
             | operation.as_strategy(generation_mode=GenerationMode.NEGATIVE, headers=headers))
 
 
-@pytest.mark.parametrize("shard", [pytest.param(i, marks=pytest.mark.xdist_group(f"contract-{i}"))
-                                   for i in range(SHARDS)])
+@pytest.mark.parametrize("shard", range(SHARDS))  # each its own unit of the parallel suite (tests/conftest.py)
 def test_every_operation_conforms_to_the_openapi_document(app, platform_registry_restored, shard):
     """Every operation, in SHARDS tests (the i-th operation in shard i % SHARDS), so that the parallel
     suite runs them side by side; each operation's examples are those of a run in one test (derandomize:
