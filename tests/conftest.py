@@ -323,6 +323,7 @@ def unit_of(nodeid: str) -> str:
     return nodeid if module in SPLIT_BY_TEST else module
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist (requirements-dev.txt)
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "loadgroup":
         return None  # another --dist chosen on the command line: xdist's own
