@@ -42,9 +42,12 @@ stack-tools:                    ## nginx and redis-server (Debian) for `make sta
 	@command -v redis-server >/dev/null || { echo "installing redis-server" >&2; \
 		$(APT) update -qq && DEBIAN_FRONTEND=noninteractive $(APT) install -y -qq --no-install-recommends redis-server; }
 
-test: install                   ## the whole suite against real PostgreSQL (+ Redis when REDIS_URL is set)
+# xdist workers for `make test` (one per core; TEST_WORKERS=0 runs the suite in one process, as `pytest` does)
+TEST_WORKERS ?= auto
+
+test: install                   ## the whole suite against real PostgreSQL (+ Redis when REDIS_URL is set), in parallel
 	@$(MAKE) --no-print-directory stack-tools || echo "nginx/redis-server not installed: tests/deploy will be skipped" >&2
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS)
 
 bench: migrate bench-tools      ## benchmarks; tables land in bench/results/
 	$(BIN)/python -m bench
