@@ -20,7 +20,8 @@ The lease (the shape bulk email and embedding jobs have): an unfinished rollout 
 `lease_expires_at`, a `dispatch_token` (in the task id, app.tasks.lease_message_id) and `attempts`.
 A batch runs under the rollout's advisory lock (its own connection: `kill -9` or the task time limit
 frees it) and only while its message's token is the rollout's; before it lets go of the lock it moves
-the token on and writes the next batch's message to the outbox, in one transaction. The rollout lease
+the token on and writes the next batch's message to the outbox, in one transaction (that message, sent
+at the commit, waits up to LOCK_WAIT_SECONDS for the lock, as the other leased jobs' do). The rollout lease
 reaper (`requeue_stalled_rollouts`, in app.lease_reapers) sends a rollout past its lease that no worker
 holds again under its current token, or, after JOB_MAX_ATTEMPTS runs that each started a batch and
 never finished it, marks it `failed` with the reason (`error`; `resume` starts it again).
@@ -66,7 +67,14 @@ from app.ops.seeding import (
 )
 from app.platform_models import Artifact, OrgArtifact, Rollout, RolloutOutcome
 from app.storage import get_blob_store
-from app.tasks import _key_prefix, enqueue_message_after_commit, interrupted_reason, lease_message_id, reap_stalled
+from app.tasks import (
+    _key_prefix,
+    enqueue_message_after_commit,
+    interrupted_reason,
+    job_lock,
+    lease_message_id,
+    reap_stalled,
+)
 from app.tenancy import Tenant
 from app.wire import iso, utcnow
 
@@ -233,7 +241,9 @@ def chain_next_batch(session, rollout: Rollout) -> None:
 # --------------------------------------------------------------------------- running
 
 
-ROLLOUT_LOCK = 0x524F_4C4C  # pg advisory lock class: one runner per rollout
+ROLLOUT_LOCK = 0x524F_4C4C  # pg advisory lock class: one runner per rollout (app.tasks.job_lock)
+# How long a leased message waits for the rollout's lock (its predecessor's unlock) before `busy`.
+LOCK_WAIT_SECONDS = 5.0
 
 
 def run_rollout(rollout_id: str, *, batch_size: int = DEFAULT_BATCH, max_batches: int | None = None,
@@ -243,23 +253,22 @@ def run_rollout(rollout_id: str, *, batch_size: int = DEFAULT_BATCH, max_batches
     message before the lock is let go), `busy` when another runner holds the rollout (a duplicate
     delivery, or a resume of a live rollout): that one goes on, this one stops without re-sending, so
     progress is never counted twice; `stale` when `token` (a leased message's) is not the rollout's
-    current one (a duplicate of a message whose batch is done)."""
-    with db.engine.connect() as conn:
-        got = conn.scalar(text("SELECT pg_try_advisory_lock(:c, hashtext(:k))"), {"c": ROLLOUT_LOCK, "k": rollout_id})
-        conn.commit()
-        if not got:
+    current one (a duplicate of a message whose batch is done).
+
+    A leased message (`token` given) waits up to LOCK_WAIT_SECONDS for the lock before it answers
+    `busy`: the chained message goes out when the previous batch commits, a few statements before that
+    runner lets go of the lock, and it must not be dropped (it would wait for the lease reaper)."""
+    with job_lock(ROLLOUT_LOCK, rollout_id, LOCK_WAIT_SECONDS if token is not None else 0.0) as mine:
+        if not mine:
+            log.info("rollout %s is being run by another worker", rollout_id)
             return "busy"
-        try:
-            status = _run_rollout(rollout_id, batch_size=batch_size, max_batches=max_batches, token=token)
-            if status == "running" and chain is not None:
-                session = db.session
-                rollout = session.get(Rollout, rollout_id)
-                chain(session, rollout)
-                session.commit()
-            return status
-        finally:
-            conn.execute(text("SELECT pg_advisory_unlock(:c, hashtext(:k))"), {"c": ROLLOUT_LOCK, "k": rollout_id})
-            conn.commit()
+        status = _run_rollout(rollout_id, batch_size=batch_size, max_batches=max_batches, token=token)
+        if status == "running" and chain is not None:
+            session = db.session
+            rollout = session.get(Rollout, rollout_id)
+            chain(session, rollout)
+            session.commit()
+        return status
 
 
 def _claim(session, rollout: Rollout, token: int) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import uuid
 
 import pytest
@@ -321,6 +322,72 @@ def test_rollout_resumes_from_its_cursor(seed_app, seed_client, registry):
         assert sum(done.counts.values()) == outcomes == total
 
 
+def test_the_next_batch_waits_for_its_predecessors_unlock(seed_app, seed_client, registry, monkeypatch):
+    """rollstall: the chained message goes out when the previous batch commits, while that runner still
+    holds the rollout's lock. A leased message of the current token that finds the lock taken waits for
+    it (its predecessor lets go a few statements later) instead of answering `busy`, which dropped the
+    rollout until the lease reaper. Held past the wait it is still `busy`, and changes nothing."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from sqlalchemy import text
+
+    from app import tasks as app_tasks
+    from app.db import db
+    from app.ops import rollout as rollout_mod
+    from app.platform_models import Artifact, Rollout
+
+    seed(seed_client, domain())
+    art = current(seed_client, "skill.summarize")
+    with seed_app.app_context():
+        rollout_mod.publish({"kind": "skill", "name": "summarize", "artifactVersion": art["artifactVersion"] + 1,
+                             "definition": dict(art["definition"], title="Summarize rollstall")}, rollout=False)
+        rollout = rollout_mod.start_rollout(db.session, db.session.get(Artifact, "skill.summarize"))
+        db.session.info.pop("_pending_tasks", None)  # the test drives the rollout by hand
+        db.session.commit()
+        rid, token = rollout.id, rollout.dispatch_token or 0
+    lock = {"c": rollout_mod.ROLLOUT_LOCK, "k": rid}
+
+    monkeypatch.setattr(rollout_mod, "LOCK_WAIT_SECONDS", 0.3, raising=False)
+    with seed_app.app_context(), db.engine.connect() as holder:  # a runner that does not let go
+        holder.execute(text("SELECT pg_advisory_lock(:c, hashtext(:k))"), lock)
+        assert rollout_mod.run_rollout(rid, batch_size=2, max_batches=1, token=token) == "busy"
+        holder.execute(text("SELECT pg_advisory_unlock(:c, hashtext(:k))"), lock)
+        holder.commit()
+        db.session.expire_all()
+        assert sum(db.session.get(Rollout, rid).counts.values()) == 0 and db.session.get(Rollout, rid).attempts == 0
+
+    monkeypatch.setattr(rollout_mod, "LOCK_WAIT_SECONDS", 30.0, raising=False)
+    tried = threading.Event()
+
+    def sleep(seconds):  # job_lock's pause between two tries: the runner found the lock taken
+        tried.set()
+        time.sleep(seconds)
+
+    monkeypatch.setattr(app_tasks, "time", SimpleNamespace(monotonic=time.monotonic, sleep=sleep))
+    with seed_app.app_context(), db.engine.connect() as holder:  # the predecessor, letting go just after
+        holder.execute(text("SELECT pg_advisory_lock(:c, hashtext(:k))"), lock)
+        holder.commit()
+
+        def unlock_once_tried():
+            tried.wait(10)
+            holder.execute(text("SELECT pg_advisory_unlock(:c, hashtext(:k))"), lock)
+            holder.commit()
+
+        releaser = threading.Thread(target=unlock_once_tried)
+        releaser.start()
+        try:
+            status = rollout_mod.run_rollout(rid, batch_size=50, token=token)
+        finally:
+            tried.set()
+            releaser.join(10)
+        assert status == "done"
+    with seed_app.app_context():
+        done = db.session.get(Rollout, rid)
+        assert done.status == "done" and sum(done.counts.values()) == done.total
+
+
 def test_cli_publish_and_status(seed_app, seed_client, registry, tmp_path, eager):
     seed(seed_client, domain())
     art = current(seed_client, "skill.web-search")
@@ -368,6 +435,18 @@ def test_rollout_on_a_real_worker(celery_worker, seed_app, registry):
 
     done = wait_for(finished, timeout=120)
     assert done.counts["updated"] >= 3
+    # rollstall: every batch was run by the message its predecessor chained, none dropped as `busy` and
+    # recovered by the lease reaper (which re-sends under the same token): one message per token, in order
+    line = re.compile(rf"Task seed\.rollout\[{re.escape(rid)}~(\d+)~\w+\] succeeded in \S+: '(\w+)'")
+
+    def answers():
+        with open(celery_worker.log_path) as f:
+            got = [(int(m[1]), m[2]) for m in line.finditer(f.read())]
+        return any(a == "done" for _, a in got) and got
+
+    got = wait_for(answers, timeout=30, what="the rollout's task log")
+    assert sorted(t for t, _ in got) == list(range(len(got))), got  # log lines in the order the tasks ended
+    assert {a for _, a in got} <= {"running", "done"}, got
     got = client.get("/api/v1/agents/by-name?name=researcher", headers=org_admin(orgs[0])).get_json()["agent"]
     assert got["title"] == new["title"]
 
