@@ -49,8 +49,10 @@ def up() -> int:
          f"dir {stack.dir}")
     _log(f"operators' commands: ENV_FILE={os.path.relpath(stack.env_file, ROOT)} .venv/bin/flask --app wsgi …")
     honcho = subprocess.Popen(command, cwd=ROOT, env=env)
+    stopping = threading.Event()
 
     def forward(signum, _frame):
+        stopping.set()
         if honcho.poll() is None:
             honcho.send_signal(signal.SIGTERM)
 
@@ -68,7 +70,16 @@ def up() -> int:
                 time.sleep(1)
 
         threading.Thread(target=watchdog, daemon=True).start()
-    return honcho.wait()
+    return exit_status(honcho.wait(), stopping.is_set())
+
+
+def exit_status(honcho_status: int, asked_to_stop: bool) -> int:
+    """`make stack`'s status: 0 when the stack stopped because it was asked to (Ctrl-C, SIGTERM, the
+    watchdog) and honcho reports only that its processes were terminated (143 = 128 + SIGTERM, 130 =
+    128 + SIGINT, or the negative signal number); otherwise honcho's own status (a process that failed)."""
+    if asked_to_stop and honcho_status in (0, 130, 143, -signal.SIGINT, -signal.SIGTERM):
+        return 0
+    return honcho_status
 
 
 def stack_deadline(max_seconds: str | None) -> float | None:
