@@ -602,7 +602,7 @@ class FastLane:
         """The schema's load of `data`, or None when marshmallow must look at it."""
         try:
             return self.run(schema, data)
-        except (_Decline, ValidationError):
+        except (_Decline, ValidationError, RecursionError):  # marshmallow decides (and answers) instead
             return None
 
 

@@ -187,6 +187,9 @@ def refuse_nul_in_url() -> None:
         raise problem
 
 
+NUL_QUERY_MAX_NAMED = 20  # query parameters an answer names at most (as check_strings stops at 20 problems)
+
+
 def nul_problem(url_path: str, args) -> ValidationFailed | None:
     """The answer to a NUL character in a request's URL path or query string (parameter names and
     values; `args` is a MultiDict), or None: 400 VALIDATION_ERROR naming where, as for a body."""
@@ -195,6 +198,8 @@ def nul_problem(url_path: str, args) -> ValidationFailed | None:
                                 {"fields": {"path": [NUL_MESSAGE]}, "location": "path"})
     problems: dict[str, list[str]] = {}
     for key, values in args.lists():
+        if len(problems) >= NUL_QUERY_MAX_NAMED:  # a query of thousands of such parameters: a bounded answer
+            break
         if "\x00" in key:
             problems.setdefault(_printable(key), []).append("the parameter name contains the NUL character (U+0000)")
         elif any("\x00" in value for value in values):
