@@ -42,6 +42,13 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
                                                "`outputSchema`, an entity definition's `schema`) as compact UTF-8 "
                                                "JSON, bytes (400 above)"),
     "CORS_ORIGINS": ("", str, "Comma-separated origins allowed by CORS; empty = CORS off"),
+    "IDEMPOTENCY_TTL_SECONDS": (86400, int, "How long an `Idempotency-Key` and its stored answer are kept from "
+                                            "the first request, seconds (a retry within it is replayed; the "
+                                            "workers' maintenance loop deletes expired keys)"),
+    "IDEMPOTENCY_LOCK_SECONDS": (300, int, "How long a running request holds its `Idempotency-Key` (duplicates "
+                                           "get 409 meanwhile); after it, a process that died mid-request is "
+                                           "assumed dead and a retry runs. Above any request's run time "
+                                           "(image calls: IMAGE_TIMEOUT_SECONDS)"),
     # Database
     "DATABASE_URL": ("", str, "PostgreSQL+pgvector URL; empty = embedded PostgreSQL under VAR_DIR/pg"),
     "DB_POOL_SIZE": (10, int, "SQLAlchemy pool size per process"),

@@ -55,6 +55,12 @@ class Conflict(ApiError):
     status, code = 409, "CONFLICT"
 
 
+class PreconditionFailed(ApiError):
+    """An If-Match that names a version the resource no longer has (app.preconditions)."""
+
+    status, code = 412, "PRECONDITION_FAILED"
+
+
 class PayloadTooLarge(ApiError):
     status, code = 413, "PAYLOAD_TOO_LARGE"
 
@@ -83,6 +89,7 @@ _HTTP_CODES = {
     404: "NOT_FOUND",
     405: "INVALID_INPUT",
     409: "CONFLICT",
+    412: "PRECONDITION_FAILED",
     413: "PAYLOAD_TOO_LARGE",
     415: "INVALID_INPUT",
     422: "VALIDATION_ERROR",

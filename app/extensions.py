@@ -14,6 +14,7 @@ from marshmallow.decorators import POST_DUMP, PRE_DUMP
 from webargs import core
 from webargs.flaskparser import FlaskParser
 
+from app import idempotency
 from app.auth import require
 from app.db import db
 from app.jsonbody import loads, require_json_body
@@ -208,10 +209,16 @@ class SafeParser(FlaskParser):
 def in_unit_of_work(view):
     """`view` run as the request's unit of work (`db.unit_of_work()`): its writes commit when it returns
     (the tasks it enqueued are sent then), and roll back when it raises. functools.wraps keeps the
-    markers app.auth and the OpenAPI document read (`view_class`, `_required_scopes`, …)."""
+    markers app.auth and the OpenAPI document read (`view_class`, `_required_scopes`, …).
+
+    A request carrying `Idempotency-Key` to an operation marked `@blp.idempotent` runs through
+    `app.idempotency.run_idempotent` instead (the same unit of work, its answer stored in it or
+    replayed); any other request pays one header lookup for that."""
 
     @functools.wraps(view)
     def edge(*args, **kwargs):
+        if idempotency.wanted(view):
+            return idempotency.run_idempotent(view, args, kwargs)
         with db.unit_of_work():
             return view(*args, **kwargs)
 
@@ -244,6 +251,25 @@ class Blueprint(_Blueprint, _UnitOfWorkAtTheEdge):
 
     ARGUMENTS_PARSER = SafeParser()
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._prepare_doc_cbks.append(_prepare_http_semantics_doc)
+
+    @staticmethod
+    def idempotent(view):
+        """The operation accepts `Idempotency-Key` (app.idempotency): a retry with the same key and
+        request replays the first answer instead of running again. For POSTs that create or send.
+        Documented (the header, `Idempotent-Replayed`, 409 and 422) from the marker it leaves."""
+        view._idempotent = True
+        return view
+
+    @staticmethod
+    def conditional(view):
+        """The operation answers `ETag` and honours `If-None-Match` (a read: 304) or `If-Match` (a
+        write: 412 when stale); the view does so through app.preconditions. This marker documents it."""
+        view._conditional = True
+        return view
+
     @staticmethod
     def requires(*scopes: str, roles: tuple[str, ...] = (), star_bypasses: bool = True,
                  internal_token: bool = False):
@@ -267,6 +293,8 @@ class Blueprint(_Blueprint, _UnitOfWorkAtTheEdge):
             _document_access(doc, getattr(view, "_required_scopes", None), getattr(view, "_required_roles", None),
                              bool(getattr(view, "_internal_token", False)))
             _document_limits(doc, getattr(view, "_rate_limit_group", None))
+            _document_http_semantics(doc, method, bool(getattr(view, "_idempotent", False)),
+                                     bool(getattr(view, "_conditional", False)))
 
 
 def _document_access(doc: dict, scopes, roles, internal_token: bool = False) -> None:
@@ -295,6 +323,63 @@ def _document_limits(doc: dict, rate_limit_group: str | None) -> None:
     if rate_limit_group:
         _add_response(responses, 429, f"RATE_LIMITED: the organization's `{rate_limit_group}` limit is spent; "
                                       "Retry-After says when to try again")
+
+
+_IDEMPOTENCY_KEY_PARAMETER = {
+    "name": "Idempotency-Key", "in": "header", "required": False,
+    "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+    "description": "Makes a retry safe: the same key with the same request (path, query, body bytes) within "
+                   "IDEMPOTENCY_TTL_SECONDS (24 h) replays the first answer (status, body, "
+                   "`Idempotent-Replayed: true`) without running again. The same key with another request "
+                   "is 422 IDEMPOTENCY_KEY_REUSED; while the first request runs, 409 IDEMPOTENCY_KEY_IN_USE "
+                   "(Retry-After). A 5xx or 429 answer releases the key. Scoped to the caller and operation."}
+_IF_MATCH_PARAMETER = {
+    "name": "If-Match", "in": "header", "required": False, "schema": {"type": "string"},
+    "description": "The ETag of the version the change is based on (or `*`): a stale one is 412 "
+                   "PRECONDITION_FAILED and nothing changes."}
+_IF_NONE_MATCH_PARAMETER = {
+    "name": "If-None-Match", "in": "header", "required": False, "schema": {"type": "string"},
+    "description": "An ETag the caller holds: 304 Not Modified (no body) while it is current."}
+_ETAG_HEADER = {"description": "Strong entity tag of the resource's current version (for If-Match, "
+                               "If-None-Match)", "schema": {"type": "string"}}
+_REPLAYED_HEADER = {"description": "`true` when the answer is the stored first answer to this Idempotency-Key",
+                    "schema": {"type": "string", "enum": ["true"]}}
+
+
+def _document_http_semantics(doc: dict, method: str, idempotent: bool, conditional: bool) -> None:
+    """The headers of `@blp.idempotent` and `@blp.conditional` operations and their answers (412, 304,
+    409, 422), from their markers; `_prepare_http_semantics_doc` puts the parameters and response
+    headers in the operation."""
+    responses = doc.setdefault("response", {}).setdefault("responses", {})
+    extra = doc.setdefault("http_semantics", {"parameters": [], "headers": {}})
+    if idempotent:
+        extra["parameters"].append(_IDEMPOTENCY_KEY_PARAMETER)
+        extra["headers"]["Idempotent-Replayed"] = _REPLAYED_HEADER
+        _add_response(responses, 409, "IDEMPOTENCY_KEY_IN_USE: a request with this Idempotency-Key is still "
+                                      "running (Retry-After); or CONFLICT")
+        _add_response(responses, 422, "IDEMPOTENCY_KEY_REUSED: this Idempotency-Key was used for another request")
+    if conditional:
+        extra["headers"]["ETag"] = _ETAG_HEADER
+        if method in ("get", "head"):
+            extra["parameters"].append(_IF_NONE_MATCH_PARAMETER)
+            responses.setdefault(304, [{"description": "Not Modified: If-None-Match names the current ETag",
+                                        "headers": {"ETag": _ETAG_HEADER}, "content_type": None}])
+        else:
+            extra["parameters"].append(_IF_MATCH_PARAMETER)
+            _add_response(responses, 412, "PRECONDITION_FAILED: If-Match names a version the resource no "
+                                          "longer has")
+
+
+def _prepare_http_semantics_doc(doc: dict, doc_info: dict, **kwargs) -> dict:
+    """flask-smorest prepare-doc callback: header parameters, and response headers on the 2xx answers."""
+    extra = doc_info.get("http_semantics")
+    if not extra:
+        return doc
+    doc.setdefault("parameters", []).extend(extra["parameters"])
+    for status, response in doc.get("responses", {}).items():
+        if str(status).startswith("2") and isinstance(response, dict):
+            response.setdefault("headers", {}).update(extra["headers"])
+    return doc
 
 
 def _add_response(responses: dict, status: int, description: str) -> None:

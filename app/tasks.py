@@ -34,6 +34,7 @@ from sqlalchemy.exc import ProgrammingError
 from sqlalchemy.orm import Session
 
 import celeryconfig
+from app import idempotency
 from app.broker import configure_broker
 from app.db import db
 from app.extensions import celery_app
@@ -354,8 +355,9 @@ def reap_each_product(label: str, reap) -> int:
 def run_maintenance(celery: Celery | None = None) -> dict[str, int]:
     """One round of the worker's maintenance loop (inside an app context): the app's lease reapers
     (`app.extensions["lease_reapers"]`, set by create_app: functions that re-queue jobs whose worker
-    died and return how many), then the outbox dispatch."""
-    outcome = {"requeued": 0, "sent": 0}
+    died and return how many), then the outbox dispatch, then the deletion of expired idempotency keys
+    (app.idempotency.purge_expired)."""
+    outcome = {"requeued": 0, "sent": 0, "expired_keys": 0}
     for reaper in current_app.extensions.get("lease_reapers", ()):
         try:
             outcome["requeued"] += reaper()
@@ -365,6 +367,10 @@ def run_maintenance(celery: Celery | None = None) -> dict[str, int]:
         outcome["sent"] = dispatch_outbox(celery)
     except Exception:
         log.warning("outbox dispatch failed", exc_info=True)
+    try:
+        outcome["expired_keys"] = idempotency.purge_expired()
+    except Exception:
+        log.warning("deleting expired idempotency keys failed", exc_info=True)
     return outcome
 
 

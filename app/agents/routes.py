@@ -50,6 +50,7 @@ class Agents(MethodView):
     @agents_blp.arguments(s.AgentInputSchema)
     @agents_blp.response(201, s.AgentEnvelopeSchema)
     @agents_blp.requires(WRITE)
+    @agents_blp.idempotent
     def post(self, data):
         """Create an agent (bare Partial Agent or `{agent}`); missing fields get documented defaults."""
         return _json(agents.create_agent(db.session, current_tenant(), data), 201)
@@ -91,6 +92,7 @@ class AgentImport(MethodView):
     @agents_blp.response(201, s.AgentEnvelopeSchema, description="imported as a new agent")
     @agents_blp.alt_response(200, schema=s.AgentEnvelopeSchema, description="replaced the agent of that name")
     @agents_blp.requires(WRITE)
+    @agents_blp.idempotent
     def post(self, query, data):
         """Import an exported Agent; a taken name is 409 unless `?overwrite=true` replaces that agent."""
         body, created = agents.import_agent(db.session, current_tenant(), data, overwrite=query["overwrite"])
@@ -143,6 +145,7 @@ class Skills(MethodView):
     @skills_blp.arguments(s.SkillInputSchema)
     @skills_blp.response(201, s.SkillEnvelopeSchema)
     @skills_blp.requires(WRITE)
+    @skills_blp.idempotent
     def post(self, data):
         """Create a catalog skill (bare or `{skill}`); the name is unique in the org."""
         return _json(skills.create_skill(db.session, current_tenant(), data), 201)
@@ -206,6 +209,7 @@ class ToolDefinitions(MethodView):
     @tools_blp.arguments(s.ToolDefinitionBodySchema)
     @tools_blp.response(201, s.ToolDefinitionEnvelopeSchema)
     @tools_blp.requires(WRITE)
+    @tools_blp.idempotent
     def post(self, body):
         """Create a tool definition from `{toolDefinition}`."""
         return _json(tools.create_tool_definition(db.session, current_tenant(), body["toolDefinition"]), 201)
@@ -259,6 +263,7 @@ class SubAgents(MethodView):
     @subagents_blp.arguments(s.SubAgentBodySchema)
     @subagents_blp.response(201, s.SubAgentEnvelopeSchema)
     @subagents_blp.requires(WRITE)
+    @subagents_blp.idempotent
     def post(self, body):
         """Create a sub-agent from `{subAgent}`."""
         return _json(subagents.create_sub_agent(db.session, current_tenant(), body["subAgent"]), 201)
@@ -302,6 +307,7 @@ class AgentWidgets(MethodView):
     @widgets_blp.arguments(s.WidgetBodySchema)
     @widgets_blp.response(201, s.WidgetEnvelopeSchema)
     @widgets_blp.requires(WRITE)
+    @widgets_blp.idempotent
     def post(self, body, agentId):
         """Create a widget for the agent from `{widget}`."""
         return _json(widgets.create_widget(db.session, current_tenant(), agentId, body["widget"]), 201)

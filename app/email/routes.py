@@ -32,6 +32,7 @@ class SendEmail(MethodView):
     @blp.response(200, SendEmailResponseSchema)
     @blp.requires(WRITE)
     @rate_limited("email")
+    @blp.idempotent
     def post(self, payload):
         """Send one pre-rendered email. Check `success`: delivery failures answer 200 with success false."""
         result = send_email(payload["to"], payload["subject"], payload["body"], current_tenant())
@@ -49,6 +50,7 @@ class BulkSend(MethodView):
     @blp.response(202, s.EmailJobAcceptedSchema)
     @blp.requires(WRITE)
     @rate_limited("email")
+    @blp.idempotent
     def post(self, payload):
         """Queue many messages (`messages`) or one message to many `recipients` (≤ 10 000): 202 with a
         job id. Workers send one message per recipient; follow the job at `statusUrl`."""
@@ -100,6 +102,7 @@ class Subscribers(MethodView):
     @newsletter_blp.response(201, s.SubscriberEnvelopeSchema)
     @newsletter_blp.alt_response(200, schema=s.SubscriberEnvelopeSchema, description="Already subscribed")
     @newsletter_blp.requires(WRITE)
+    @newsletter_blp.idempotent
     def post(self, data):
         """Subscribe an address (201), or re-activate an unsubscribed one; an active one answers 200."""
         sub, changed = newsletter.subscribe(db.session, current_tenant(), data["email"], data.get("name"),
@@ -129,6 +132,7 @@ class Issues(MethodView):
     @newsletter_blp.response(202, s.EmailJobAcceptedSchema)
     @newsletter_blp.requires(WRITE)
     @rate_limited("email")
+    @newsletter_blp.idempotent
     def post(self, data):
         """Send an issue to every active subscriber through the bulk path; each message carries
         `List-Unsubscribe` (link + one-click POST). More active subscribers than the deployment's cap

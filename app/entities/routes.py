@@ -86,6 +86,7 @@ class Definitions(MethodView):
     @blp.arguments(DefinitionCreateSchema)
     @blp.response(201, IdSchema)
     @blp.requires(WRITE)
+    @blp.idempotent
     def post(self, data):
         """Create an entity definition; its schema is checked; the name is unique per org (409)."""
         return {"id": definitions.create_definition(db.session, current_tenant(), data).id}
@@ -123,6 +124,7 @@ class AdminUpsert(MethodView):
     @admin_blp.arguments(AdminUpsertSchema)
     @admin_blp.response(200, AdminUpsertResultSchema)
     @admin_blp.requires(roles=("admin", "super_admin"))
+    @admin_blp.idempotent
     def post(self, data):
         """Create or update definitions by name in the caller's org (role admin)."""
         return definitions.upsert_definitions(db.session, current_tenant(), data["definitions"])
@@ -142,6 +144,7 @@ class Views(MethodView):
     @blp.arguments(ViewCreateSchema)
     @blp.response(201, IdSchema)
     @blp.requires(WRITE)
+    @blp.idempotent
     def post(self, data, entityName):
         """Create a view (columns, filters, sort are checked against the definition)."""
         return {"id": views.create_view(db.session, current_tenant(), definitions.find_definition(entityName), data).id}
@@ -172,6 +175,7 @@ class Records(MethodView):
     @blp.arguments(RecordInputSchema)
     @blp.response(201, RecordSchema)
     @blp.requires(WRITE)
+    @blp.idempotent
     def post(self, data, entityName):
         """Create a record; `fields` are validated against the definition's schema."""
         record = records.create_record(db.session, current_tenant(), definitions.find_definition(entityName), data)
@@ -278,6 +282,7 @@ def _bulk_route(operation: str, body_schema, key: str, summary: str) -> None:
         @blp.alt_response(202, schema=JobAcceptedSchema, description="With `Prefer: respond-async`")
         @blp.requires(WRITE)
         @rate_limited("bulk")
+        @blp.idempotent
         def post(self, data, entityName):
             return _bulk(entityName, operation, data[key])
 
@@ -318,6 +323,7 @@ class Relationships(MethodView):
     @blp.arguments(RelationshipInputSchema)
     @blp.response(201, RelationshipSchema)
     @blp.requires(WRITE)
+    @blp.idempotent
     def post(self, data, entityName, recordId):
         """Link this record to another record of the org."""
         return relationships.create_relationship(db.session, current_tenant(), definitions.find_definition(entityName),

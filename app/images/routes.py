@@ -28,6 +28,7 @@ class Images(MethodView):
     @blp.alt_response(504, schema=ErrorEnvelopeSchema, description="the image call exceeded its budget (120 s)")
     @blp.requires("write:image-gen")
     @rate_limited("images")
+    @blp.idempotent
     def post(self, payload):
         """Generate one image (or edit a reference image, optionally with a mask) and store it.
 

@@ -99,6 +99,7 @@ class Artifacts(MethodView):
     @blp.arguments(registry.PublishSchema)
     @blp.response(202, PublishedSchema)
     @blp.requires(roles=ADMIN)
+    @blp.idempotent
     def post(self, query, data):
         """Publish `{kind, name, artifactVersion, definition}` (version above the current one, else 409)
         and start rolling it out to every org (`seed.rollout`). `?rollout=false` only publishes."""

@@ -30,6 +30,7 @@ class Seed(MethodView):
     @blp.alt_response(201, schema=SeedReportSchema, description="Something was created")
     @blp.alt_response(202, schema=SeedQueuedSchema, description="With `Prefer: respond-async`: seed.org queued")
     @internal_access
+    @blp.idempotent
     def post(self, data):
         """Seed an organization: org, admin user and the 15 platform artifacts (idempotent).
 
