@@ -265,8 +265,9 @@ class Blueprint(_Blueprint, _UnitOfWorkAtTheEdge):
 
     @staticmethod
     def conditional(view):
-        """The operation answers `ETag` and honours `If-None-Match` (a read: 304) or `If-Match` (a
-        write: 412 when stale); the view does so through app.preconditions. This marker documents it."""
+        """The operation answers `ETag` and honours `If-None-Match` (a read: 304) or `If-Match` (PUT,
+        PATCH, DELETE: 412 when stale; a create only answers the ETag); the view does so through
+        app.preconditions. This marker documents it."""
         view._conditional = True
         return view
 
@@ -359,12 +360,13 @@ def _document_http_semantics(doc: dict, method: str, idempotent: bool, condition
                                       "running (Retry-After); or CONFLICT")
         _add_response(responses, 422, "IDEMPOTENCY_KEY_REUSED: this Idempotency-Key was used for another request")
     if conditional:
-        extra["headers"]["ETag"] = _ETAG_HEADER
+        if method != "delete":  # a deleted resource has no current version to tag
+            extra["headers"]["ETag"] = _ETAG_HEADER
         if method in ("get", "head"):
             extra["parameters"].append(_IF_NONE_MATCH_PARAMETER)
             responses.setdefault(304, [{"description": "Not Modified: If-None-Match names the current ETag",
                                         "headers": {"ETag": _ETAG_HEADER}, "content_type": None}])
-        else:
+        elif method in ("put", "patch", "delete"):
             extra["parameters"].append(_IF_MATCH_PARAMETER)
             _add_response(responses, 412, "PRECONDITION_FAILED: If-Match names a version the resource no "
                                           "longer has")

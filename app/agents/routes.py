@@ -14,6 +14,7 @@ from app.agents.services import agents, skills, subagents, tools, widgets
 from app.agents.services.common import dumps
 from app.db import db
 from app.extensions import Blueprint, SuccessSchema
+from app.preconditions import if_match, tagged, with_etag
 from app.tenancy import current_tenant
 from app.wire import json_text
 
@@ -103,22 +104,28 @@ class AgentImport(MethodView):
 class AgentById(MethodView):
     @agents_blp.response(200, s.AgentEnvelopeSchema)
     @agents_blp.requires(READ)
+    @agents_blp.conditional
     def get(self, agentId):
         """One agent."""
-        return _json(agents.get_agent(agentId))
+        body = agents.get_agent(agentId)
+        return tagged(_json(body), agents.etag_of_text(body))
 
     @agents_blp.arguments(s.partial_of(s.AgentInputSchema))
     @agents_blp.response(200, s.AgentEnvelopeSchema)
     @agents_blp.requires(WRITE)
+    @agents_blp.conditional
     def put(self, data, agentId):
         """Update an agent: named top-level fields replace the stored ones (null clears an optional one)."""
-        return _json(agents.update_agent(db.session, current_tenant(), agentId, data))
+        tenant = current_tenant()
+        body = agents.update_agent(db.session, tenant, agentId, data, if_match=if_match())
+        return with_etag(_json(body), agents.etag_of(db.session, tenant.org_id, agentId))
 
     @agents_blp.response(200, SuccessSchema)
     @agents_blp.requires(WRITE)
+    @agents_blp.conditional
     def delete(self, agentId):
         """Delete an agent and its widgets."""
-        return agents.delete_agent(db.session, current_tenant(), agentId)
+        return agents.delete_agent(db.session, current_tenant(), agentId, if_match=if_match())
 
 
 @agents_blp.route("/<string:agentId>/export")

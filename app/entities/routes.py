@@ -40,6 +40,7 @@ from app.entities.schemas import (
 )
 from app.entities.services import common, definitions, records, relationships, views
 from app.extensions import Blueprint, SuccessSchema
+from app.preconditions import etag, if_match, tagged, with_etag
 from app.ratelimit import may_be_rate_limited, rate_limited
 from app.tenancy import current_tenant
 from app.wire import SUCCESS, accepted, json_response, preferences, wants_async
@@ -96,26 +97,29 @@ class Definitions(MethodView):
 class Definition(MethodView):
     @blp.response(200, DefinitionEnvelopeSchema)
     @blp.requires(READ)
+    @blp.conditional
     def get(self, entityName):
         """Get a definition by name (an inactive one is returned when no active one has the name)."""
-        return {"definition": definitions.definition_to_wire(
-            definitions.find_definition(entityName, include_inactive=True))}
+        found = definitions.find_definition(entityName, include_inactive=True)
+        return tagged({"definition": definitions.definition_to_wire(found)}, definitions.etag_of(found))
 
     @blp.arguments(DefinitionInputSchema)
     @blp.response(200, SuccessSchema)
     @blp.requires(WRITE)
+    @blp.conditional
     def put(self, data, entityName):
         """Update a definition (partial); bumps `version`; a stale `version` is 409."""
-        definitions.update_definition(db.session, current_tenant(), entityName, data)
-        return SUCCESS
+        updated = definitions.update_definition(db.session, current_tenant(), entityName, data, if_match=if_match())
+        return with_etag(SUCCESS, definitions.etag_of(updated))
 
     @blp.arguments(DefinitionDeleteArgsSchema, location="query")
     @blp.response(200, SuccessSchema)
     @blp.requires(WRITE)
+    @blp.conditional
     def delete(self, args, entityName):
         """Delete a definition: soft by default; `deleteRecords`, `hardDelete` flags."""
-        definitions.delete_definition(db.session, current_tenant(), entityName,
-                                      delete_records=args["deleteRecords"], hard_delete=args["hardDelete"])
+        definitions.delete_definition(db.session, current_tenant(), entityName, delete_records=args["deleteRecords"],
+                                      hard_delete=args["hardDelete"], if_match=if_match())
         return SUCCESS
 
 
@@ -176,10 +180,11 @@ class Records(MethodView):
     @blp.response(201, RecordSchema)
     @blp.requires(WRITE)
     @blp.idempotent
+    @blp.conditional
     def post(self, data, entityName):
         """Create a record; `fields` are validated against the definition's schema."""
         record = records.create_record(db.session, current_tenant(), definitions.find_definition(entityName), data)
-        return records.record_to_wire(record)
+        return with_etag(records.record_to_wire(record), etag(record.version), 201)
 
 
 @blp.route("/<string:entityName>/records/query")
@@ -221,25 +226,30 @@ class RecordCount(MethodView):
 class Record(MethodView):
     @blp.response(200, RecordSchema)
     @blp.requires(READ)
+    @blp.conditional
     def get(self, entityName, recordId):
         """Get a record (soft-deleted and other orgs' records are 404)."""
-        return reads.get_record(entityName, recordId)
+        record = reads.get_record(entityName, recordId)
+        return tagged(record, etag(record["version"]))
 
     @blp.arguments(RecordInputSchema)
     @blp.response(200, SuccessSchema)
     @blp.requires(WRITE)
+    @blp.conditional
     def put(self, data, entityName, recordId):
         """Update a record: `fields` merge (null removes a key), validated whole; stale `version` is 409."""
-        records.update_record(db.session, current_tenant(), definitions.find_definition(entityName), recordId, data)
-        return SUCCESS
+        record = records.update_record(db.session, current_tenant(), definitions.find_definition(entityName),
+                                       recordId, data, if_match=if_match())
+        return with_etag(SUCCESS, etag(record.version))
 
     @blp.arguments(RecordDeleteArgsSchema, location="query")
     @blp.response(200, SuccessSchema)
     @blp.requires(WRITE)
+    @blp.conditional
     def delete(self, args, entityName, recordId):
         """Delete a record: soft by default (relationships deactivated); `hardDelete=true` removes it."""
         records.delete_record(db.session, current_tenant(), definitions.find_definition(entityName), recordId,
-                              hard_delete=args["hardDelete"])
+                              hard_delete=args["hardDelete"], if_match=if_match())
         return SUCCESS
 
 

@@ -8,10 +8,11 @@ database whatever happens. Reads return the stored JSON documents as text.
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import update
+from sqlalchemy import Text, cast, func, literal, select, update
 from sqlalchemy.orm import Session
 
 from app.agents.models import Agent, SubAgent
@@ -30,6 +31,7 @@ from app.agents.services.prompts import apply_system_prompt
 from app.agents.services.skills import attach_skills
 from app.errors import Conflict
 from app.fields import schema_errors
+from app.preconditions import etag, require_match
 from app.tenancy import Tenant, tenant_select
 
 # Allowed status changes (staying in the same status is always allowed). A draft is published
@@ -96,6 +98,23 @@ def get_default_agent() -> str:
     return store.find(Agent.is_default.is_(True), what="Default agent (none is set)")
 
 
+# --------------------------------------------------------------------------- entity tags
+
+
+def etag_of_text(body: str) -> str:
+    """The ETag of an agent answered as `body` (`{"agent": <stored JSON text>}`, what GET sends): the md5
+    of those bytes. An agent has no version column; its representation is its tag (app.preconditions)."""
+    return etag(hashlib.md5(body.encode("utf-8", "surrogatepass"), usedforsecurity=False).hexdigest())
+
+
+def etag_of(session: Session, org_id: str, agent_id: str) -> str:
+    """The ETag of the stored agent, computed by PostgreSQL over the very text GET would send (after this
+    transaction's writes, or under its row lock)."""
+    body = literal('{"agent":') + cast(Agent.doc, Text) + literal("}")
+    digest = session.scalar(select(func.md5(body)).where(Agent.org_id == org_id, Agent.id == agent_id))
+    return etag(digest)
+
+
 # --------------------------------------------------------------------------- writes
 
 
@@ -107,10 +126,13 @@ def create_agent(session: Session, tenant: Tenant, data: dict[str, Any]) -> str:
     return store.create(session, tenant, doc, before=_single_default(session, tenant, None))
 
 
-def update_agent(session: Session, tenant: Tenant, agent_id: str, changes: dict[str, Any]) -> str:
-    """Apply a Partial Agent: named top-level fields replace the stored ones, null clears."""
+def update_agent(session: Session, tenant: Tenant, agent_id: str, changes: dict[str, Any], *, if_match=None) -> str:
+    """Apply a Partial Agent: named top-level fields replace the stored ones, null clears. A stale
+    If-Match (`if_match`) is 412, compared with the row locked for the update."""
     lock_org(session, tenant, _LOCK)
     row = store.lock(session, tenant.org_id, agent_id)
+    if if_match is not None:
+        require_match(if_match, etag_of(session, tenant.org_id, agent_id), "agent")
     previous = row.doc
     doc = merge(previous, changes)
     _check_transition(previous["status"], doc["status"])
@@ -123,9 +145,11 @@ def update_agent(session: Session, tenant: Tenant, agent_id: str, changes: dict[
     return store.save(session, tenant, row, doc, before=_single_default(session, tenant, row))
 
 
-def delete_agent(session: Session, tenant: Tenant, agent_id: str) -> dict:
-    """Delete an agent; its widgets go with it (ON DELETE CASCADE)."""
+def delete_agent(session: Session, tenant: Tenant, agent_id: str, *, if_match=None) -> dict:
+    """Delete an agent; its widgets go with it (ON DELETE CASCADE). A stale If-Match is 412."""
     store.lock(session, tenant.org_id, agent_id)
+    if if_match is not None:
+        require_match(if_match, etag_of(session, tenant.org_id, agent_id), "agent")
     return store.remove(session, tenant.org_id, agent_id)
 
 

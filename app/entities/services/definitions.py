@@ -32,6 +32,7 @@ from app.entities.services.records import (
 )
 from app.entities.services.views import owned_view
 from app.errors import ApiError, Conflict, NotFound, ValidationFailed
+from app.preconditions import etag, require_match
 from app.tenancy import Tenant, current_org, tenant_select
 from app.wire import iso, utcnow
 
@@ -45,6 +46,12 @@ def definition_to_wire(d: EntityDefinition) -> dict[str, Any]:
         "embeddingsConfig": d.embeddings_config, "artifactVersion": d.artifact_version,
         "forkedFromVersion": d.forked_from_version, "product": d.product, "source": d.source, "orgId": d.org_id,
     }
+
+
+def etag_of(d: EntityDefinition) -> str:
+    """The definition's entity tag (app.preconditions): its version, and its default view, which a view
+    create or delete changes without a new version."""
+    return etag(d.version if d.default_view_id is None else f"{d.version}.{d.default_view_id}")
 
 
 def list_definitions(module: str | None = None, status: str | None = None) -> list[EntityDefinition]:
@@ -272,9 +279,11 @@ def create_definition(session: Session, tenant: Tenant, data: dict, *, provenanc
 
 
 def update_definition(session: Session, tenant: Tenant, name: str, data: dict, *,
-                      provenance: bool = False) -> EntityDefinition:
-    """Apply a partial definition as `tenant`, in `session`; bumps `version`; a stale numeric `version` is 409."""
+                      provenance: bool = False, if_match=None) -> EntityDefinition:
+    """Apply a partial definition as `tenant`, in `session`; bumps `version`; a stale numeric `version` is 409,
+    a stale If-Match 412 (compared with the locked row)."""
     definition = find_definition(name, include_inactive=True, lock=True, session=session, org_id=tenant.org_id)
+    require_match(if_match, etag_of(definition), "definition")
     check_version(data.get("version"), definition.version, "definition")
     previous_embeddings, previous_schema = definition.embeddings_config, definition.schema
     _apply_definition(session, definition, data, provenance=provenance)
@@ -295,10 +304,12 @@ def update_definition(session: Session, tenant: Tenant, name: str, data: dict, *
 
 
 def delete_definition(session: Session, tenant: Tenant, name: str, *, delete_records: bool = False,
-                      hard_delete: bool = False) -> None:
+                      hard_delete: bool = False, if_match=None) -> None:
     """Soft delete (isActive false) by default; `deleteRecords` deletes (or soft-deletes) the records
-    too; `hardDelete` removes the definition row, and refuses (409) while records would be orphaned."""
+    too; `hardDelete` removes the definition row, and refuses (409) while records would be orphaned.
+    A stale If-Match is 412."""
     definition = find_definition(name, include_inactive=hard_delete, lock=True, session=session, org_id=tenant.org_id)
+    require_match(if_match, etag_of(definition), "definition")
     records = select(EntityRecord.id).where(EntityRecord.org_id == definition.org_id,
                                             EntityRecord.entity_id == definition.id)
     if hard_delete:

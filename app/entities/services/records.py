@@ -21,6 +21,7 @@ from app.entities.services.common import (
 )
 from app.entities.services.context import compiled_schema
 from app.errors import NotFound, ValidationFailed
+from app.preconditions import etag, require_match
 from app.tenancy import Tenant, tenant_select
 from app.wire import iso, new_id, utcnow
 
@@ -152,9 +153,11 @@ def merge_fields(current: dict, patch: dict) -> dict:
 
 
 def update_record(session: Session, tenant: Tenant, definition: EntityDefinition, record_id: str,
-                  data: dict) -> EntityRecord:
-    """Merge `fields`, validate the whole result, bump `version`; a stale `version` is 409."""
+                  data: dict, *, if_match=None) -> EntityRecord:
+    """Merge `fields`, validate the whole result, bump `version`; a stale `version` is 409, a stale
+    If-Match (`if_match`, app.preconditions) 412: both compared with the row locked for the update."""
     record = find_record(definition, record_id, lock=True, session=session)
+    require_match(if_match, etag(record.version), "record")
     check_version(data.get("version"), record.version, "record")
     compiled = compiled_schema(definition)
     merged = dict(data)
@@ -188,9 +191,11 @@ def apply_record_update(record: EntityRecord, merged: dict, compiled: CompiledSc
 
 
 def delete_record(session: Session, tenant: Tenant, definition: EntityDefinition, record_id: str, *,
-                  hard_delete: bool = False) -> None:
-    """Soft delete (hidden from reads, relationships deactivated) or, with hardDelete, remove both."""
+                  hard_delete: bool = False, if_match=None) -> None:
+    """Soft delete (hidden from reads, relationships deactivated) or, with hardDelete, remove both; a stale
+    If-Match is 412."""
     record = find_record(definition, record_id, lock=True, session=session)
+    require_match(if_match, etag(record.version), "record")
     ids = select(EntityRecord.id).where(EntityRecord.id == record.id)
     if hard_delete:
         delete_relationships_of(ids, session)
