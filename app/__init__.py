@@ -196,7 +196,9 @@ def _finish_response(response):
     origin = request.headers.get("Origin")
     if origin and (origin in origins or "*" in origins):
         response.headers["Access-Control-Allow-Origin"] = origin
-        response.headers["Access-Control-Allow-Headers"] = "Authorization, Content-Type, X-Request-ID"
+        response.headers["Access-Control-Allow-Headers"] = ("Authorization, Content-Type, X-Request-ID, "
+                                                            "Idempotency-Key, If-Match, If-None-Match")
+        response.headers["Access-Control-Expose-Headers"] = "ETag, Idempotent-Replayed, Location, Retry-After"
         response.headers["Access-Control-Allow-Methods"] = "GET, POST, PUT, DELETE, OPTIONS"
         response.headers["Vary"] = "Origin"
     return response

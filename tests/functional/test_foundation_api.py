@@ -159,7 +159,9 @@ def test_cors_answers_the_configured_origins_of_each_app(make_app, org_id):
         assert resp.status_code == 200
         if allowed:
             assert resp.headers["Access-Control-Allow-Origin"] == origin and resp.headers["Vary"] == "Origin"
-            assert resp.headers["Access-Control-Allow-Headers"] == "Authorization, Content-Type, X-Request-ID"
+            assert resp.headers["Access-Control-Allow-Headers"] == ("Authorization, Content-Type, X-Request-ID, "
+                                                                    "Idempotency-Key, If-Match, If-None-Match")
+            assert resp.headers["Access-Control-Expose-Headers"] == "ETag, Idempotent-Replayed, Location, Retry-After"
         else:
             assert "Access-Control-Allow-Origin" not in resp.headers and "Vary" not in resp.headers
     assert "Access-Control-Allow-Origin" not in one.get("/api/v1/me", headers=headers).headers  # no Origin
