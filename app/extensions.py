@@ -357,7 +357,7 @@ def _document_http_semantics(doc: dict, method: str, idempotent: bool, condition
         extra["parameters"].append(_IDEMPOTENCY_KEY_PARAMETER)
         extra["headers"]["Idempotent-Replayed"] = _REPLAYED_HEADER
         _add_response(responses, 409, "IDEMPOTENCY_KEY_IN_USE: a request with this Idempotency-Key is still "
-                                      "running (Retry-After); or CONFLICT")
+                                      "running (Retry-After)")
         _add_response(responses, 422, "IDEMPOTENCY_KEY_REUSED: this Idempotency-Key was used for another request")
     if conditional:
         if method != "delete":  # a deleted resource has no current version to tag
