@@ -328,7 +328,7 @@ def _document_limits(doc: dict, rate_limit_group: str | None) -> None:
 
 _IDEMPOTENCY_KEY_PARAMETER = {
     "name": "Idempotency-Key", "in": "header", "required": False,
-    "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+    "schema": {"type": "string", "pattern": "^[!-~]{1,255}$"},
     "description": "Makes a retry safe: the same key with the same request (path, query, body bytes) within "
                    "IDEMPOTENCY_TTL_SECONDS (24 h) replays the first answer (status, body, "
                    "`Idempotent-Replayed: true`) without running again. The same key with another request "

@@ -161,7 +161,7 @@ def _parse_key(value: str) -> str:
     """The header's key: 1-255 visible ASCII characters. The draft's form is an RFC 8941 string
     (`"…"`); a bare token is accepted too, and both name the same key."""
     key = value.strip()
-    if len(key) >= 2 and key[0] == key[-1] == '"':
+    if len(key) > 2 and key[0] == key[-1] == '"':
         key = key[1:-1]
     if not key or len(key) > MAX_KEY_CHARS or not all(" " < ch < "\x7f" for ch in key):
         raise InvalidInput(f"{HEADER} must be 1 to {MAX_KEY_CHARS} visible ASCII characters (a UUID is a good key).",
