@@ -12,7 +12,7 @@ the directory and clears it:
   servers on one machine (the local stack: two API processes, two workers) never mix or wipe each
   other's files; directories of trees whose first process is gone are removed at the next start.
 
-This module imports nothing but the standard library and app.config: it runs before prometheus_client.
+This module imports nothing but the standard library and app.config: it runs before our metrics exist.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sys
 
 from app.config import load_config
 
@@ -61,6 +62,7 @@ def prepare_tree(role: str, config: dict | None = None) -> str | None:
     if explicit:
         os.makedirs(explicit, exist_ok=True)
         _empty(explicit)
+        _switch_loaded_client()
         return explicit
     base = config.get("PROMETHEUS_MULTIPROC_DIR") or os.path.join(config["VAR_DIR"], "metrics")
     os.makedirs(base, exist_ok=True)
@@ -72,7 +74,18 @@ def prepare_tree(role: str, config: dict | None = None) -> str | None:
     os.makedirs(directory, exist_ok=True)
     _empty(directory)
     os.environ[ENV] = directory
+    _switch_loaded_client()
     return directory
+
+
+def _switch_loaded_client() -> None:
+    """prometheus_client picks its value class (memory or files) when it is first imported, from the
+    environment. The `celery` command loads Flower's command plugin, which imports prometheus_client
+    before any module of ours runs: pick again, so every metric made from now on writes to the files
+    (a metric takes the class when its first sample is made)."""
+    values = sys.modules.get("prometheus_client.values")
+    if values is not None:
+        values.ValueClass = values.get_value_class()
 
 
 def forget_tree(directory: str | None) -> None:
