@@ -82,7 +82,7 @@ def create_app(overrides: dict[str, Any] | None = None) -> Flask:
     _connect_task_signals()
     from app.observability import metrics
 
-    app.extensions["lease_reapers"] = metrics.counted_reapers(lease_reapers())
+    app.extensions["lease_reapers"] = lease_reapers()
     # metrics before every other request hook: the duration covers the whole pipeline, the status is the
     # one sent (its after_request runs last); the deployment's gauges are read at scrape time
     metrics.init_app(app, metric_sources(), [name for name in celery_app.tasks if not name.startswith("celery.")])

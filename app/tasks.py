@@ -407,7 +407,9 @@ def run_maintenance(celery: Celery | None = None) -> dict[str, int]:
     outcome = {"requeued": 0, "sent": 0}
     for reaper in current_app.extensions.get("lease_reapers", ()):
         try:
-            outcome["requeued"] += reaper()
+            requeued = reaper()
+            metrics.count_reaps(reaper, requeued)
+            outcome["requeued"] += requeued
         except Exception:
             log.warning("lease reaper %s failed", getattr(reaper, "__name__", reaper), exc_info=True)
     try:

@@ -23,7 +23,6 @@ WORKER_METRICS_PORT (`serve_worker`). Both answer only callers that present INTE
 
 from __future__ import annotations
 
-import functools
 import hmac
 import logging
 import os
@@ -179,21 +178,11 @@ def pool_waiting(delta: int) -> None:
         DB_POOL_WAITING.inc(delta)
 
 
-def counted_reapers(reapers: Iterable[Callable[[], int]]) -> list[Callable[[], int]]:
-    """The lease reapers, each counting what it sent again in gateway_lease_reaps_total{kind}."""
-    wrapped = []
-    for reaper in reapers:
+def count_reaps(reaper: Callable[[], int], requeued: int) -> None:
+    """What one lease reaper of app.lease_reapers sent again, in gateway_lease_reaps_total{kind}."""
+    if requeued and _state["enabled"]:
         kind = REAPER_KINDS.get(f"{reaper.__module__}.{reaper.__name__}", reaper.__name__)
-
-        @functools.wraps(reaper)
-        def counting(reaper=reaper, kind=kind) -> int:
-            requeued = reaper()
-            if requeued and _state["enabled"]:
-                LEASE_REAPS.labels(kind).inc(requeued)
-            return requeued
-
-        wrapped.append(counting)
-    return wrapped
+        LEASE_REAPS.labels(kind).inc(requeued)
 
 
 def _preset(kinds: Iterable[str]) -> None:

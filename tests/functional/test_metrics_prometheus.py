@@ -25,7 +25,6 @@ import pytest
 
 from tests.conftest import (
     BIN,
-    CELERY_KEY_PREFIX,
     REQUIRE_SERVICES,
     ROOT,
     TEST_SECRET,
@@ -110,8 +109,11 @@ def stack(app, database_url, redis_url, fakes, tmp_path_factory):
     prometheus = _prometheus()
     images, embeddings = fakes
     work = tmp_path_factory.mktemp("prometheus")
+    # a key prefix of its own: the session's worker (other settings: no fake embeddings upstream) must not
+    # take this test's tasks
+    prefix = f"test-metrics-{uuid.uuid4().hex[:8]}:"
     settings = {
-        "DATABASE_URL": database_url, "REDIS_URL": redis_url, "CELERY_KEY_PREFIX": CELERY_KEY_PREFIX,
+        "DATABASE_URL": database_url, "REDIS_URL": redis_url, "CELERY_KEY_PREFIX": prefix,
         "JWT_SECRET": TEST_SECRET, "INTERNAL_API_TOKEN": TOKEN, "VAR_DIR": TEST_VAR_DIR, "LOG_LEVEL": "WARNING",
         "PUBLIC_BASE_URL": "http://gateway.test", "RATE_LIMIT_AGGREGATE": "1/60", "MAX_CONTENT_LENGTH": "4096",
         "PROVIDER_A_ENDPOINT": images.url, "PROVIDER_A_API_KEY": FakeAzureImages.API_KEY,
@@ -133,8 +135,19 @@ def stack(app, database_url, redis_url, fakes, tmp_path_factory):
     try:
         base = f"http://127.0.0.1:{api_port}"
         wait_for(lambda: api.poll() is None and _health(base), timeout=90, what=f"gunicorn up (log {log_path})")
-        worker = start_worker(database_url, redis_url, extra_env={**settings, "WORKER_METRICS_PORT": str(worker_port)},
-                              log_name="metrics-worker.log")
+        # this process's Celery app pings the worker: bound to the prefix while it starts (as make_app does)
+        from app import create_app
+        from app.extensions import celery_app
+        from app.tasks import init_celery
+        from tests.conftest import app_config
+
+        prefixed = create_app(app_config(database_url, CELERY_KEY_PREFIX=prefix))
+        try:
+            worker = start_worker(database_url, redis_url, prefix=prefix, log_name="metrics-worker.log",
+                                  extra_env={**settings, "WORKER_METRICS_PORT": str(worker_port)})
+        finally:
+            init_celery(celery_app, app)
+            prefixed.extensions["db"].engine.dispose()
         (work / "token").write_text(TOKEN)
         (work / "alerts.yml").write_text(open(os.path.join(ROOT, "docker", "prometheus", "alerts.yml")).read())
         (work / "prometheus.yml").write_text(f"""
