@@ -36,17 +36,21 @@ flower: install                 ## Flower on 127.0.0.1:$${FLOWER_PORT:-5555} (ne
 stack: install stack-tools      ## compose's topology as processes (Procfile, honcho): ingress on :$${STACK_PORT:-8080}
 	$(BIN)/python -m stack up
 
-stack-tools:                    ## nginx and redis-server (Debian) for `make stack` and tests/deploy, installed when missing
+stack-tools:                    ## nginx, redis-server, prometheus (Debian) for `make stack` and the tests, installed when missing
 	@command -v nginx >/dev/null || test -x /usr/sbin/nginx || { echo "installing nginx" >&2; \
 		$(APT) update -qq && DEBIAN_FRONTEND=noninteractive $(APT) install -y -qq --no-install-recommends nginx; }
 	@command -v redis-server >/dev/null || { echo "installing redis-server" >&2; \
 		$(APT) update -qq && DEBIAN_FRONTEND=noninteractive $(APT) install -y -qq --no-install-recommends redis-server; }
+# prometheus scrapes the API and a worker in tests/functional/test_metrics_prometheus.py; promtool (same
+# package) checks docker/prometheus/alerts.yml
+	@command -v prometheus >/dev/null || { echo "installing prometheus" >&2; \
+		$(APT) update -qq && DEBIAN_FRONTEND=noninteractive $(APT) install -y -qq --no-install-recommends prometheus; }
 
 # xdist workers for `make test` (one per core; TEST_WORKERS=0 runs the suite in one process, as `pytest` does)
 TEST_WORKERS ?= auto
 
 test: install                   ## the whole suite against real PostgreSQL (+ Redis when REDIS_URL is set), in parallel
-	@$(MAKE) --no-print-directory stack-tools || echo "nginx/redis-server not installed: tests/deploy will be skipped" >&2
+	@$(MAKE) --no-print-directory stack-tools || echo "nginx/redis-server/prometheus not installed: tests/deploy and the Prometheus tests will be skipped" >&2
 	$(BIN)/python -m pytest -n $(TEST_WORKERS)
 
 bench: migrate bench-tools      ## benchmarks; tables land in bench/results/

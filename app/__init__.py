@@ -80,7 +80,12 @@ def create_app(overrides: dict[str, Any] | None = None) -> Flask:
     #    lease reapers; per-organization rate limits
     init_celery(celery_app, app)
     _connect_task_signals()
+    from app.observability import metrics
+
     app.extensions["lease_reapers"] = lease_reapers()
+    # metrics before every other request hook: the duration covers the whole pipeline, the status is the
+    # one sent (its after_request runs last); the deployment's gauges are read at scrape time
+    metrics.init_app(app, metric_sources(), [name for name in celery_app.tasks if not name.startswith("celery.")])
     from app import ratelimit
 
     ratelimit.init_app(app)
@@ -146,6 +151,16 @@ def lease_reapers() -> list:
 
     return [requeue_orphaned_jobs, reap_stalled_buffer, requeue_stalled_email_jobs, requeue_stalled_embedding_jobs,
             requeue_stalled_rollouts, requeue_stalled_seed_jobs]
+
+
+def metric_sources() -> dict:
+    """What /metrics reads from PostgreSQL and Redis at scrape time (app.observability.metrics)."""
+    from app.analytics.tasks import buffer_backlog
+    from app.ops.rollout import rollout_progress
+    from app.tasks import outbox_backlog, queue_lengths
+
+    return {"queues": queue_lengths, "outbox": outbox_backlog, "analytics": buffer_backlog,
+            "rollouts": rollout_progress}
 
 
 def _connect_task_signals() -> None:

@@ -49,6 +49,14 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
                                            "get 409 meanwhile); after it, a process that died mid-request is "
                                            "assumed dead and a retry runs. Above any request's run time "
                                            "(image calls: IMAGE_TIMEOUT_SECONDS)"),
+    # Metrics (Prometheus; docs/operations.md, "Metrics")
+    "METRICS_ENABLED": (True, bool, "Record Prometheus metrics and serve them on /metrics (API) and "
+                                    "WORKER_METRICS_PORT (workers), to INTERNAL_API_TOKEN holders only"),
+    "PROMETHEUS_MULTIPROC_DIR": ("", str, "Where the processes of one gunicorn master or Celery worker share "
+                                          "their metric files; empty = VAR_DIR/metrics (one directory per "
+                                          "server inside, cleared at its start)"),
+    "WORKER_METRICS_PORT": (9808, int, "Port a Celery worker's main process serves /metrics on (all "
+                                       "interfaces; a port in use is skipped with a warning); 0 = none"),
     # Database
     "DATABASE_URL": ("", str, "PostgreSQL+pgvector URL; empty = embedded PostgreSQL under VAR_DIR/pg"),
     "DB_POOL_SIZE": (10, int, "SQLAlchemy pool size per process"),

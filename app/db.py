@@ -26,9 +26,11 @@ from sqlalchemy import MetaData, Table, create_engine, event, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.orm import DeclarativeBase, Session
+from sqlalchemy.pool import QueuePool
 from sqlalchemy.sql import ClauseElement, Executable
 
 from app.embedded_pg import embedded_url, refuse_new_state
+from app.observability import metrics
 
 PLATFORM_SCHEMA = "platform"
 PRODUCT_PLACEHOLDER = "product"
@@ -390,14 +392,30 @@ def _first_row(engine: Engine, conn, sql: str, params: dict[str, Any], invalidat
                                   connection_invalidated=disconnect, dialect=dialect) from exc
 
 
+class MeteredQueuePool(QueuePool):
+    """The QueuePool, counting the threads that wait for a connection because every connection (and
+    every overflow slot) is taken (gateway_db_pool_waiting): only a checkout that will block pays."""
+
+    def _do_get(self):
+        if 0 <= self._max_overflow <= self._overflow and self._pool.empty():
+            metrics.pool_waiting(1)
+            try:
+                return super()._do_get()
+            finally:
+                metrics.pool_waiting(-1)
+        return super()._do_get()
+
+
 def make_engine(url: str, config: dict) -> Engine:
     """The process's engine. Disconnects: a connection is pinged at checkout only when it sat idle
     in the pool longer than DB_PING_IDLE_SECONDS (a dead one is replaced before the request sees
     it); a busy connection is not pinged (one round trip saved per request). A connection that
     dies in use fails that request with an OperationalError (503 via app.errors) and SQLAlchemy
     invalidates the whole pool, so the next checkouts connect afresh."""
+    metered = bool(config.get("METRICS_ENABLED", True))
     engine = create_engine(
         url,
+        poolclass=MeteredQueuePool if metered else QueuePool,
         pool_size=config.get("DB_POOL_SIZE", 10),
         max_overflow=config.get("DB_POOL_SIZE", 10),
         pool_timeout=config.get("DB_POOL_TIMEOUT", 5),
@@ -423,6 +441,15 @@ def make_engine(url: str, config: dict) -> Engine:
             engine.dialect.do_ping(dbapi_conn)
         except Exception as exc:  # the pool retries the checkout with a new connection
             raise DisconnectionError(f"stale pooled connection: {exc}") from exc
+
+    if metered:  # after the ping: only a checkout that succeeded counts (gateway_db_pool_connections_in_use)
+        @event.listens_for(engine, "checkout")
+        def _count_checkout(_dbapi_conn, _record, _proxy):
+            metrics.pool_in_use(engine.pool.checkedout())
+
+        @event.listens_for(engine, "checkin")
+        def _count_checkin(_dbapi_conn, _record):  # fired before the pool takes the connection back
+            metrics.pool_in_use(max(0, engine.pool.checkedout() - 1))
 
     @event.listens_for(engine, "connect")
     def _set_timeouts(dbapi_conn, _record):  # every pooled connection gets the request budget

@@ -28,6 +28,7 @@ import redis
 from flask import Flask, current_app, g
 
 from app.errors import RateLimited
+from app.observability import metrics
 from app.tenancy import current_tenant
 
 log = logging.getLogger(__name__)
@@ -129,9 +130,14 @@ class RateLimiter:
             if ttl < 0:  # a new window (or a key whose EXPIRE was lost): start its clock
                 self._redis.expire(key, window)
                 ttl = window
+            if self._redis_down_until:  # Redis answers again: the shared count is back
+                self._redis_down_until = 0.0
+                metrics.rate_limit_fallback(False)
             return int(count), float(ttl)
         except Exception as exc:  # Redis down or slow: limit in-process, never fail the route
             self._redis_down_until = time.monotonic() + self.retry_after_failure
+            metrics.count_redis_error("rate_limit")
+            metrics.rate_limit_fallback(True)
             log.warning("rate limits: Redis unavailable (%s); counting in-process for %.0f s",
                         type(exc).__name__, self.retry_after_failure)
             return None
@@ -154,6 +160,7 @@ def check(group: str) -> None:
         return
     g.rate_limit = decision
     if not decision.allowed:
+        metrics.count_rate_limited(group)
         raise RateLimited(
             f"Rate limit of {decision.policy.limit} {group} requests per {decision.policy.window} s for this "
             f"organization reached; retry in {decision.reset} s.",

@@ -38,6 +38,7 @@ from app import idempotency
 from app.broker import configure_broker
 from app.db import db
 from app.extensions import celery_app
+from app.observability import metrics
 from app.platform_models import OutboxMessage, Product
 from app.wire import new_id
 
@@ -265,6 +266,7 @@ def _flush_pending(session: Session) -> None:
             try:
                 task.apply_async(args=args, kwargs=kwargs, task_id=message_id)
             except Exception as exc:  # broker down: the caller's data is committed; do not fail the request
+                metrics.count_redis_error("broker")
                 if not in_outbox:
                     log.exception("could not enqueue %s", task.name)
                 else:
@@ -319,6 +321,7 @@ def dispatch_outbox(celery: Celery | None = None, *, min_age_seconds: float | No
             try:
                 task.apply_async(args=row.args, kwargs=row.kwargs, task_id=row.id)
             except Exception as exc:
+                metrics.count_redis_error("broker")
                 conn.execute(update(table).where(table.c.id == row.id).values(
                     attempts=table.c.attempts + 1, last_error=f"{type(exc).__name__}: {exc}"[:2000]))
                 log.warning("outbox: broker still unavailable (%s); %d task(s) wait", type(exc).__name__,
@@ -331,6 +334,52 @@ def dispatch_outbox(celery: Celery | None = None, *, min_age_seconds: float | No
     if sent:
         log.info("outbox: sent %d task(s) accepted while the broker was unavailable", sent)
     return sent
+
+
+# --- what /metrics reads at scrape time (app.observability.metrics.DeploymentCollector) ------------------
+
+SCRAPE_STATEMENT_TIMEOUT_MS = 1000
+# kombu's Redis transport keeps a queue's messages of priority p > 0 in `<queue>\x06\x16<p>`
+_PRIORITY_SUFFIXES = ("", *(f"\x06\x16{p}" for p in (3, 6, 9)))
+
+
+def queues() -> list[str]:
+    """Every queue the deployment's tasks are routed to (celeryconfig)."""
+    names = {celeryconfig.task_default_queue, *(route["queue"] for route in celeryconfig.task_routes.values())}
+    return sorted(names)
+
+
+def queue_lengths() -> dict[str, int]:
+    """Messages waiting per queue (LLEN of its Redis lists, in one round trip of at most 1 s); {} without
+    a broker (eager mode)."""
+    url = current_app.config.get("REDIS_URL")
+    if not url:
+        return {}
+    client = current_app.extensions.get("metrics_redis")
+    if client is None:
+        import redis
+
+        client = current_app.extensions["metrics_redis"] = redis.Redis.from_url(
+            url, socket_timeout=1, socket_connect_timeout=1)
+    prefix = current_app.config.get("CELERY_KEY_PREFIX") or ""
+    pipe = client.pipeline(transaction=False)
+    names = queues()
+    for name in names:
+        for suffix in _PRIORITY_SUFFIXES:
+            pipe.llen(f"{prefix}{name}{suffix}")
+    lengths = pipe.execute()
+    step = len(_PRIORITY_SUFFIXES)
+    return {name: int(sum(lengths[i * step:(i + 1) * step])) for i, name in enumerate(names)}
+
+
+def outbox_backlog() -> tuple[int, float]:
+    """(rows of this deployment's outbox, age in seconds of the oldest), in one statement of at most 1 s."""
+    table = OutboxMessage.__table__
+    with db.engine.begin() as conn:
+        conn.execute(text(f"SET LOCAL statement_timeout = {SCRAPE_STATEMENT_TIMEOUT_MS}"))
+        rows, age = conn.execute(select(func.count(), func.extract("epoch", func.now() - func.min(table.c.created_at)))
+                                 .where(table.c.key_prefix == _key_prefix())).one()
+    return int(rows), max(0.0, float(age or 0))
 
 
 def reap_each_product(label: str, reap) -> int:
@@ -360,7 +409,9 @@ def run_maintenance(celery: Celery | None = None) -> dict[str, int]:
     outcome = {"requeued": 0, "sent": 0, "expired_keys": 0}
     for reaper in current_app.extensions.get("lease_reapers", ()):
         try:
-            outcome["requeued"] += reaper()
+            requeued = reaper()
+            metrics.count_reaps(reaper, requeued)
+            outcome["requeued"] += requeued
         except Exception:
             log.warning("lease reaper %s failed", getattr(reaper, "__name__", reaper), exc_info=True)
     try:

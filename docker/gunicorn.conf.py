@@ -3,6 +3,8 @@ starve every other route while it waits; threads keep the process answering."""
 
 import os
 
+from app.observability.metrics_process import forget_tree, prepare_tree, process_died
+
 bind = f"0.0.0.0:{os.environ.get('PORT', '8000')}"
 worker_class = "app.serving.EnvelopeThreadWorker"  # gthread; gunicorn-level errors in the envelope
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
@@ -31,3 +33,21 @@ logger_class = "app.serving.AccessLogger"
 # field (431 beyond), the longest request line gunicorn supports (414 beyond).
 limit_request_field_size = 65536
 limit_request_line = 8190
+
+# Metrics (app.observability): the master chooses and clears the directory where every worker writes its
+# samples (PROMETHEUS_MULTIPROC_DIR, inherited by the workers) before any of them starts; a worker that
+# exits stops counting in the live gauges; the directory goes with the master.
+_metrics_dir = None
+
+
+def on_starting(server):
+    global _metrics_dir
+    _metrics_dir = prepare_tree("api")
+
+
+def child_exit(server, worker):
+    process_died(worker.pid)
+
+
+def on_exit(server):
+    forget_tree(_metrics_dir)

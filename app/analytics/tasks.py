@@ -35,6 +35,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from app.analytics.writer import encode, write_lines
 from app.db import db
 from app.extensions import celery_app
+from app.observability import metrics
 from app.registry import find_service
 from app.tasks import retry_or_give_up
 
@@ -89,9 +90,11 @@ def submit_many(events: list[dict[str, Any]]) -> None:
         try:
             pipe = client.pipeline(transaction=False)
             pipe.rpush(key("buffer"), *[json.dumps(e, separators=(",", ":")) for e in events])
+            pipe.set(key("buffer-since"), f"{time.time():.3f}", nx=True)  # buffer_backlog: the wait so far
             pipe.set(key("flush-pending"), "1", nx=True, ex=_config("ANALYTICS_FLUSH_TTL_SECONDS"))
-            _, scheduled = pipe.execute()
+            _, _, scheduled = pipe.execute()
         except Exception:  # Redis down: store them now rather than lose them
+            metrics.count_redis_error("analytics_buffer")
             log.warning("analytics buffer unavailable; writing %s event(s) inline", len(events), exc_info=True)
             write_inline(events)
             return
@@ -110,6 +113,33 @@ def _schedule_flush(client) -> None:
             client.delete(key("flush-pending"))
         except Exception:
             pass
+
+
+def buffer_backlog() -> tuple[int, float]:
+    """(events waiting in the buffer or in flight, seconds the oldest of them has waited) for /metrics;
+    (0, 0) without Redis. The buffer's wait runs from its first push into an empty buffer (`buffer-since`),
+    so it is an upper bound; an in-flight batch waits since it was taken."""
+    client = redis_client()
+    if client is None:
+        return 0, 0.0
+    pipe = client.pipeline(transaction=False)
+    pipe.llen(key("buffer"))
+    pipe.get(key("buffer-since"))
+    pipe.zrange(key("inflight"), 0, 0, withscores=True)
+    pipe.zrange(key("inflight"), 0, -1)
+    waiting, since, oldest_batch, batches = pipe.execute()
+    inflight = 0
+    if batches:
+        counting = client.pipeline(transaction=False)
+        for batch in batches[:100]:
+            counting.llen(batch)
+        inflight = sum(counting.execute())
+    now, ages = time.time(), [0.0]
+    if waiting and since:
+        ages.append(now - float(since))
+    if oldest_batch:
+        ages.append(now - float(oldest_batch[0][1]))
+    return int(waiting) + int(inflight), max(ages)
 
 
 def write_inline(events: list[dict[str, Any]]) -> int:
@@ -183,6 +213,8 @@ def flush_once(client, batch_size: int, on_backlog=None) -> int:
     `on_backlog(client)` is called when at least another batch is waiting behind this one."""
     batch_key = key(f"batch:{uuid.uuid4().hex}")
     remaining, items = client.eval(_TAKE, 3, key("buffer"), batch_key, key("inflight"), batch_size, time.time())
+    if not remaining:  # the buffer is empty: what comes next starts a new wait (buffer_backlog)
+        client.delete(key("buffer-since"))
     if not items:
         return 0
     if on_backlog is not None and remaining >= batch_size:

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.message import EmailMessage
 
+from app.observability import metrics
+
 log = logging.getLogger(__name__)
 
 
@@ -96,6 +98,11 @@ class SmtpEmailSender(EmailSender):
         self.starttls, self.timeout = starttls, timeout
 
     def send(self, message: EmailMessage) -> SendResult:
+        result = self._send(message)
+        metrics.count_smtp("sent" if result.success else "failed")
+        return result
+
+    def _send(self, message: EmailMessage) -> SendResult:
         try:
             with self.connect() as smtp:
                 refused = smtp.send_message(message)
@@ -178,6 +185,11 @@ class SmtpBatchTransport(BatchTransport):
         self.smtp: smtplib.SMTP | None = None
 
     def deliver(self, message: EmailMessage, before_data: Callable[[], None] | None = None) -> Delivery:
+        delivery = self._deliver(message, before_data)
+        metrics.count_smtp(delivery.status)
+        return delivery
+
+    def _deliver(self, message: EmailMessage, before_data: Callable[[], None] | None = None) -> Delivery:
         try:
             if self.smtp is None:
                 self.smtp = self.sender.connect()

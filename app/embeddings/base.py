@@ -12,8 +12,11 @@ any other `EmbedderError` (bad key, unknown model, rejected input) will not.
 from __future__ import annotations
 
 import math
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+
+from app.observability import metrics
 
 Vector = list[float]
 
@@ -64,8 +67,24 @@ class Embedder(ABC):
         items = validate_texts(texts)
         vectors: list[Vector] = []
         for start in range(0, len(items), self.max_batch_size):
-            vectors.extend(self._embed_batch(items[start:start + self.max_batch_size]))
+            vectors.extend(self._timed_batch(items[start:start + self.max_batch_size]))
         return vectors
+
+    #: The `backend` label of gateway_embedding_request_duration_seconds.
+    backend: str = "other"
+
+    def _timed_batch(self, texts: list[str]) -> list[Vector]:
+        started, outcome = time.perf_counter(), "error"
+        try:
+            vectors = self._embed_batch(texts)
+            outcome = "ok"
+            return vectors
+        except EmbedderTransientError:
+            outcome = "transient_error"
+            raise
+        finally:
+            metrics.observe_embedding(self.backend, str(getattr(self, "model", "") or ""), outcome,
+                                      time.perf_counter() - started)
 
     def embed_one(self, text: str) -> Vector:
         """Embed a single text (a `$similar` query)."""

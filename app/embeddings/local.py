@@ -103,6 +103,8 @@ def _configured_dimensions(path: Path) -> int | None:
 class LocalEmbedder(Embedder):
     """Embeds on this machine's CPU with a packaged sentence-transformers model."""
 
+    backend = "local"
+
     def __init__(self, model_path: str | os.PathLike | None = None, *, model_name: str | None = None,
                  max_batch_size: int = 64, threads: int = 0):
         if model_path is None:

@@ -48,6 +48,8 @@ AUTH_HEADERS = ("auto", "bearer", "api-key")
 class OpenAICompatibleEmbedder(Embedder):
     """Embeds through an OpenAI-compatible HTTP API, batching by `max_batch_size` inputs per request."""
 
+    backend = "openai"
+
     def __init__(self, endpoint: str, api_key: str = "", *, model: str = DEFAULT_OPENAI_MODEL,
                  dimensions: int | None = None, max_batch_size: int = 64, timeout: float = 30.0,
                  auth_header: str = "auto", session: requests.Session | None = None):

@@ -34,11 +34,13 @@ from app.images.providers import (
     Budget,
     ImageJob,
     ImageProvider,
+    ProviderImage,
     get_provider,
     mask_refusal,
     provider_class,
     provider_ids,
 )
+from app.observability import metrics
 from app.registry import find_service
 from app.storage import BlobStore, get_blob_store
 from app.storage.base import BlobNotFound, BlobStoreError
@@ -246,7 +248,7 @@ def _run(plan: ImagePlan, tenant: Tenant, store: BlobStore, budget: Budget) -> d
         raise ServiceUnavailable(f"{provider.id} is not configured on this deployment.",
                                  {"provider": provider.id})
     job = _load_urls(plan, store, budget)
-    image = provider.generate(job, budget)
+    image = _call_provider(provider, job, budget)
     try:
         info = inspect_image(image.data, decode=False)
     except NotAnImage:
@@ -266,6 +268,21 @@ def _run(plan: ImagePlan, tenant: Tenant, store: BlobStore, budget: Budget) -> d
     if image.usage is not None:
         result["usage"] = image.usage
     return result
+
+
+def _call_provider(provider: ImageProvider, job: ImageJob, budget: Budget) -> ProviderImage:
+    """`provider.generate`, timed by provider, model family and outcome (gateway_image_provider_*)."""
+    started, outcome = time.perf_counter(), "error"
+    try:
+        image = provider.generate(job, budget)
+        outcome = "ok"
+        return image
+    except ApiError as exc:
+        outcome = exc.code
+        raise
+    finally:
+        metrics.observe_image_call(provider.id, provider.family(job.model).key, outcome,
+                                   time.perf_counter() - started)
 
 
 def _load_urls(plan: ImagePlan, store: BlobStore, budget: Budget) -> ImageJob:
@@ -293,10 +310,16 @@ def _read_source(source: _Source, store: BlobStore, budget: Budget) -> bytes:
             raise SystemFailure("Reading the reference image from blob storage failed.") from None
     left = budget.require("fetching the reference image")
     try:
-        return get_fetcher().fetch(source.url or "", budget_seconds=left)
+        data = get_fetcher().fetch(source.url or "", budget_seconds=left)
     except ReferenceRefused as exc:
+        metrics.count_reference_fetch("refused")
         log.info("%s.url refused: %s", source.field, exc.reason)
         raise ValidationFailed(REFUSED_MESSAGE, {"field": f"{source.field}.url"}) from None
+    except Exception:
+        metrics.count_reference_fetch("error")
+        raise
+    metrics.count_reference_fetch("ok")
+    return data
 
 
 # -- usage ---------------------------------------------------------------------------------------

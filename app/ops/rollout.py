@@ -503,6 +503,19 @@ def rollout_to_wire(r: Rollout) -> dict[str, Any]:
 
 
 
+def rollout_progress() -> tuple[int, int, int]:
+    """(rollouts of this deployment pending or running, orgs they cover, orgs done) for /metrics, in one
+    statement of at most 1 s."""
+    with db.engine.begin() as conn:
+        conn.execute(text("SET LOCAL statement_timeout = 1000"))
+        row = conn.execute(text(
+            "SELECT count(*), coalesce(sum(total), 0), coalesce(sum((SELECT coalesce(sum(value::int), 0) "
+            "FROM jsonb_each_text(counts))), 0) FROM platform.rollouts "
+            "WHERE status IN ('pending', 'running') AND key_prefix = :prefix"),
+            {"prefix": current_app.config.get("CELERY_KEY_PREFIX") or ""}).one()
+    return int(row[0]), int(row[1]), int(row[2])
+
+
 def list_rollouts(limit: int = 50) -> list[Rollout]:
     return list(db.session.scalars(select(Rollout).order_by(Rollout.created_at.desc()).limit(limit)))
 

@@ -213,6 +213,7 @@ UNDOCUMENTED_ROUTES = {
     "/console/static/<path:filename>": "the operator console's scripts and styles",
     "/console/session": "the console's own cookie session (sign in/out), used only by its page",
     "/console/token": "the console's own token refresh, used only by its page",
+    "/metrics": "Prometheus metrics in the text exposition format, for the scraper (internal token only)",
 }
 TEST_ONLY_PREFIX = "/api/v1/_test/"  # tests.support.register_test_routes: exist only in the test app
 
