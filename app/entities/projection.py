@@ -10,7 +10,10 @@ product schema:
   `version`, `tags`, `search_vector`, and one typed column per scalar field of the schema (numbers `numeric`,
   dates `text COLLATE "C"`, datetimes `timestamptz`, booleans `boolean`, short text `text COLLATE "C"`
   holding string values plus a second, normally NULL, column holding the text of a non-string value
-  so that `fields ->> name` is reproduced exactly). Every value is computed by the filter compiler's
+  so that `fields ->> name` is reproduced exactly, and, but for dropdowns, a third one holding
+  `lower(fields ->> name)`: a substring match (`$contains`/`$startsWith`/`$endsWith`, an ILIKE on
+  entity_records) is `folded LIKE lower(pattern)` here, which is what PostgreSQL's ILIKE computes,
+  without lowering every candidate row again). Every value is computed by the filter compiler's
   own `FieldResolver` expressions (rendered here with the values inlined), so a column holds exactly
   what the compiler's typed expression evaluates to (invalid/missing → NULL): results cannot change;
   and one `text[]` column per list field (multiselect, multilookup, JSON array of strings): the string
@@ -21,7 +24,7 @@ product schema:
   a range with a list membership is counted index-only; `(created_at, id)` for the default order), except
   booleans and dropdowns, which share one b-tree (fewest values first: equality on any subset of them
   is an index-only scan, with PostgreSQL 18's skip scan over the columns left out); pg_trgm GIN on
-  short text; GIN on the tsvector, on `tags` and on each list column;
+  the folded short text; GIN on the tsvector, on `tags` and on each list column;
 - kept exact in the writer's own transaction by ONE set of statement-level AFTER triggers with
   transition tables per product schema (`erp_dispatch_i/_u/_d` on `entity_records`, present while the
   schema has a projection) running one generated function: one pass over the statement's rows finds
