@@ -216,6 +216,10 @@ class FieldResolver:
             return self.t.c[ref.name].overlap(values)
         return or_(*(self.member(ref, v) for v in values))
 
+    def ilike(self, ref: FieldRef, pattern: str) -> ColumnElement:
+        """The text of the field matches the LIKE `pattern` (backslash escapes), case-insensitively."""
+        return self.text(ref).ilike(pattern, escape="\\")
+
     def sort_key(self, ref: FieldRef) -> ColumnElement:
         """Ordering expression: typed for numbers and datetimes, text for the rest."""
         if ref.system or ref.kind in (KIND_NUMBER, KIND_DATETIME, KIND_DATE):
@@ -686,7 +690,7 @@ class _Compiler:
         if op in ("$contains", "$startsWith", "$endsWith"):
             pattern = _like_escape(value)
             pattern = {"$contains": f"%{pattern}%", "$startsWith": f"{pattern}%", "$endsWith": f"%{pattern}"}[op]
-            return self.true_only(self.r.text(ref).ilike(pattern, escape="\\"))
+            return self.true_only(self.r.ilike(ref, pattern))
         if op == "$exists":
             return self.exists(ref) if value else self.negate(lambda: self.exists(ref))
         if op == "$empty":

@@ -10,7 +10,10 @@ product schema:
   `version`, `tags`, `search_vector`, and one typed column per scalar field of the schema (numbers `numeric`,
   dates `text COLLATE "C"`, datetimes `timestamptz`, booleans `boolean`, short text `text COLLATE "C"`
   holding string values plus a second, normally NULL, column holding the text of a non-string value
-  so that `fields ->> name` is reproduced exactly). Every value is computed by the filter compiler's
+  so that `fields ->> name` is reproduced exactly, and, but for dropdowns, a third one holding
+  `lower(fields ->> name)`: a substring match (`$contains`/`$startsWith`/`$endsWith`, an ILIKE on
+  entity_records) is `folded LIKE lower(pattern)` here, which is what PostgreSQL's ILIKE computes,
+  without lowering every candidate row again). Every value is computed by the filter compiler's
   own `FieldResolver` expressions (rendered here with the values inlined), so a column holds exactly
   what the compiler's typed expression evaluates to (invalid/missing → NULL): results cannot change;
   and one `text[]` column per list field (multiselect, multilookup, JSON array of strings): the string
@@ -21,7 +24,7 @@ product schema:
   a range with a list membership is counted index-only; `(created_at, id)` for the default order), except
   booleans and dropdowns, which share one b-tree (fewest values first: equality on any subset of them
   is an index-only scan, with PostgreSQL 18's skip scan over the columns left out); pg_trgm GIN on
-  short text; GIN on the tsvector, on `tags` and on each list column;
+  the folded short text; GIN on the tsvector, on `tags` and on each list column;
 - kept exact in the writer's own transaction by ONE set of statement-level AFTER triggers with
   transition tables per product schema (`erp_dispatch_i/_u/_d` on `entity_records`, present while the
   schema has a projection) running one generated function: one pass over the statement's rows finds
@@ -62,7 +65,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Boolean, Column, Integer, MetaData, Numeric, Table, Text, case, cast, func, text
+from sqlalchemy import Boolean, Column, Integer, MetaData, Numeric, Table, Text, case, cast, func, literal, text
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import ARRAY, TIMESTAMP, TSVECTOR
 from sqlalchemy.engine import Connection
@@ -115,6 +118,7 @@ class ProjectedField:
     kind: str
     column: str              # the typed value
     other: str | None = None  # short text: the text of a non-string value (normally NULL)
+    folded: str | None = None  # short text but dropdowns: lower(`fields ->> name`), for substring matches
 
 
 @dataclass(frozen=True)
@@ -194,9 +198,16 @@ def _field_columns(source: FieldResolver, ref: FieldRef, spec) -> tuple[Projecte
     if spec.kind == KIND_TEXT and spec.field_type not in LONG_TEXT:
         jv, jt = source.jsonb(ref), source.text(ref)
         other = f"o_{_digest(ref.name)}"
-        return ProjectedField(ref.name, spec.kind, column, other), [
-            (column, 'text COLLATE "C"', _sql(source.typed(ref))),
-            (other, 'text COLLATE "C"', _sql(case((func.jsonb_typeof(jv) != "string", jt), else_=None)))]
+        columns = [(column, 'text COLLATE "C"', _sql(source.typed(ref))),
+                   (other, 'text COLLATE "C"', _sql(case((func.jsonb_typeof(jv) != "string", jt), else_=None)))]
+        if spec.field_type == "dropdown":  # few values, no trigram index: ILIKE on the text as it is
+            return ProjectedField(ref.name, spec.kind, column, other), columns
+        # `x ILIKE p` is `lower(x) LIKE lower(p)` (PostgreSQL lowers both, in the expression's
+        # collation, then matches byte for byte): stored lowered once, a substring match costs a LIKE
+        # per candidate row instead of two lower() calls and the ILIKE (its trigram GIN is on it)
+        folded = f"l_{_digest(ref.name)}"
+        columns.append((folded, "text", _sql(func.lower(jt))))
+        return ProjectedField(ref.name, spec.kind, column, other, folded), columns
     if spec.kind == KIND_ARRAY:
         return ProjectedField(ref.name, spec.kind, column), [(column, LIST, list_elements(_sql(source.jsonb(ref))))]
     return None
@@ -220,8 +231,8 @@ def _wanted_indexes(catalog: FieldCatalog, fields: list[ProjectedField], target:
     for f in fields:
         if f not in enums:
             wanted.append(_field_index(f, lists))
-        if f.kind == KIND_TEXT and catalog.get(f.field).field_type != "dropdown":
-            wanted.append(f"USING gin (({_sql(target.text(target.resolve(f.field)))}) public.gin_trgm_ops)")
+        if f.folded is not None:
+            wanted.append(f"USING gin ({f.folded} public.gin_trgm_ops)")
     return wanted
 
 
@@ -292,6 +303,13 @@ class ProjectionResolver(FieldResolver):
 
     def scalar_equals(self, ref: FieldRef, value: Any) -> ColumnElement:
         return self.typed(ref) == value  # NULL when missing/other type: the compiler makes it false
+
+    def ilike(self, ref: FieldRef, pattern: str) -> ColumnElement:
+        f = None if ref.system else self.fields[ref.name]
+        if f is None or f.folded is None:
+            return super().ilike(ref, pattern)
+        # the stored lower(`fields ->> name`) against lower(pattern): what ILIKE computes (its trigram GIN)
+        return self.t.c[f.folded].like(func.lower(literal(pattern, Text)), escape="\\")
 
     def member(self, ref: FieldRef, value: str) -> ColumnElement:
         if ref.system:

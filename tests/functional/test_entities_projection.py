@@ -542,3 +542,62 @@ def test_registering_a_projection_waits_for_writers_in_flight(indexing_app):
         assert done.is_set()
         projection.backfill(engine, SCHEMA, plan)
     assert differences(app, plan) == 0 and rows(app, plan) == 4
+
+
+CASE_RECORDS = [
+    {"name": "Istanbul", "fields": {"title": "İSTANBUL ÉCOLE", "status": "open", "email": "X@Y.IO"}},
+    {"name": "Sigma", "fields": {"title": "ΣΊΣΥΦΟΣ straße", "status": "open"}},
+    {"name": "Percent", "fields": {"title": "50% OFF_now", "status": "closed"}},
+]
+
+
+@pytest.mark.parametrize("flt", [
+    {"title": {"$contains": "WORLD"}}, {"title": {"$contains": "école"}}, {"title": {"$contains": "istanbul"}},
+    {"title": {"$contains": "σίσυφος"}}, {"title": {"$contains": "STRASSE"}}, {"title": {"$contains": "STRAßE"}},
+    {"title": {"$contains": "% off_"}}, {"title": {"$contains": "_"}}, {"title": {"$startsWith": "hello"}},
+    {"title": {"$endsWith": "ÉCOLE"}}, {"$not": {"title": {"$contains": "o"}}}, {"email": {"$endsWith": "y.io"}},
+    {"status": {"$contains": "OPE"}},  # a dropdown: no folded column, ILIKE as before
+])
+def test_substring_matches_read_the_folded_column_with_ilikes_answers(projected, flt):
+    """On the projection a substring match of a short text field (not a dropdown) compares its stored
+    lower(text) with LIKE against lower(pattern), through that column's trigram GIN: exactly ILIKE's
+    matches (PostgreSQL's ILIKE lowers both sides), case folding of non-ASCII text and escaped
+    `%`/`_` included; the same answers as entity_records alone."""
+    app, client, headers, definition_id, plan = projected
+    bulk(client, headers, "items", "create", CASE_RECORDS)
+    with statements(app) as seen:
+        got = query(client, headers, "items", filters=flt, pageSize=100).get_json()
+    folded = [c for c, _, e in plan.columns if c.startswith("l_")]
+    assert folded and all(f"gin ({c} public.gin_trgm_ops)" in " ".join(b for _, b in plan.indexes) for c in folded)
+    sql = " ".join(seen)
+    assert used(seen, plan), seen
+    assert ("ILIKE" in sql) is ("status" in flt), seen  # only the dropdown's match is an ILIKE
+    other_client = app.test_client()
+    _org, other = org_headers()
+    create_definition(other_client, other)
+    for r in FIXED_RECORDS + CASE_RECORDS:
+        create_record(other_client, other, "items", r)
+    expected = query(other_client, other, "items", filters=flt, pageSize=100).get_json()
+    assert sorted(r["name"] for r in got["records"]) == sorted(r["name"] for r in expected["records"])
+    assert got["totalCount"] == expected["totalCount"]
+
+
+@pytest.mark.parametrize("params, once", [
+    (dict(filters={"$search": "hello"}, pageSize=1), True),
+    (dict(filters={"$search": "hello"}, pageSize=1, page=2), True),
+    (dict(filters={"$search": "nothing-matches"}), True),
+    (dict(filters={"$search": "hello"}, sortBy="qty", pageSize=1), False),
+    (dict(filters={"title": {"$contains": "hello"}}, pageSize=1), False),
+])
+def test_a_relevance_page_and_its_count_read_the_matches_once(projected, monkeypatch, params, once):
+    """`$search` without sortBy (relevance order) on the projection: one statement whose matches are
+    a MATERIALIZED CTE that the count and the ranked page both read; orders an index walks keep their
+    own page scan. Answers as entity_records alone gives them."""
+    app, client, headers, definition_id, plan = projected
+    with statements(app) as seen:
+        got = query(client, headers, "items", **params)
+    assert got.status_code == 200 and len(seen) == 1 and used(seen, plan), seen
+    assert ("WITH matched AS MATERIALIZED" in seen[0]) is once, seen[0]
+    with monkeypatch.context() as m:
+        m.setattr(projection, "resolver_for", lambda *a, **k: None)
+        assert got.get_json() == query(client, headers, "items", **params).get_json()
