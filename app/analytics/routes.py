@@ -28,6 +28,7 @@ from app.analytics.schemas import (
 )
 from app.errors import InvalidInput
 from app.extensions import Blueprint
+from app.ratelimit import concurrency_limited
 from app.tenancy import current_tenant
 from app.wire import accepted, response_wrapper
 
@@ -54,6 +55,7 @@ def _page(args, has_more: bool) -> dict:
 class Events(MethodView):
     @blp.arguments(AnalyticsEventSchema())  # an instance: a class is instantiated per request (measured)
     @blp.response(202, AcceptedSchema)
+    @concurrency_limited("ingest")
     def post(self, data):
         """Record an event (any valid token). Answers 202 at once; a worker of the `analytics` queue
         stores it in a batch. Idempotent per org by `eventId` (assigned when absent); `orgId` in the
@@ -76,6 +78,7 @@ class Events(MethodView):
 @blp.route("/events/batch", methods=["POST"])
 @blp.arguments(EventBatchSchema())
 @blp.response(202, BatchAcceptedSchema)
+@concurrency_limited("ingest")
 def post_batch(data):
     """Record up to 500 events in one request (`{events: [AnalyticsEvent…]}`, any valid token): every
     event is validated first and one invalid event rejects the request (400, details by index)."""

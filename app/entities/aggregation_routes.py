@@ -8,7 +8,7 @@ from app.entities import aggregation
 from app.entities.aggregation_schemas import AggregateRequestSchema, AggregateResponseSchema
 from app.entities.services import definitions
 from app.extensions import Blueprint
-from app.ratelimit import rate_limited
+from app.ratelimit import concurrency_limited, rate_limited
 
 blp = Blueprint("entity_aggregation", __name__, url_prefix="/api/v1/entities",
                 description="Entity store: record aggregation")
@@ -20,6 +20,7 @@ class RecordAggregate(MethodView):
     @blp.response(200, AggregateResponseSchema)
     @blp.requires("read:entities")
     @rate_limited("aggregate")
+    @concurrency_limited("records")
     def post(self, data, entityName):
         """Aggregate records: groupBy (date buckets), count/sum/avg/min/max/distinct_count/percentile, having."""
         return aggregation.aggregate_records(definitions.find_definition(entityName), data)

@@ -40,7 +40,7 @@ from app.entities.schemas import (
 )
 from app.entities.services import common, definitions, records, relationships, views
 from app.extensions import Blueprint, SuccessSchema
-from app.ratelimit import may_be_rate_limited, rate_limited
+from app.ratelimit import concurrency_limited, may_be_rate_limited, rate_limited
 from app.tenancy import current_tenant
 from app.wire import SUCCESS, accepted, json_response, preferences, wants_async
 
@@ -184,6 +184,7 @@ class RecordQuery(MethodView):
     @blp.response(200, PaginatedResultSchema)
     @blp.requires(READ)
     @may_be_rate_limited("similar")
+    @concurrency_limited("records")
     def post(self, data, entityName):
         """Query records: filters, $search, sorting, paging, include/exclude, includeLookups.
 
@@ -204,6 +205,7 @@ class RecordCount(MethodView):
                                 "content": {"application/json": {"schema": {"type": "integer"}}}}})
     @blp.requires(READ)
     @may_be_rate_limited("similar")
+    @concurrency_limited("records")
     def post(self, data, entityName):
         """Count the records matching `filters` (the response is a bare number; `Prefer: count=planned|
         estimated` as for the query)."""
