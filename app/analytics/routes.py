@@ -53,9 +53,9 @@ def _page(args, has_more: bool) -> dict:
 
 @blp.route("/events")
 class Events(MethodView):
+    @concurrency_limited("ingest")  # outermost: a refusal costs no body parsing
     @blp.arguments(AnalyticsEventSchema())  # an instance: a class is instantiated per request (measured)
     @blp.response(202, AcceptedSchema)
-    @concurrency_limited("ingest")
     def post(self, data):
         """Record an event (any valid token). Answers 202 at once; a worker of the `analytics` queue
         stores it in a batch. Idempotent per org by `eventId` (assigned when absent); `orgId` in the
@@ -76,9 +76,9 @@ class Events(MethodView):
 
 
 @blp.route("/events/batch", methods=["POST"])
+@concurrency_limited("ingest")
 @blp.arguments(EventBatchSchema())
 @blp.response(202, BatchAcceptedSchema)
-@concurrency_limited("ingest")
 def post_batch(data):
     """Record up to 500 events in one request (`{events: [AnalyticsEvent…]}`, any valid token): every
     event is validated first and one invalid event rejects the request (400, details by index)."""

@@ -16,11 +16,11 @@ blp = Blueprint("entity_aggregation", __name__, url_prefix="/api/v1/entities",
 
 @blp.route("/<string:entityName>/records/aggregate")
 class RecordAggregate(MethodView):
+    @concurrency_limited("records")  # outermost: a refusal costs no body parsing
     @blp.arguments(AggregateRequestSchema)
     @blp.response(200, AggregateResponseSchema)
     @blp.requires("read:entities")
     @rate_limited("aggregate")
-    @concurrency_limited("records")
     def post(self, data, entityName):
         """Aggregate records: groupBy (date buckets), count/sum/avg/min/max/distinct_count/percentile, having."""
         return aggregation.aggregate_records(definitions.find_definition(entityName), data)

@@ -180,11 +180,11 @@ class Records(MethodView):
 
 @blp.route("/<string:entityName>/records/query")
 class RecordQuery(MethodView):
+    @concurrency_limited("records")  # outermost: a refusal costs no body parsing
     @blp.arguments(QueryRequestSchema)
     @blp.response(200, PaginatedResultSchema)
     @blp.requires(READ)
     @may_be_rate_limited("similar")
-    @concurrency_limited("records")
     def post(self, data, entityName):
         """Query records: filters, $search, sorting, paging, include/exclude, includeLookups.
 
@@ -200,12 +200,12 @@ class RecordQuery(MethodView):
 
 @blp.route("/<string:entityName>/records/count")
 class RecordCount(MethodView):
+    @concurrency_limited("records")
     @blp.arguments(CountRequestSchema)
     @blp.doc(responses={"200": {"description": "The number of matching records",
                                 "content": {"application/json": {"schema": {"type": "integer"}}}}})
     @blp.requires(READ)
     @may_be_rate_limited("similar")
-    @concurrency_limited("records")
     def post(self, data, entityName):
         """Count the records matching `filters` (the response is a bare number; `Prefer: count=planned|
         estimated` as for the query)."""
