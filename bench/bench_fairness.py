@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,7 +35,7 @@ from bench.bench_entities import BIG_ORG, ENTITY, ORGS, SCHEMA, bench_setup, psy
 from bench.bench_records_http import cpu_seconds, free_port, stop, worker_pids
 from bench.common import BENCH_SECRET, ROOT, bench_token, table, write_result
 
-DURATION, WARMUP, PACE_MS = 10, 2, 10
+DURATION, WARMUP, PACE_MS, ROUNDS = 6, 2, 10, 3
 VICTIM = ORGS[1]
 FLOOD_CONNECTIONS, VICTIM_CONNECTIONS = 32, 4
 
@@ -153,10 +154,15 @@ def main() -> str:
                 if limit:
                     phases = [("idle", None, True), ("org C floods, honours Retry-After", flood_url, True),
                               ("org C floods, ignores Retry-After", flood_url, False)]
-                idle = None  # org B's p95 without a flood (the first phase)
-                for label, flood, honour in phases:
-                    r = run_phase(victim_url, victim_token, flood, flood_token, honour, scripts, pids)
-                    idle = idle or r["P95"]
+                # phases interleaved in rounds, the median round reported: the machine's load drifts
+                runs = {label: [] for label, _, _ in phases}
+                for _ in range(ROUNDS):
+                    for label, flood, honour in phases:
+                        runs[label].append(run_phase(victim_url, victim_token, flood, flood_token, honour,
+                                                     scripts, pids))
+                idle = statistics.median(r["P95"] for r in runs["idle"])
+                for label, _, _ in phases:
+                    r = {k: statistics.median(x[k] for x in runs[label]) for k in runs[label][0]}
                     rows.append([limit or "off", label, r["rate"], r["P50"], r["P95"], r["P99"],
                                  r["P95"] / idle, r["errors"], r.get("served", ""), r.get("refused", ""),
                                  r["cpu"]])
@@ -168,12 +174,13 @@ def main() -> str:
             os.unlink(path)
     body = table(["CONCURRENCY_LIMIT_RECORDS", "phase", "org B req/s", "org B p50 ms", "org B p95 ms",
                   "org B p99 ms", "p95 / idle p95", "org B non-2xx", "org C queries served/s",
-                  "org C 429/s", "API worker CPU s"], rows)
+                  "org C 429/s", "API worker CPU s per phase"], rows)
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     notes = (f"Machine load average (1/5/15 min) at the end: {load}.\n\n"
              "gunicorn -c docker/gunicorn.conf.py (gthread, WEB_CONCURRENCY=2 × 128 threads) with Redis on "
              f"127.0.0.1; org B: wrk `-t1 -c{VICTIM_CONNECTIONS}`, {PACE_MS} ms pause per connection between "
-             f"requests, {DURATION} s; org C: wrk `-t1 -c{FLOOD_CONNECTIONS}` POST …/records/query (pageSize 20, "
+             f"requests, {DURATION} s per phase, phases interleaved in {ROUNDS} rounds, the median of each "
+             f"column over the rounds; org C: wrk `-t1 -c{FLOOD_CONNECTIONS}` POST …/records/query (pageSize 20, "
              f"exact count over 100 000 records) started {WARMUP} s earlier. Server, PostgreSQL, Redis and "
              "both wrk share the machine's cores. API worker CPU: user + system seconds of the gunicorn "
              "workers during org B's run.")
