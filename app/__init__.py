@@ -89,6 +89,7 @@ def create_app(overrides: dict[str, Any] | None = None) -> Flask:
     from app import ratelimit
 
     ratelimit.init_app(app)
+    ratelimit.init_concurrency(app)
     # 4. API + OpenAPI, then our envelope handlers over flask-smorest's
     api = Api(app)  # one Api per app: its OpenAPI document belongs to this app
     _register_blueprints(api, app)

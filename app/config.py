@@ -101,6 +101,14 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "RATE_LIMIT_EMAIL": ("120/60", str, "Email sends per organization"),
     "RATE_LIMIT_REDIS_RETRY_SECONDS": (5.0, float, "After a Redis error, count in-process for this long before "
                                                    "trying Redis again"),
+    # Concurrency per organization (fairness): requests of a group one organization may have in flight at
+    # once across all API processes (0 = unlimited)
+    "CONCURRENCY_LIMIT_RECORDS": (4, int, "Record queries, counts and aggregations one organization may have in "
+                                          "flight at once (429 RATE_LIMITED beyond; 0 = unlimited)"),
+    "CONCURRENCY_LIMIT_INGEST": (16, int, "Event ingest calls (`POST /analytics/events`, `/events/batch`) one "
+                                          "organization may have in flight at once (0 = unlimited)"),
+    "CONCURRENCY_LEASE_SECONDS": (60.0, float, "A concurrency slot its request never freed (the process died) "
+                                               "frees itself after this long"),
     # Auth and tenancy
     "JWT_SECRET": ("", str, "HS256 secret, at least 32 bytes; empty = generated into VAR_DIR/jwt-secret (dev)"),
     "JWT_ISSUER": ("platform-gateway", str, "Required `iss` claim"),

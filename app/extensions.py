@@ -293,7 +293,8 @@ class Blueprint(_Blueprint, _UnitOfWorkAtTheEdge):
             view = getattr(view_class, method, None) if view_class is not None else obj
             _document_access(doc, getattr(view, "_required_scopes", None), getattr(view, "_required_roles", None),
                              bool(getattr(view, "_internal_token", False)))
-            _document_limits(doc, getattr(view, "_rate_limit_group", None))
+            _document_limits(doc, getattr(view, "_rate_limit_group", None),
+                             getattr(view, "_concurrency_group", None))
             _document_http_semantics(doc, method, bool(getattr(view, "_idempotent", False)),
                                      bool(getattr(view, "_conditional", False)))
 
@@ -313,17 +314,22 @@ def _document_access(doc: dict, scopes, roles, internal_token: bool = False) -> 
         _add_response(responses, 403, f"FORBIDDEN: the token lacks {' and '.join(needs)}")
 
 
-def _document_limits(doc: dict, rate_limit_group: str | None) -> None:
+def _document_limits(doc: dict, rate_limit_group: str | None, concurrency_group: str | None = None) -> None:
     """413 and 415 for an operation with a JSON body (MAX_CONTENT_LENGTH, app.jsonbody), 429 for one
-    under a per-organization rate limit (app.ratelimit: `rate_limited` / `may_be_rate_limited`)."""
+    under a per-organization rate limit (app.ratelimit: `rate_limited` / `may_be_rate_limited`) or
+    concurrency limit (`concurrency_limited`)."""
     responses = doc.setdefault("response", {}).setdefault("responses", {})
     arguments = doc.get("arguments", {}).get("parameters", [])
     if any(argument.get("location", "json") == "json" for argument in arguments):
         _add_response(responses, 413, "PAYLOAD_TOO_LARGE: the body exceeds MAX_CONTENT_LENGTH")
         _add_response(responses, 415, "INVALID_INPUT: the body is not application/json")
+    limits = []
     if rate_limit_group:
-        _add_response(responses, 429, f"RATE_LIMITED: the organization's `{rate_limit_group}` limit is spent; "
-                                      "Retry-After says when to try again")
+        limits.append(f"the organization's `{rate_limit_group}` limit is spent")
+    if concurrency_group:
+        limits.append(f"the organization has its `{concurrency_group}` concurrency limit in flight")
+    if limits:
+        _add_response(responses, 429, f"RATE_LIMITED: {', or '.join(limits)}; Retry-After says when to try again")
 
 
 _IDEMPOTENCY_KEY_PARAMETER = {

@@ -22,6 +22,7 @@ import logging
 import math
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 
 import redis
@@ -91,7 +92,7 @@ class _LocalCounter:
             if ends <= now:
                 count, ends = 0, now + window
             self._windows[key] = (count + 1, ends)
-            return count + 1, ends - now
+            return count + 1, min(float(window), ends - now)  # (now + w) - now can exceed w
 
 
 class RateLimiter:
@@ -205,3 +206,172 @@ def _add_headers(response):
         for key, value in decision.headers().items():
             response.headers.setdefault(key, value)
     return response
+
+
+# --- per-organization concurrency (fairness) ---------------------------------------------------------
+#
+# The windows above bound how often an organization calls a costly route; they do not stop one organization
+# from holding every API thread and database connection at once with requests that are each allowed. The
+# concurrency limit bounds how many requests of a group one organization has in flight: a Redis sorted set
+# per (group, organization) whose members are request tokens scored by their lease deadline (ms, Redis'
+# clock). A slot is taken by a Lua script (drop expired tokens, count, add), freed when the request ends; a
+# process that dies mid-request leaves a token that expires with its lease, so no slot leaks for long.
+# Without Redis (or while it does not answer) each process counts its own in-flight requests.
+
+CONCURRENCY_GROUPS = {"records": "CONCURRENCY_LIMIT_RECORDS", "ingest": "CONCURRENCY_LIMIT_INGEST"}
+CONCURRENCY_RETRY_AFTER = 1  # seconds: an in-flight request of the group usually ends well within it
+
+_ACQUIRE = """
+local now = redis.call('TIME')
+now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local held = redis.call('ZCARD', KEYS[1])
+if held >= tonumber(ARGV[2]) then
+  return {0, held}
+end
+local lease = tonumber(ARGV[3])
+redis.call('ZADD', KEYS[1], now + lease, ARGV[1])
+redis.call('PEXPIRE', KEYS[1], lease)
+return {1, held + 1}
+"""
+
+
+@dataclass(frozen=True)
+class Slot:
+    key: str
+    token: str
+    in_redis: bool
+
+
+class _LocalInFlight:
+    """In-flight counts of this process (no Redis, or Redis unavailable)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[str, int] = {}
+
+    def acquire(self, key: str, limit: int) -> tuple[bool, int]:
+        with self._lock:
+            held = self._held.get(key, 0)
+            if held >= limit:
+                return False, held
+            self._held[key] = held + 1
+            return True, held + 1
+
+    def release(self, key: str) -> None:
+        with self._lock:
+            held = self._held.get(key, 0) - 1
+            if held > 0:
+                self._held[key] = held
+            else:
+                self._held.pop(key, None)
+
+
+class ConcurrencyLimiter:
+    """One per app (`app.extensions["concurrency"]`): in-flight requests per (group, organization)."""
+
+    def __init__(self, app: Flask) -> None:
+        self.limits = {}
+        for group, name in CONCURRENCY_GROUPS.items():
+            limit = int(app.config.get(name) or 0)
+            if limit < 0:
+                raise ValueError(f"{name} must be >= 0 (0 = unlimited), not {limit}")
+            self.limits[group] = limit
+        self.lease_ms = int(1000 * float(app.config.get("CONCURRENCY_LEASE_SECONDS", 60)))
+        if self.lease_ms <= 0:
+            raise ValueError("CONCURRENCY_LEASE_SECONDS must be > 0")
+        self.prefix = f"{app.config.get('CELERY_KEY_PREFIX') or ''}inflight:"
+        self.retry_after_failure = float(app.config.get("RATE_LIMIT_REDIS_RETRY_SECONDS", 5))
+        self.local = _LocalInFlight()
+        self._redis = None
+        self._script = None
+        self._redis_down_until = 0.0
+        url = app.config.get("REDIS_URL")
+        if url:
+            self._redis = redis.Redis.from_url(url, socket_timeout=0.25, socket_connect_timeout=0.25,
+                                               retry_on_timeout=False)
+            self._script = self._redis.register_script(_ACQUIRE)
+
+    def acquire(self, group: str, org_id: str) -> tuple[Slot | None, int, int]:
+        """(slot or None when refused, requests in flight, limit); a limit of 0 gives (None, 0, 0)."""
+        limit = self.limits.get(group, 0)
+        if not limit:
+            return None, 0, 0
+        key = f"{self.prefix}{group}:{org_id}"
+        token = uuid.uuid4().hex
+        taken = self._redis_acquire(key, token, limit)
+        if taken is not None:
+            ok, held = taken
+            return (Slot(key, token, True) if ok else None), held, limit
+        ok, held = self.local.acquire(key, limit)
+        return (Slot(key, token, False) if ok else None), held, limit
+
+    def release(self, slot: Slot) -> None:
+        if not slot.in_redis:
+            self.local.release(slot.key)
+            return
+        try:
+            self._redis.zrem(slot.key, slot.token)
+        except Exception as exc:  # the token expires with its lease
+            log.warning("concurrency limits: could not free a slot in Redis (%s); it expires with its lease",
+                        type(exc).__name__)
+
+    def _redis_acquire(self, key: str, token: str, limit: int) -> tuple[bool, int] | None:
+        if self._redis is None or time.monotonic() < self._redis_down_until:
+            return None
+        try:
+            ok, held = self._script(keys=[key], args=[token, limit, self.lease_ms])
+            return bool(ok), int(held)
+        except Exception as exc:  # Redis down or slow: count in-process, never fail the route
+            self._redis_down_until = time.monotonic() + self.retry_after_failure
+            log.warning("concurrency limits: Redis unavailable (%s); counting in-process for %.0f s",
+                        type(exc).__name__, self.retry_after_failure)
+            return None
+
+
+def init_concurrency(app: Flask) -> None:
+    app.extensions["concurrency"] = ConcurrencyLimiter(app)  # a bad setting stops start-up
+    app.teardown_request(_release_slots)
+
+
+def enter(group: str) -> None:
+    """Take one of the current organization's `group` slots until the request ends; 429 RATE_LIMITED
+    with Retry-After when the organization has its limit in flight already."""
+    limiter: ConcurrencyLimiter | None = current_app.extensions.get("concurrency")
+    slots = g.setdefault("_concurrency_slots", {})
+    if limiter is None or group in slots:  # one request holds one slot per group
+        return
+    slot, held, limit = limiter.acquire(group, current_tenant().org_id)
+    if not limit:
+        return
+    if slot is None:
+        raise RateLimited(
+            f"This organization already has {limit} {group} requests in flight (the most it may have at "
+            f"once); retry in {CONCURRENCY_RETRY_AFTER} s.",
+            {"concurrencyLimit": limit, "inFlight": held, "group": group,
+             "retryAfterSeconds": CONCURRENCY_RETRY_AFTER},
+            headers={"Retry-After": str(CONCURRENCY_RETRY_AFTER)})
+    slots[group] = (limiter, slot)
+
+
+def _release_slots(_exc: BaseException | None) -> None:
+    """After the response is built (or the request failed): free what `enter` took."""
+    for limiter, slot in g.pop("_concurrency_slots", {}).values():
+        limiter.release(slot)
+
+
+def concurrency_limited(group: str):
+    """View decorator: `enter(group)` before the view runs; the slot is held until the request ends."""
+    if group not in CONCURRENCY_GROUPS:
+        raise ValueError(f"unknown concurrency group {group!r}")
+
+    def decorate(view):
+        @functools.wraps(view)
+        def wrapper(*args, **kwargs):
+            enter(group)
+            return view(*args, **kwargs)
+
+        wrapper._concurrency_group = group
+        return wrapper
+
+    return decorate

@@ -19,6 +19,9 @@ threads = int(os.environ.get("GUNICORN_THREADS", "128"))
 _image_budget = float(os.environ.get("IMAGE_TIMEOUT_SECONDS") or 120)
 timeout = max(150, int(_image_budget) + 30)
 graceful_timeout = int(_image_budget) + 10
+# A pool that serves no image calls (deploy/kubernetes: the `gateway-api` Deployment; the image route has
+# its own pool) drains within the contract's 30 s shutdown: GUNICORN_GRACEFUL_TIMEOUT overrides the above.
+graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT") or graceful_timeout)
 keepalive = 5
 accesslog = "-"
 errorlog = "-"

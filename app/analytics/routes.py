@@ -28,6 +28,7 @@ from app.analytics.schemas import (
 )
 from app.errors import InvalidInput
 from app.extensions import Blueprint
+from app.ratelimit import concurrency_limited
 from app.tenancy import current_tenant
 from app.wire import accepted, response_wrapper
 
@@ -52,6 +53,7 @@ def _page(args, has_more: bool) -> dict:
 
 @blp.route("/events")
 class Events(MethodView):
+    @concurrency_limited("ingest")  # outermost: a refusal costs no body parsing
     @blp.arguments(AnalyticsEventSchema())  # an instance: a class is instantiated per request (measured)
     @blp.response(202, AcceptedSchema)
     def post(self, data):
@@ -74,6 +76,7 @@ class Events(MethodView):
 
 
 @blp.route("/events/batch", methods=["POST"])
+@concurrency_limited("ingest")
 @blp.arguments(EventBatchSchema())
 @blp.response(202, BatchAcceptedSchema)
 def post_batch(data):

@@ -8,7 +8,7 @@ from app.entities import aggregation
 from app.entities.aggregation_schemas import AggregateRequestSchema, AggregateResponseSchema
 from app.entities.services import definitions
 from app.extensions import Blueprint
-from app.ratelimit import rate_limited
+from app.ratelimit import concurrency_limited, rate_limited
 
 blp = Blueprint("entity_aggregation", __name__, url_prefix="/api/v1/entities",
                 description="Entity store: record aggregation")
@@ -16,6 +16,7 @@ blp = Blueprint("entity_aggregation", __name__, url_prefix="/api/v1/entities",
 
 @blp.route("/<string:entityName>/records/aggregate")
 class RecordAggregate(MethodView):
+    @concurrency_limited("records")  # outermost: a refusal costs no body parsing
     @blp.arguments(AggregateRequestSchema)
     @blp.response(200, AggregateResponseSchema)
     @blp.requires("read:entities")

@@ -41,7 +41,7 @@ from app.entities.schemas import (
 from app.entities.services import common, definitions, records, relationships, views
 from app.extensions import Blueprint, SuccessSchema
 from app.preconditions import etag, if_match, tagged, with_etag
-from app.ratelimit import may_be_rate_limited, rate_limited
+from app.ratelimit import concurrency_limited, may_be_rate_limited, rate_limited
 from app.tenancy import current_tenant
 from app.wire import SUCCESS, accepted, json_response, preferences, wants_async
 
@@ -189,6 +189,7 @@ class Records(MethodView):
 
 @blp.route("/<string:entityName>/records/query")
 class RecordQuery(MethodView):
+    @concurrency_limited("records")  # outermost: a refusal costs no body parsing
     @blp.arguments(QueryRequestSchema)
     @blp.response(200, PaginatedResultSchema)
     @blp.requires(READ)
@@ -208,6 +209,7 @@ class RecordQuery(MethodView):
 
 @blp.route("/<string:entityName>/records/count")
 class RecordCount(MethodView):
+    @concurrency_limited("records")
     @blp.arguments(CountRequestSchema)
     @blp.doc(responses={"200": {"description": "The number of matching records",
                                 "content": {"application/json": {"schema": {"type": "integer"}}}}})
