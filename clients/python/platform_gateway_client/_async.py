@@ -129,6 +129,14 @@ def _sort_order(value: SortOrder | None) -> int | None:
     raise ValueError(f"sort_order must be 'asc', 'desc', 1 or -1, not {value!r}")
 
 
+def _seed_finished(status: Mapping[str, Any]) -> bool:
+    last = status.get("lastRequest")
+    if last is not None:
+        return last.get("status") in SEED_DONE
+    summary = status.get("summary") or {}
+    return bool(summary.get("total")) and summary.get("missing") == 0
+
+
 def _drop_none(values: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in values.items() if v is not None}
 
@@ -163,7 +171,7 @@ class AsyncClient:
         self._headers = dict(headers or {})
         if internal_token:
             self._headers["X-Internal-Token"] = internal_token
-        self._sleep: AsyncSleep = sleep or asyncio.sleep
+        self._sleep: AsyncSleep = sleep if sleep is not None else asyncio.sleep
         self.images = AsyncImages(self)
         self.agents = AsyncAgents(self)
         self.skills = AsyncSkills(self)
@@ -1025,12 +1033,13 @@ class AsyncAdmin(AsyncResource):
 
     async def wait_seed(self, org_id: str, *, product: str | None = None, timeout: float = 300.0,
                         poll_interval: float = 0.5) -> SeedStatus:
-        """Poll until the latest asynchronous seed of the org is done (JobFailedError if it failed)."""
+        """Poll until the latest asynchronous seed of the org is done (JobFailedError if it failed). A
+        deployment without a broker runs the seed inside the request and keeps no request to report
+        (`lastRequest` null): there, done is every artifact present."""
         status = await self._client.wait_for(
             Call("GET", "/internal/seed/{orgId}", {"orgId": org_id}, params={"product": product}),
-            lambda doc: (doc.get("lastRequest") or {}).get("status") in SEED_DONE, timeout=timeout,
-            poll_interval=poll_interval)
-        if status["lastRequest"]["status"] == "failed":
+            _seed_finished, timeout=timeout, poll_interval=poll_interval)
+        if (status.get("lastRequest") or {}).get("status") == "failed":
             raise errors.JobFailedError(f"seeding {org_id} failed: {status['lastRequest'].get('error')}", status)
         return cast(SeedStatus, status)
 

@@ -124,6 +124,14 @@ def _sort_order(value: SortOrder | None) -> int | None:
     raise ValueError(f"sort_order must be 'asc', 'desc', 1 or -1, not {value!r}")
 
 
+def _seed_finished(status: Mapping[str, Any]) -> bool:
+    last = status.get("lastRequest")
+    if last is not None:
+        return last.get("status") in SEED_DONE
+    summary = status.get("summary") or {}
+    return bool(summary.get("total")) and summary.get("missing") == 0
+
+
 def _drop_none(values: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in values.items() if v is not None}
 
@@ -158,7 +166,7 @@ class Client:
         self._headers = dict(headers or {})
         if internal_token:
             self._headers["X-Internal-Token"] = internal_token
-        self._sleep: Sleep = sleep or time.sleep
+        self._sleep: Sleep = sleep if sleep is not None else time.sleep
         self.images = Images(self)
         self.agents = Agents(self)
         self.skills = Skills(self)
@@ -1006,12 +1014,13 @@ class Admin(Resource):
 
     def wait_seed(self, org_id: str, *, product: str | None = None, timeout: float = 300.0,
                   poll_interval: float = 0.5) -> SeedStatus:
-        """Poll until the latest synchronous seed of the org is done (JobFailedError if it failed)."""
+        """Poll until the latest synchronous seed of the org is done (JobFailedError if it failed). A
+        deployment without a broker runs the seed inside the request and keeps no request to report
+        (`lastRequest` null): there, done is every artifact present."""
         status = self._client.wait_for(
       Call("GET", "/internal/seed/{orgId}", {"orgId": org_id}, params={"product": product}),
-      lambda doc: (doc.get("lastRequest") or {}).get("status") in SEED_DONE, timeout=timeout,
-      poll_interval=poll_interval)
-        if status["lastRequest"]["status"] == "failed":
+      _seed_finished, timeout=timeout, poll_interval=poll_interval)
+        if (status.get("lastRequest") or {}).get("status") == "failed":
             raise errors.JobFailedError(f"seeding {org_id} failed: {status['lastRequest'].get('error')}", status)
         return cast(SeedStatus, status)
 
