@@ -149,7 +149,7 @@ class AsyncClient:
             async for agent in api.agents.iter():
                 ...
 
-    - `token`: a bearer token, or a callable returning the current one (sync or async). A callable is
+    - `token`: a bearer token, or a callable returning the current one. It is
       asked before every request, and once more after a 401 (the request is repeated once when it gives
       another token): the place to refresh.
     - `retry`: `RetryPolicy` (default: 3 retries, backoff 0.5 s doubling to 8 s with full jitter, honouring
@@ -198,6 +198,7 @@ class AsyncClient:
 
     # -- the request loop ----------------------------------------------------------------------------------
     async def _token(self) -> str | None:
+        # (AsyncClient also takes a coroutine function as its token provider)  # async-only
         value: Any = self._token_source() if callable(self._token_source) else self._token_source
         if inspect.isawaitable(value):  # async-only
             value = await value  # async-only

@@ -144,7 +144,7 @@ class Client:
             for agent in api.agents.iter():
                 ...
 
-    - `token`: a bearer token, or a callable returning the current one (sync or async). A callable is
+    - `token`: a bearer token, or a callable returning the current one. It is
       asked before every request, and once more after a 401 (the request is repeated once when it gives
       another token): the place to refresh.
     - `retry`: `RetryPolicy` (default: 3 retries, backoff 0.5 s doubling to 8 s with full jitter, honouring
@@ -424,7 +424,7 @@ class Tools(Resource):
 
     def list(self, *, limit: int | None = None, cursor: str | None = None) -> ToolDefinitionList:
         return cast(ToolDefinitionList, self._client.request(
-      Call("GET", "/api/v1/tool-definitions", params={"limit": limit, "cursor": cursor})))
+            Call("GET", "/api/v1/tool-definitions", params={"limit": limit, "cursor": cursor})))
 
     def iter(self, *, page_size: int | None = None) -> Iterator[ToolDefinition]:
         pages = self._pages("GET", "/api/v1/tool-definitions", "toolDefinitions", {"limit": page_size})
@@ -586,13 +586,13 @@ class Views(Resource):
 
     def update(self, entity: str, view_id: str, patch: Mapping[str, Any]) -> Success:
         return cast(Success, self._client.request(
-      Call("PUT", "/api/v1/entities/definitions/{entityName}/views/{viewId}",
-           {"entityName": entity, "viewId": view_id}, json=patch)))
+            Call("PUT", "/api/v1/entities/definitions/{entityName}/views/{viewId}",
+                 {"entityName": entity, "viewId": view_id}, json=patch)))
 
     def delete(self, entity: str, view_id: str) -> Success:
         return cast(Success, self._client.request(
-      Call("DELETE", "/api/v1/entities/definitions/{entityName}/views/{viewId}",
-           {"entityName": entity, "viewId": view_id})))
+            Call("DELETE", "/api/v1/entities/definitions/{entityName}/views/{viewId}",
+                 {"entityName": entity, "viewId": view_id})))
 
 
 class Records(Resource):
@@ -603,8 +603,8 @@ class Records(Resource):
 
     def get(self, entity: str, record_id: str) -> Record:
         return cast(Record, self._client.request(
-      Call("GET", "/api/v1/entities/{entityName}/records/{recordId}",
-           {"entityName": entity, "recordId": record_id})))
+            Call("GET", "/api/v1/entities/{entityName}/records/{recordId}",
+                 {"entityName": entity, "recordId": record_id})))
 
     def get_tagged(self, entity: str, record_id: str, *, if_none_match: str | None = None) -> Tagged[Record]:
         """The record with its ETag; with `if_none_match`, `not_modified=True` when it has not changed."""
@@ -628,9 +628,9 @@ class Records(Resource):
     def delete(self, entity: str, record_id: str, *, hard_delete: bool = False,
                if_match: str | None = None) -> Success:
         return cast(Success, self._client.request(
-      Call("DELETE", "/api/v1/entities/{entityName}/records/{recordId}",
-           {"entityName": entity, "recordId": record_id}, params={"hardDelete": hard_delete or None},
-           headers=conditional_headers(if_match))))
+            Call("DELETE", "/api/v1/entities/{entityName}/records/{recordId}",
+                 {"entityName": entity, "recordId": record_id}, params={"hardDelete": hard_delete or None},
+                 headers=conditional_headers(if_match))))
 
     @staticmethod
     def _query_body(filters: Mapping[str, Any] | None, page: int | None, page_size: int | None,
@@ -655,8 +655,8 @@ class Records(Resource):
                                 include_lookups, cursor)
         headers = {"Prefer": f"count={count}"} if count else {}
         return cast(PaginatedResult, self._client.request(
-      Call("POST", "/api/v1/entities/{entityName}/records/query", {"entityName": entity}, json=body,
-           headers=headers, safe=True)))
+            Call("POST", "/api/v1/entities/{entityName}/records/query", {"entityName": entity}, json=body,
+                 headers=headers, safe=True)))
 
     def iter(self, entity: str, *, filters: Mapping[str, Any] | None = None, page_size: int | None = 100,
              sort_by: str | None = None, sort_order: SortOrder | None = None,
@@ -695,72 +695,72 @@ class Records(Resource):
                            "sortBy": sort_by, "sortOrder": _sort_order(sort_order), "limit": limit,
                            "timezone": timezone})
         return cast(AggregateResponse, self._client.request(
-      Call("POST", "/api/v1/entities/{entityName}/records/aggregate", {"entityName": entity}, json=body,
-           safe=True)))
+            Call("POST", "/api/v1/entities/{entityName}/records/aggregate", {"entityName": entity}, json=body,
+                 safe=True)))
 
     def bulk_create(self, entity: str, records: Sequence[RecordInput], *,
                     idempotency_key: str | None = None) -> BulkResult:
         """Create all of `records` or none (at most 5 000)."""
         return cast(BulkResult, self._client.request(
-      Call("POST", "/api/v1/entities/{entityName}/records/bulk/create", {"entityName": entity},
-           json={"records": list(records)}, idempotent_post=True, idempotency_key=idempotency_key)))
+            Call("POST", "/api/v1/entities/{entityName}/records/bulk/create", {"entityName": entity},
+                 json={"records": list(records)}, idempotent_post=True, idempotency_key=idempotency_key)))
 
     def bulk_update(self, entity: str, records: Sequence[Mapping[str, Any]], *,
                     idempotency_key: str | None = None) -> BulkResult:
         """Update each record (`{"id": …, "fields": {…}}`), all or nothing."""
         return cast(BulkResult, self._client.request(
-      Call("POST", "/api/v1/entities/{entityName}/records/bulk/update", {"entityName": entity},
-           json={"records": list(records)}, idempotent_post=True, idempotency_key=idempotency_key)))
+            Call("POST", "/api/v1/entities/{entityName}/records/bulk/update", {"entityName": entity},
+                 json={"records": list(records)}, idempotent_post=True, idempotency_key=idempotency_key)))
 
     def bulk_delete(self, entity: str, record_ids: Sequence[str], *,
                     idempotency_key: str | None = None) -> BulkResult:
         return cast(BulkResult, self._client.request(
-      Call("POST", "/api/v1/entities/{entityName}/records/bulk/delete", {"entityName": entity},
-           json={"recordIds": list(record_ids)}, idempotent_post=True, idempotency_key=idempotency_key)))
+            Call("POST", "/api/v1/entities/{entityName}/records/bulk/delete", {"entityName": entity},
+                 json={"recordIds": list(record_ids)}, idempotent_post=True, idempotency_key=idempotency_key)))
 
     def start_bulk_create(self, entity: str, records: Sequence[RecordInput], *,
                           idempotency_key: str | None = None) -> JobAccepted:
         """`bulk_create` as a background job (`Prefer: respond-async`): `client.jobs.wait(accepted["jobId"])`."""
         return cast(JobAccepted, self._client.request(
-      Call("POST", "/api/v1/entities/{entityName}/records/bulk/create", {"entityName": entity},
-           json={"records": list(records)}, headers={"Prefer": "respond-async"}, idempotent_post=True,
-           idempotency_key=idempotency_key)))
+            Call("POST", "/api/v1/entities/{entityName}/records/bulk/create", {"entityName": entity},
+                 json={"records": list(records)}, headers={"Prefer": "respond-async"}, idempotent_post=True,
+                 idempotency_key=idempotency_key)))
 
     def start_bulk_update(self, entity: str, records: Sequence[Mapping[str, Any]], *,
                           idempotency_key: str | None = None) -> JobAccepted:
         return cast(JobAccepted, self._client.request(
-      Call("POST", "/api/v1/entities/{entityName}/records/bulk/update", {"entityName": entity},
-           json={"records": list(records)}, headers={"Prefer": "respond-async"}, idempotent_post=True,
-           idempotency_key=idempotency_key)))
+            Call("POST", "/api/v1/entities/{entityName}/records/bulk/update", {"entityName": entity},
+                 json={"records": list(records)}, headers={"Prefer": "respond-async"}, idempotent_post=True,
+                 idempotency_key=idempotency_key)))
 
     def start_bulk_delete(self, entity: str, record_ids: Sequence[str], *,
                           idempotency_key: str | None = None) -> JobAccepted:
         return cast(JobAccepted, self._client.request(
-      Call("POST", "/api/v1/entities/{entityName}/records/bulk/delete", {"entityName": entity},
-           json={"recordIds": list(record_ids)}, headers={"Prefer": "respond-async"}, idempotent_post=True,
-           idempotency_key=idempotency_key)))
+            Call("POST", "/api/v1/entities/{entityName}/records/bulk/delete", {"entityName": entity},
+                 json={"recordIds": list(record_ids)}, headers={"Prefer": "respond-async"}, idempotent_post=True,
+                 idempotency_key=idempotency_key)))
 
     def relate(self, entity: str, record_id: str, relationship: RelationshipInput, *,
                idempotency_key: str | None = None) -> Relationship:
         """Link this record to another (`toEntityName`, `toRecordId`, `relationshipType`)."""
         return cast(Relationship, self._client.request(
-      Call("POST", "/api/v1/entities/{entityName}/records/{recordId}/relationships",
-           {"entityName": entity, "recordId": record_id}, json=relationship, idempotent_post=True,
-           idempotency_key=idempotency_key)))
+            Call("POST", "/api/v1/entities/{entityName}/records/{recordId}/relationships",
+                 {"entityName": entity, "recordId": record_id}, json=relationship, idempotent_post=True,
+                 idempotency_key=idempotency_key)))
 
     def relationships(self, entity: str, record_id: str, *, relationship_type: str | None = None,
                       target_entity: str | None = None,
                       direction: Literal["outgoing", "incoming", "both"] | None = None) -> list[Relationship]:
         answer = self._client.request(Call(
-      "GET", "/api/v1/entities/{entityName}/records/{recordId}/relationships",
-      {"entityName": entity, "recordId": record_id},
-      params={"relationshipType": relationship_type, "targetEntity": target_entity, "direction": direction}))
+            "GET", "/api/v1/entities/{entityName}/records/{recordId}/relationships",
+            {"entityName": entity, "recordId": record_id},
+            params={"relationshipType": relationship_type, "targetEntity": target_entity, "direction": direction}))
         return cast("list[Relationship]", answer["relationships"])
 
     def unrelate(self, entity: str, record_id: str, relationship_id: str) -> Success:
         return cast(Success, self._client.request(Call(
-      "DELETE", "/api/v1/entities/{entityName}/records/{recordId}/relationships/{relationshipId}",
-      {"entityName": entity, "recordId": record_id, "relationshipId": relationship_id})))
+            "DELETE", "/api/v1/entities/{entityName}/records/{recordId}/relationships/{relationshipId}",
+            {"entityName": entity, "recordId": record_id, "relationshipId": relationship_id})))
 
 
 class Entities(Resource):
@@ -797,13 +797,13 @@ class Analytics(Resource):
 
     def summary(self, *, from_: str | None = None, to: str | None = None) -> AnalyticsSummaryResponse:
         return cast(AnalyticsSummaryResponse, self._client.request(
-      Call("GET", "/api/v1/analytics/summary", params={"from": from_, "to": to})))
+            Call("GET", "/api/v1/analytics/summary", params={"from": from_, "to": to})))
 
     def chats(self, *, from_: str | None = None, to: str | None = None, agent_id: str | None = None,
               limit: int | None = None, offset: int | None = None) -> ChatAnalyticsListResponse:
         return cast(ChatAnalyticsListResponse, self._client.request(
-      Call("GET", "/api/v1/analytics/chats",
-           params={"from": from_, "to": to, "agent_id": agent_id, "limit": limit, "offset": offset})))
+            Call("GET", "/api/v1/analytics/chats",
+                 params={"from": from_, "to": to, "agent_id": agent_id, "limit": limit, "offset": offset})))
 
     def iter_chats(self, *, from_: str | None = None, to: str | None = None, agent_id: str | None = None,
                    page_size: int = 500) -> Iterator[ChatAnalytics]:
@@ -817,15 +817,15 @@ class Analytics(Resource):
 
     def agents(self, *, from_: str | None = None, to: str | None = None) -> AgentAnalyticsListResponse:
         return cast(AgentAnalyticsListResponse, self._client.request(
-      Call("GET", "/api/v1/analytics/agents", params={"from": from_, "to": to})))
+            Call("GET", "/api/v1/analytics/agents", params={"from": from_, "to": to})))
 
     def usage(self, *, from_: str | None = None, to: str | None = None) -> UsageAnalyticsListResponse:
         return cast(UsageAnalyticsListResponse, self._client.request(
-      Call("GET", "/api/v1/analytics/usage", params={"from": from_, "to": to})))
+            Call("GET", "/api/v1/analytics/usage", params={"from": from_, "to": to})))
 
     def daily(self, *, from_: str | None = None, to: str | None = None) -> DailyAnalyticsListResponse:
         return cast(DailyAnalyticsListResponse, self._client.request(
-      Call("GET", "/api/v1/analytics/daily", params={"from": from_, "to": to})))
+            Call("GET", "/api/v1/analytics/daily", params={"from": from_, "to": to})))
 
     def events(self, *, from_: str | None = None, to: str | None = None, event_type: str | None = None,
                event_category: str | None = None, user_id: str | None = None, session_id: str | None = None,
@@ -833,7 +833,7 @@ class Analytics(Resource):
         params = {"from": from_, "to": to, "eventType": event_type, "eventCategory": event_category,
                   "userId": user_id, "sessionId": session_id, "limit": limit, "offset": offset}
         return cast(AnalyticsEventOutListResponse, self._client.request(
-      Call("GET", "/api/v1/analytics/events", params=params)))
+            Call("GET", "/api/v1/analytics/events", params=params)))
 
     def iter_events(self, *, from_: str | None = None, to: str | None = None, event_type: str | None = None,
                     event_category: str | None = None, user_id: str | None = None,
@@ -856,7 +856,7 @@ class Analytics(Resource):
     def record_events(self, events: Sequence[AnalyticsEvent]) -> BatchAccepted:
         """Record up to 500 events in one request."""
         return cast(BatchAccepted, self._client.request(
-      Call("POST", "/api/v1/analytics/events/batch", json={"events": list(events)}, idempotent_post=True)))
+            Call("POST", "/api/v1/analytics/events/batch", json={"events": list(events)}, idempotent_post=True)))
 
     def track(self, event: AnalyticsEvent) -> bool:
         """Fire and forget: `record_event`, with any failure swallowed (False)."""
@@ -870,28 +870,28 @@ class Analytics(Resource):
                        to: str | None = None) -> GlobalAnalyticsSummaryResponse:
         """Platform-wide roll-up (role admin/super_admin)."""
         return cast(GlobalAnalyticsSummaryResponse, self._client.request(
-      Call("GET", "/api/v1/analytics/global/summary", params={"from": from_, "to": to})))
+            Call("GET", "/api/v1/analytics/global/summary", params={"from": from_, "to": to})))
 
     def global_orgs(self, *, from_: str | None = None, to: str | None = None) -> OrgAnalyticsListResponse:
         return cast(OrgAnalyticsListResponse, self._client.request(
-      Call("GET", "/api/v1/analytics/global/orgs", params={"from": from_, "to": to})))
+            Call("GET", "/api/v1/analytics/global/orgs", params={"from": from_, "to": to})))
 
     def global_channels(self, *, from_: str | None = None,
                         to: str | None = None) -> GlobalChannelSummaryListResponse:
         return cast(GlobalChannelSummaryListResponse, self._client.request(
-      Call("GET", "/api/v1/analytics/global/channels", params={"from": from_, "to": to})))
+            Call("GET", "/api/v1/analytics/global/channels", params={"from": from_, "to": to})))
 
     def channel_daily(self, channel: str, *, from_: str | None = None,
                       to: str | None = None) -> ChannelDailyListResponse:
         return cast(ChannelDailyListResponse, self._client.request(
-      Call("GET", "/api/v1/analytics/global/channels/{channel}/daily", {"channel": channel},
-           params={"from": from_, "to": to})))
+            Call("GET", "/api/v1/analytics/global/channels/{channel}/daily", {"channel": channel},
+                 params={"from": from_, "to": to})))
 
     def channel_orgs(self, channel: str, *, from_: str | None = None,
                      to: str | None = None) -> OrgChannelAnalyticsListResponse:
         return cast(OrgChannelAnalyticsListResponse, self._client.request(
-      Call("GET", "/api/v1/analytics/global/channels/{channel}/orgs", {"channel": channel},
-           params={"from": from_, "to": to})))
+            Call("GET", "/api/v1/analytics/global/channels/{channel}/orgs", {"channel": channel},
+                 params={"from": from_, "to": to})))
 
 
 # -- email and newsletter --------------------------------------------------------------------------------------
@@ -902,8 +902,8 @@ class Email(Resource):
         """Send one pre-rendered message (scope `write:notifications`). A delivery failure is an answer
         with `success: False` and the reason in `message`, not an exception."""
         return cast(SendEmailResponse, self._client.request(
-      Call("POST", "/api/v1/email/send", json={"to": list(to), "subject": subject, "body": body},
-           idempotent_post=True, idempotency_key=idempotency_key)))
+            Call("POST", "/api/v1/email/send", json={"to": list(to), "subject": subject, "body": body},
+                 idempotent_post=True, idempotency_key=idempotency_key)))
 
     def bulk_send(self, *, recipients: Sequence[str] | None = None, subject: str | None = None,
                   body: str | None = None, messages: Sequence[BulkMessage] | None = None,
@@ -913,8 +913,8 @@ class Email(Resource):
                               "subject": subject, "body": body,
                               "messages": list(messages) if messages is not None else None})
         return cast(EmailJobAccepted, self._client.request(
-      Call("POST", "/api/v1/email/bulk-send", json=payload, idempotent_post=True,
-           idempotency_key=idempotency_key)))
+            Call("POST", "/api/v1/email/bulk-send", json=payload, idempotent_post=True,
+                 idempotency_key=idempotency_key)))
 
     def job(self, job_id: str) -> EmailJob:
         answer = self._client.request(Call("GET", "/api/v1/email/bulk-send/{jobId}", {"jobId": job_id}))
@@ -933,8 +933,8 @@ class Email(Resource):
     def recipients(self, job_id: str, *, status: str | None = None, after: int | None = None,
                    limit: int | None = None) -> DeliveryList:
         return cast(DeliveryList, self._client.request(
-      Call("GET", "/api/v1/email/bulk-send/{jobId}/recipients", {"jobId": job_id},
-           params={"status": status, "after": after, "limit": limit})))
+            Call("GET", "/api/v1/email/bulk-send/{jobId}/recipients", {"jobId": job_id},
+                 params={"status": status, "after": after, "limit": limit})))
 
     def iter_recipients(self, job_id: str, *, status: str | None = None,
                         page_size: int | None = None) -> Iterator[Delivery]:
@@ -954,7 +954,7 @@ class Newsletter(Resource):
     def subscribers(self, *, status: str | None = None, after: str | None = None,
                     limit: int | None = None) -> SubscriberList:
         return cast(SubscriberList, self._client.request(
-      Call("GET", "/api/v1/newsletter/subscribers", params={"status": status, "after": after, "limit": limit})))
+            Call("GET", "/api/v1/newsletter/subscribers", params={"status": status, "after": after, "limit": limit})))
 
     def iter_subscribers(self, *, status: str | None = None,
                          page_size: int | None = None) -> Iterator[Subscriber]:
@@ -975,8 +975,8 @@ class Newsletter(Resource):
     def send_issue(self, *, subject: str, body: str, idempotency_key: str | None = None) -> EmailJobAccepted:
         """Send an issue to every active subscriber (a bulk job: `client.email.wait(jobId)`)."""
         return cast(EmailJobAccepted, self._client.request(
-      Call("POST", "/api/v1/newsletter/issues", json={"subject": subject, "body": body}, idempotent_post=True,
-           idempotency_key=idempotency_key)))
+            Call("POST", "/api/v1/newsletter/issues", json={"subject": subject, "body": body}, idempotent_post=True,
+                 idempotency_key=idempotency_key)))
 
     def unsubscribe_page(self, token: str) -> str:
         """The HTML confirmation page of an unsubscribe link (no bearer token is sent)."""
@@ -987,8 +987,8 @@ class Newsletter(Resource):
     def unsubscribe_by_token(self, token: str) -> Unsubscribed:
         """What the unsubscribe link's button does (no bearer token is sent)."""
         return cast(Unsubscribed, self._client.request(
-      Call("POST", "/api/v1/newsletter/unsubscribe", params={"token": token}, auth=False,
-           idempotent_post=True)))
+            Call("POST", "/api/v1/newsletter/unsubscribe", params={"token": token}, auth=False,
+                 idempotent_post=True)))
 
 
 # -- operations and administration ------------------------------------------------------------------------------
@@ -999,14 +999,14 @@ class Admin(Resource):
     def seed(self, org: SeedOrg, admin: SeedAdmin, *, idempotency_key: str | None = None) -> SeedReport:
         """Create an organization, its admin and the platform artifacts (again: nothing new, `created` False)."""
         return cast(SeedReport, self._client.request(
-      Call("POST", "/internal/seed", json={"org": org, "admin": admin}, idempotent_post=True,
-           idempotency_key=idempotency_key)))
+            Call("POST", "/internal/seed", json={"org": org, "admin": admin}, idempotent_post=True,
+                 idempotency_key=idempotency_key)))
 
     def start_seed(self, org: SeedOrg, admin: SeedAdmin, *, idempotency_key: str | None = None) -> SeedQueued:
         """`seed` as a background task (`Prefer: respond-async`): `wait_seed(orgId, product)`."""
         return cast(SeedQueued, self._client.request(
-      Call("POST", "/internal/seed", json={"org": org, "admin": admin}, headers={"Prefer": "respond-async"},
-           idempotent_post=True, idempotency_key=idempotency_key)))
+            Call("POST", "/internal/seed", json={"org": org, "admin": admin}, headers={"Prefer": "respond-async"},
+                 idempotent_post=True, idempotency_key=idempotency_key)))
 
     def seed_status(self, org_id: str, *, product: str | None = None) -> SeedStatus:
         return cast(SeedStatus, self._client.request(Call("GET", "/internal/seed/{orgId}", {"orgId": org_id},
@@ -1018,8 +1018,8 @@ class Admin(Resource):
         deployment without a broker runs the seed inside the request and keeps no request to report
         (`lastRequest` null): there, done is every artifact present."""
         status = self._client.wait_for(
-      Call("GET", "/internal/seed/{orgId}", {"orgId": org_id}, params={"product": product}),
-      _seed_finished, timeout=timeout, poll_interval=poll_interval)
+            Call("GET", "/internal/seed/{orgId}", {"orgId": org_id}, params={"product": product}),
+            _seed_finished, timeout=timeout, poll_interval=poll_interval)
         if (status.get("lastRequest") or {}).get("status") == "failed":
             raise errors.JobFailedError(f"seeding {org_id} failed: {status['lastRequest'].get('error')}", status)
         return cast(SeedStatus, status)
@@ -1032,8 +1032,8 @@ class Admin(Resource):
         """Publish a new artifact version; unless `rollout=False` it is rolled out to every org
         (`wait_rollout(published["rollout"]["id"])`)."""
         return cast(Published, self._client.request(
-      Call("POST", "/api/v1/admin/artifacts", json=artifact, params={"rollout": rollout},
-           idempotent_post=True, idempotency_key=idempotency_key)))
+            Call("POST", "/api/v1/admin/artifacts", json=artifact, params={"rollout": rollout},
+                 idempotent_post=True, idempotency_key=idempotency_key)))
 
     def rollouts(self) -> RolloutList:
         return cast(RolloutList, self._client.request(Call("GET", "/api/v1/admin/artifacts/rollouts")))
@@ -1041,8 +1041,8 @@ class Admin(Resource):
     def rollout(self, rollout_id: str, *, outcome: str | None = None, after: str | None = None,
                 limit: int | None = None) -> RolloutDetail:
         return cast(RolloutDetail, self._client.request(
-      Call("GET", "/api/v1/admin/artifacts/rollouts/{rolloutId}", {"rolloutId": rollout_id},
-           params={"outcome": outcome, "after": after, "limit": limit})))
+            Call("GET", "/api/v1/admin/artifacts/rollouts/{rolloutId}", {"rolloutId": rollout_id},
+                 params={"outcome": outcome, "after": after, "limit": limit})))
 
     def iter_outcomes(self, rollout_id: str, *, outcome: str | None = None,
                       page_size: int | None = None) -> Iterator[Outcome]:
@@ -1052,15 +1052,15 @@ class Admin(Resource):
 
     def resume_rollout(self, rollout_id: str) -> Rollout:
         return cast(Rollout, self._client.request(
-      Call("POST", "/api/v1/admin/artifacts/rollouts/{rolloutId}/resume", {"rolloutId": rollout_id},
-           idempotent_post=True)))
+            Call("POST", "/api/v1/admin/artifacts/rollouts/{rolloutId}/resume", {"rolloutId": rollout_id},
+                 idempotent_post=True)))
 
     def wait_rollout(self, rollout_id: str, *, timeout: float = 600.0, poll_interval: float = 0.5) -> Rollout:
         """Poll until the rollout is done (JobFailedError when it failed; a superseded one is returned)."""
         detail = self._client.wait_for(
-      Call("GET", "/api/v1/admin/artifacts/rollouts/{rolloutId}", {"rolloutId": rollout_id},
-           params={"limit": 1}),
-      lambda doc: doc["rollout"].get("status") in ROLLOUT_DONE, timeout=timeout, poll_interval=poll_interval)
+            Call("GET", "/api/v1/admin/artifacts/rollouts/{rolloutId}", {"rolloutId": rollout_id},
+                 params={"limit": 1}),
+            lambda doc: doc["rollout"].get("status") in ROLLOUT_DONE, timeout=timeout, poll_interval=poll_interval)
         if detail["rollout"]["status"] == "failed":
             raise errors.JobFailedError(f"rollout {rollout_id} failed: {detail['rollout'].get('error')}",
                                         detail["rollout"])
@@ -1069,5 +1069,5 @@ class Admin(Resource):
     def upsert_definitions(self, definitions: Sequence[Mapping[str, Any]]) -> AdminUpsertResult:
         """Create or update entity definitions by name (role admin)."""
         return cast(AdminUpsertResult, self._client.request(
-      Call("POST", "/api/v1/admin/entities/update", json={"definitions": list(definitions)},
-           idempotent_post=True)))
+            Call("POST", "/api/v1/admin/entities/update", json={"definitions": list(definitions)},
+                 idempotent_post=True)))

@@ -194,8 +194,9 @@ def render_sync(async_source: str) -> str:
         if depth > 0:  # a continuation line: keep it aligned under its opening line, which got shorter
             if shift and new.startswith(" " * shift) and len(new) - len(new.lstrip()) > shift:
                 new = new[shift:]
-        else:
-            shift = len(line) - len(new)
+        else:  # a statement's first line: visual alignment under it moves left by what it lost
+            hanging = STRINGS.sub('""', line).split("#", 1)[0].rstrip().endswith(("(", "[", "{"))
+            shift = 0 if hanging else len(line) - len(new)
         depth = max(0, depth + _depth(line))
         out.append(new)
     text = "\n".join(out) + "\n"
