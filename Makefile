@@ -2,20 +2,22 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt pyproject.toml | cksum | cut -d' ' -f1)
+STAMP  := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt pyproject.toml clients/python/pyproject.toml | cksum | cut -d' ' -f1)
 QUEUES := default,analytics,embeddings,email,bulk,seed
 APT    := $(if $(filter 0,$(shell id -u)),apt-get,sudo -n apt-get)  # -n: never wait for a password
 export FLASK_APP := wsgi
 
 .PHONY: install migrate run worker flower stack stack-tools test bench bench-tools bench-peers lint clean
 
-$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml clients/python/pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ required"'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
 # the project itself, editable: `celery`, `flask`, `gunicorn` import it from any directory
 	$(BIN)/python -m pip install --quiet --no-deps -e .
+# the Python client (platform_gateway_client; its one dependency, httpx, is in requirements-dev.txt)
+	$(BIN)/python -m pip install --quiet --no-deps -e clients/python
 	rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)
@@ -94,7 +96,7 @@ bench-peers: install bench-tools $(PEERS)/directus/.installed-$(DIRECTUS_VERSION
 	BENCH_PEERS_DIR=$(PEERS) timeout 3600 $(BIN)/python -m bench peers
 
 lint: install
-	$(BIN)/ruff check app workers migrations tests bench stack
+	$(BIN)/ruff check app workers migrations tests bench stack clients
 	$(BIN)/lint-imports  # the import contracts of pyproject.toml (also run by tests/unit/test_architecture.py)
 
 clean:
