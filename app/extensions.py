@@ -186,6 +186,15 @@ def _nullable_nested(converter, field, ret) -> dict:
 class Api(_Api):
     ERROR_SCHEMA = ErrorEnvelopeSchema
 
+    def register_blueprint(self, blp, *, parameters=None, **options):
+        """flask-smorest's, with the document's tag named by the blueprint's `tag` (see Blueprint)."""
+        super().register_blueprint(blp, parameters=parameters, **options)
+        tag = getattr(blp, "tag", None)
+        name = options.get("name", blp.name)
+        for entry in self.spec._tags:  # apispec keeps the document's tags here, in registration order
+            if tag and entry["name"] == name:
+                entry["name"] = tag
+
     def _init_spec(self, *, extra_plugins=None, **kwargs):
         super()._init_spec(extra_plugins=[*(extra_plugins or ()), _CrossFieldRules()], **kwargs)
         self.ma_plugin.converter.add_attribute_function(_nullable_nested)
@@ -244,6 +253,14 @@ class Blueprint(_Blueprint, _UnitOfWorkAtTheEdge):
 
     ARGUMENTS_PARSER = SafeParser()
 
+    def __init__(self, *args, tag: str | None = None, **kwargs):
+        """`tag`: the OpenAPI tag of the blueprint's operations, in sentence case ("Tool definitions",
+        "Entity store"): a heading of Swagger UI and of generated clients. The blueprint's name stays what
+        it was (the prefix of its Flask endpoints, in url_for and logs), so renaming a heading never
+        renames an endpoint."""
+        super().__init__(*args, **kwargs)
+        self.tag = tag
+
     @staticmethod
     def requires(*scopes: str, roles: tuple[str, ...] = (), star_bypasses: bool = True,
                  internal_token: bool = False):
@@ -258,6 +275,8 @@ class Blueprint(_Blueprint, _UnitOfWorkAtTheEdge):
         return super().arguments(schema, *args, **kwargs)
 
     def _store_endpoint_docs(self, endpoint, obj, parameters, tags, **options):
+        if tags is None and self.tag:
+            tags = [self.tag]
         super()._store_endpoint_docs(endpoint, obj, parameters, tags, **options)
         view_class = obj if isinstance(obj, type) else None
         for method, doc in self._docs[endpoint].items():
@@ -267,6 +286,16 @@ class Blueprint(_Blueprint, _UnitOfWorkAtTheEdge):
             _document_access(doc, getattr(view, "_required_scopes", None), getattr(view, "_required_roles", None),
                              bool(getattr(view, "_internal_token", False)))
             _document_limits(doc, getattr(view, "_rate_limit_group", None))
+
+
+def path_param(name: str, description: str, example: str | None = None) -> dict:
+    """The OpenAPI description of a path parameter, for `@blp.route(rule, parameters=[...])`: what the
+    value is and where a caller gets it; `example` only for a value a reader can use as is (a name
+    that the examples create), never for an id the server makes."""
+    doc = {"in": "path", "name": name, "description": description}
+    if example is not None:
+        doc["example"] = example
+    return doc
 
 
 def _document_access(doc: dict, scopes, roles, internal_token: bool = False) -> None:
@@ -307,4 +336,4 @@ def _add_response(responses: dict, status: int, description: str) -> None:
 # init_celery runs (a module that finalizes Celery first) has it too; resolved when the first task is made.
 celery_app = Celery("platform_gateway", task_cls="app.tasks:AppContextTask")
 
-__all__ = ["Api", "Blueprint", "SuccessSchema", "celery_app", "db"]
+__all__ = ["Api", "Blueprint", "SuccessSchema", "celery_app", "db", "path_param"]
