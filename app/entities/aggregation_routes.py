@@ -6,8 +6,8 @@ from flask.views import MethodView
 
 from app.entities import aggregation
 from app.entities.aggregation_schemas import AGGREGATE_EXAMPLE, AggregateRequestSchema, AggregateResponseSchema
-from app.entities.services import definitions
 from app.entities.schemas import EXAMPLE_ENTITY
+from app.entities.services import definitions
 from app.extensions import Blueprint, path_param
 from app.ratelimit import rate_limited
 

@@ -111,8 +111,8 @@ class Artifacts(MethodView):
     @blp.arguments(PublishQuerySchema, location="query")
     @blp.arguments(registry.PublishSchema, example=PUBLISH_EXAMPLE)
     @blp.response(202, PublishedSchema)
-    @blp.alt_response(409, schema=ErrorEnvelopeSchema, description="CONFLICT: `artifactVersion` is not above the current "
-                                                       "version (`details.currentVersion`)")
+    @blp.alt_response(409, schema=ErrorEnvelopeSchema,
+                      description="CONFLICT: `artifactVersion` is not above the current one (`details.currentVersion`)")
     @blp.requires(roles=ADMIN)
     def post(self, query, data):
         """Publish an artifact version
