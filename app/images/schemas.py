@@ -74,3 +74,8 @@ class SuccessMetadataSchema(Schema):
 class ImageResponseSchema(Schema):
     data = fields.Nested(ImageResultSchema, required=True)
     metadata = fields.Nested(SuccessMetadataSchema, required=True)
+
+
+# The request example (OpenAPI): one generated image of provider-a's general model.
+IMAGE_EXAMPLE = {"provider": "provider-a", "model": "gpt-image-1", "prompt": "a lighthouse at dawn, watercolor",
+                 "size": "1024x1024", "quality": "medium"}
