@@ -317,3 +317,11 @@ def wrapper(dto: type[Schema], many: bool = False) -> type[Schema]:
         "data": fields.List(fields.Nested(dto), required=True) if many else fields.Nested(dto, required=True),
         "metadata": fields.Dict(metadata={"description": "The resolved window (from, to) and paging."}),
     })
+
+
+# Request examples (OpenAPI): a page view, and a batch of a page view and a click, without `eventId` (the
+# server assigns one) nor `timestamp` (the time of receipt).
+EVENT_EXAMPLE = {"sessionId": "sess-42", "userId": "user-7", "eventType": "page_view", "eventCategory": "navigation",
+                 "pagePath": "/pricing", "properties": {"referrer": "newsletter"}}
+EVENT_BATCH_EXAMPLE = {"events": [EVENT_EXAMPLE, {**EVENT_EXAMPLE, "eventType": "click",
+                                                  "properties": {"element": "start-trial"}}]}

@@ -143,7 +143,8 @@ PATH_ALIASES = {"GET /api/v1/email/bulk-send/{jobId}": {"jobId": "bulkJobId"},
                 "GET /api/v1/email/bulk-send/{jobId}/recipients": {"jobId": "bulkJobId"},
                 "GET /api/v1/jobs/{jobId}": {"jobId": "entityJobId"}}
 METHODS = ("get", "put", "post", "delete", "patch")
-TAG_STYLE = re.compile(r"^[A-Z][a-z]+( [a-z]+| [A-Z]+)*$")  # sentence case: "Entity records", "Tool definitions"
+# sentence case: a capital first letter, the other words lower case ("Entity store", "Tool definitions", "Sub-agents")
+TAG_STYLE = re.compile(r"^[A-Z][a-z]+(-[a-z]+)*( [a-z]+(-[a-z]+)*)*$")
 
 
 def _operations(doc):
