@@ -38,7 +38,7 @@ class ErrorEnvelopeSchema(Schema):
 
 
 class SuccessSchema(Schema):
-    """The spec's "success indicator"."""
+    """`{"success": true}`: the answer of a write that has nothing else to say (an update, a delete)."""
 
     success = fields.Boolean(required=True, metadata={"example": True})
 

@@ -1,4 +1,4 @@
-"""Wire shapes of the agent registry (camelCase, as in the spec).
+"""Wire shapes of the agent registry (camelCase field names, as clients send and read them).
 
 Input schemas validate types, enums, ranges and nested required fields; cross-record rules
 (references, uniqueness, transitions, the default invariants) live in the services. Update

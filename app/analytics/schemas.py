@@ -1,5 +1,5 @@
 """Wire shapes of analytics: the AnalyticsEvent body (camelCase) and the snake_case dashboard DTOs,
-each wrapped as `{success, data, metadata?}` (spec "Analytics responses")."""
+each wrapped as `{success, data, metadata?}` (every analytics answer has this wrapper)."""
 
 from __future__ import annotations
 
@@ -157,7 +157,7 @@ MAX_BATCH = 500
 
 
 class EventBatchSchema(FastLoad):
-    """Several events in one request (beyond the spec; PostHog's /batch): all valid, or none stored."""
+    """Several events in one request (an addition of ours, like PostHog's /batch): all valid, or none stored."""
 
     events = fields.List(fields.Nested(AnalyticsEventSchema), required=True,
                          validate=validate.Length(min=1, max=MAX_BATCH))

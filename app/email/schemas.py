@@ -1,4 +1,4 @@
-"""Wire shapes of the email routes (spec: SendEmailRequest, SendEmailResponse)."""
+"""Wire shapes of the email routes (SendEmailRequest, SendEmailResponse, bulk send, newsletter)."""
 
 from marshmallow import RAISE, Schema, ValidationError, fields, validate, validates_schema
 

@@ -1,4 +1,4 @@
-"""Sending a pre-rendered notification email (no templating, no queueing: the spec's contract)."""
+"""Sending a pre-rendered notification email (no templating, no queueing: the caller renders, the call sends at once)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Wire shapes of record aggregation: AggregateRequest, AggregateField, AggregateResponse (spec names)."""
+"""Wire shapes of record aggregation: AggregateRequest, AggregateField, AggregateResponse (the names clients use)."""
 
 from __future__ import annotations
 

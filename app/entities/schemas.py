@@ -1,4 +1,4 @@
-"""Wire shapes of the entity store (camelCase, as in the spec)."""
+"""Wire shapes of the entity store (camelCase field names, as clients send and read them)."""
 
 from __future__ import annotations
 

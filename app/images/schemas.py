@@ -1,7 +1,7 @@
 """Wire shapes of image generation: ImageRequest, ImageResult and the success envelope.
 
-The request schema checks types only. The spec's numbered rules (which fields are required, which
-values are allowed, in which order, and which code each failure gets) run in `services`, so every
+The request schema checks types only. The validation rules (which fields are required, which values
+are allowed, in which order, and which code each failure gets) run in `services`, so every
 field is optional here; a wrongly typed or unknown field is a bad request (400 INVALID_INPUT).
 """
 
