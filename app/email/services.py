@@ -1,4 +1,5 @@
-"""Sending a pre-rendered notification email (no templating, no queueing: the caller renders, the call sends at once)."""
+"""Sending a pre-rendered notification email (no templating, no queueing: the caller renders, it is sent
+at once)."""
 
 from __future__ import annotations
 

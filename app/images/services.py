@@ -1,4 +1,5 @@
-"""Image generation: validate in a fixed order (the first failure answers), load references, call the provider, store, record.
+"""Image generation: validate in a fixed order (the first failure answers), load references, call the
+provider, store, record.
 
 Order of checks (all before any upstream call):
   1-4  provider, model, prompt, referenceImage/mask shape            -> 400 INVALID_INPUT
