@@ -1,4 +1,4 @@
-"""Domain errors and the one place that turns any error into the spec's envelope.
+"""Domain errors and the one place that turns any error into the error envelope every answer uses.
 
 Services raise the `ApiError` subclasses below; routes never build error bodies themselves.
 """
@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 
 class ApiError(Exception):
-    """An error with an HTTP status and a spec error code."""
+    """An error with an HTTP status and an error code of the envelope (VALIDATION_ERROR, NOT_FOUND, …)."""
 
     status = 500
     code = "SYSTEM_ERROR"
@@ -100,7 +100,7 @@ _HTTP_CODES = {
 
 
 def envelope(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The spec's error envelope."""
+    """The error envelope: `{"error": {code, message, details?}, "metadata": {success: false, timestamp}}`."""
     error: dict[str, Any] = {"code": code, "message": message}
     if details:
         error["details"] = details

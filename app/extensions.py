@@ -39,7 +39,7 @@ class ErrorEnvelopeSchema(Schema):
 
 
 class SuccessSchema(Schema):
-    """The spec's "success indicator"."""
+    """`{"success": true}`: the answer of a write that has nothing else to say (an update, a delete)."""
 
     success = fields.Boolean(required=True, metadata={"example": True})
 
@@ -187,6 +187,15 @@ def _nullable_nested(converter, field, ret) -> dict:
 class Api(_Api):
     ERROR_SCHEMA = ErrorEnvelopeSchema
 
+    def register_blueprint(self, blp, *, parameters=None, **options):
+        """flask-smorest's, with the document's tag named by the blueprint's `tag` (see Blueprint)."""
+        super().register_blueprint(blp, parameters=parameters, **options)
+        tag = getattr(blp, "tag", None)
+        name = options.get("name", blp.name)
+        for entry in self.spec._tags:  # apispec keeps the document's tags here, in registration order
+            if tag and entry["name"] == name:
+                entry["name"] = tag
+
     def _init_spec(self, *, extra_plugins=None, **kwargs):
         super()._init_spec(extra_plugins=[*(extra_plugins or ()), _CrossFieldRules()], **kwargs)
         self.ma_plugin.converter.add_attribute_function(_nullable_nested)
@@ -251,8 +260,13 @@ class Blueprint(_Blueprint, _UnitOfWorkAtTheEdge):
 
     ARGUMENTS_PARSER = SafeParser()
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, tag: str | None = None, **kwargs):
+        """`tag`: the OpenAPI tag of the blueprint's operations, in sentence case ("Tool definitions",
+        "Entity store"): a heading of Swagger UI and of generated clients. The blueprint's name stays what
+        it was (the prefix of its Flask endpoints, in url_for and logs), so renaming a heading never
+        renames an endpoint."""
         super().__init__(*args, **kwargs)
+        self.tag = tag
         self._prepare_doc_cbks.append(_prepare_http_semantics_doc)
 
     @staticmethod
@@ -285,6 +299,8 @@ class Blueprint(_Blueprint, _UnitOfWorkAtTheEdge):
         return super().arguments(schema, *args, **kwargs)
 
     def _store_endpoint_docs(self, endpoint, obj, parameters, tags, **options):
+        if tags is None and self.tag:
+            tags = [self.tag]
         super()._store_endpoint_docs(endpoint, obj, parameters, tags, **options)
         view_class = obj if isinstance(obj, type) else None
         for method, doc in self._docs[endpoint].items():
@@ -297,6 +313,16 @@ class Blueprint(_Blueprint, _UnitOfWorkAtTheEdge):
                              getattr(view, "_concurrency_group", None))
             _document_http_semantics(doc, method, bool(getattr(view, "_idempotent", False)),
                                      bool(getattr(view, "_conditional", False)))
+
+
+def path_param(name: str, description: str, example: str | None = None) -> dict:
+    """The OpenAPI description of a path parameter, for `@blp.route(rule, parameters=[...])`: what the
+    value is and where a caller gets it; `example` only for a value a reader can use as is (a name
+    that the examples create), never for an id the server makes."""
+    doc = {"in": "path", "name": name, "description": description}
+    if example is not None:
+        doc["example"] = example
+    return doc
 
 
 def _document_access(doc: dict, scopes, roles, internal_token: bool = False) -> None:
@@ -400,4 +426,4 @@ def _add_response(responses: dict, status: int, description: str) -> None:
 # init_celery runs (a module that finalizes Celery first) has it too; resolved when the first task is made.
 celery_app = Celery("platform_gateway", task_cls="app.tasks:AppContextTask")
 
-__all__ = ["Api", "Blueprint", "SuccessSchema", "celery_app", "db"]
+__all__ = ["Api", "Blueprint", "SuccessSchema", "celery_app", "db", "path_param"]

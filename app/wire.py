@@ -4,12 +4,13 @@ Timestamps. Every timestamp the server fills in (createdAt, updatedAt, startedAt
 agent documents' stamps) is ISO 8601 in UTC with milliseconds and a `Z`:
 `2026-11-23T16:25:02.123Z`. `utcnow()` is already truncated to milliseconds, so what is stored is
 exactly what is returned (a `createdAt` sent back in a filter matches the row it came from), and
-the fixed width sorts as text. The envelopes' `metadata.timestamp` is integer Unix seconds (spec).
+the fixed width sorts as text. The envelopes' `metadata.timestamp` is integer Unix seconds (what clients parse).
 
 Response kinds, each built here and nowhere else. A resource or list is a dict the route returns
 through its marshmallow response schema; an operation without a resource answers `SUCCESS`; the
-image call answers `success_envelope(data)` and analytics `response_wrapper(data, metadata)` (the
-spec's two success envelopes); work accepted to run later answers `accepted(body, location)` (202);
+image call answers `success_envelope(data)` and analytics `response_wrapper(data, metadata)` (the two
+success envelopes: `{data, metadata}` for images, `{success, data, metadata}` for analytics); work
+accepted to run later answers `accepted(body, location)` (202);
 a response the route must hold itself (a header or cookie beside the body, a bare number) is
 `json_response`; errors answer `app.errors.envelope`. JSON the database already holds as text
 (agent documents) is returned as is by `json_text` — the measured fast path (bench/results/agents.md).
@@ -24,7 +25,7 @@ from typing import Any
 
 from flask import Response, current_app, request
 
-SUCCESS = {"success": True}  # the spec's "success indicator"
+SUCCESS = {"success": True}  # the answer of a write with nothing else to say
 
 
 def new_id() -> str:

@@ -1,4 +1,4 @@
-"""Wire shapes of the agent registry (camelCase, as in the spec).
+"""Wire shapes of the agent registry (camelCase field names, as clients send and read them).
 
 Input schemas validate types, enums, ranges and nested required fields; cross-record rules
 (references, uniqueness, transitions, the default invariants) live in the services. Update
@@ -422,7 +422,9 @@ class AgentFilterQuerySchema(PageQuerySchema):
 
 
 class ByNameQuerySchema(NulFree):
-    name = fields.String(required=True, validate=validate.Length(min=1, max=128))
+    name = fields.String(required=True, validate=validate.Length(min=1, max=128),
+                         metadata={"example": "order-help", "description": "the machine name (the examples "
+                                                                          "create an agent and a skill `order-help`)"})
 
 
 class ImportQuerySchema(Schema):
@@ -602,3 +604,35 @@ WidgetEnvelopeSchema, WidgetListSchema = _envelopes("widget", "widgets", WidgetS
 
 class SetDefaultWidgetSchema(NulFree):
     agentId = fields.String(required=True, validate=validate.Length(min=1, max=64))
+
+
+# --------------------------------------------------------------------------- request examples
+# One story a reader can run in order in a fresh organization (OpenAPI; Swagger UI's "Try it out" sends
+# them as they are): a tool definition, a catalog skill and an agent named `order-help`, a sub-agent, a
+# widget. EXAMPLE_ID stands for "paste the id you got" where an id the server makes is needed.
+EXAMPLE_ID = "3f2c8a5e-7d1b-4c9e-8f60-2a4b6c8d0e1f"
+ORDER_INPUT = {"type": "object", "properties": {"number": {"type": "string"}}, "required": ["number"]}
+TOOL_DEFINITION_EXAMPLE = {"toolDefinition": {
+    "name": "lookup_order", "description": "Find an order by its number", "type": "api", "inputSchema": ORDER_INPUT,
+    "configSchema": {"type": "object", "properties": {"endpoint": {"type": "string", "format": "uri"}}},
+    "defaultConfig": {"endpoint": "https://orders.example.com"}}}
+TOOL_DEFINITION_UPDATE_EXAMPLE = {"toolDefinition": {"description": "Find an order by its number or tracking code"}}
+BY_IDS_EXAMPLE = {"ids": [EXAMPLE_ID, "unknown-id"]}
+SKILL_EXAMPLE = {"name": "order-help", "title": "Order help", "category": "support", "slashCommand": "/order",
+                 "tools": [{"toolId": "lookup-order", "toolName": "lookup_order", "enabled": True}]}
+SKILL_UPDATE_EXAMPLE = {"title": "Order and refund help"}
+SUB_AGENT_EXAMPLE = {"subAgent": {"name": "researcher", "title": "Researcher",
+                                  "description": "Looks up shipping rules", "model": "small-chat"}}
+SUB_AGENT_UPDATE_EXAMPLE = {"subAgent": {"temperature": 0.2}}
+AGENT_EXAMPLE = {"name": "order-help", "title": "Order help", "type": "chat", "provider": "provider-a",
+                 "model": "large-chat", "goal": "Answer questions about orders and refunds", "isDefault": True,
+                 "temperature": 0.3,
+                 "tools": [{"toolId": "lookup-order", "toolName": "lookup_order", "type": "api", "enabled": True,
+                            "inputSchema": ORDER_INPUT}]}
+AGENT_UPDATE_EXAMPLE = {"status": "active", "temperature": 0.2}
+AGENT_IMPORT_EXAMPLE = {**AGENT_EXAMPLE, "name": "order-help-imported", "title": "Order help (imported)",
+                        "isDefault": False}
+WIDGET_EXAMPLE = {"widget": {"name": "website", "greeting": "Hi! How can I help with your order?",
+                             "allowedOrigins": ["https://shop.example.com"], "theme": {"primaryColor": "#0F766E"}}}
+WIDGET_UPDATE_EXAMPLE = {"widget": {"greeting": "Hello! Ask me about your order."}}
+SET_DEFAULT_WIDGET_EXAMPLE = {"agentId": EXAMPLE_ID}

@@ -6,6 +6,8 @@ from flask.views import MethodView
 
 from app.analytics import services, tasks
 from app.analytics.schemas import (
+    EVENT_BATCH_EXAMPLE,
+    EVENT_EXAMPLE,
     AcceptedSchema,
     AgentAnalyticsSchema,
     AnalyticsEventOutSchema,
@@ -27,7 +29,7 @@ from app.analytics.schemas import (
     wrapper,
 )
 from app.errors import InvalidInput
-from app.extensions import Blueprint
+from app.extensions import Blueprint, path_param
 from app.ratelimit import concurrency_limited
 from app.tenancy import current_tenant
 from app.wire import accepted, response_wrapper
@@ -35,8 +37,10 @@ from app.wire import accepted, response_wrapper
 READ = ("read:analytics",)  # generic `read` satisfies it (app.auth.scope_satisfies)
 ADMIN = ("admin", "super_admin")  # or scope `*`
 
-blp = Blueprint("analytics", __name__, url_prefix="/api/v1/analytics",
+blp = Blueprint("analytics", __name__, url_prefix="/api/v1/analytics", tag="Analytics",
                 description="Analytics: event ingest, per-org dashboards, global and per-channel roll-ups")
+CHANNEL = path_param("channel", "A chat channel, as chat events name it (`web`, `whatsapp`, …).", "web")
+
 
 
 def _window(args):
@@ -54,12 +58,22 @@ def _page(args, has_more: bool) -> dict:
 @blp.route("/events")
 class Events(MethodView):
     @concurrency_limited("ingest")  # outermost: a refusal costs no body parsing
-    @blp.arguments(AnalyticsEventSchema())  # an instance: a class is instantiated per request (measured)
+    # an instance: a class is instantiated per request (measured)
+    @blp.arguments(AnalyticsEventSchema(), example=EVENT_EXAMPLE)
     @blp.response(202, AcceptedSchema)
     def post(self, data):
-        """Record an event (any valid token). Answers 202 at once; a worker of the `analytics` queue
-        stores it in a batch. Idempotent per org by `eventId` (assigned when absent); `orgId` in the
-        body is ignored. Chat facts: `eventCategory` `chat`."""
+        """Record an event
+
+        Any valid token may record. Answers 202 at once; a worker of the `analytics` queue stores it in
+        a batch. Idempotent per organization by `eventId` (assigned when absent); `orgId` in the body is
+        ignored (the token's organization is used). Chat facts use `eventCategory` `chat` and feed the
+        chat, agent, usage and channel roll-ups.
+
+        Errors: 400 VALIDATION_ERROR naming the field (a `timestamp` that is not ISO 8601, `properties`
+        above 32 KB, a chat event without `chatId`, a `csat` score outside 1–5).
+
+        Example: the request example records a page view of /pricing → 202 `{"success": true, "eventId":
+        "…"}`"""
         event = services.normalise_event(data, current_tenant())
         tasks.submit_many([event])
         return accepted({"success": True, "eventId": event["event_id"]})
@@ -68,8 +82,17 @@ class Events(MethodView):
     @blp.response(200, wrapper(AnalyticsEventOutSchema, many=True))
     @blp.requires(*READ)
     def get(self, args):
-        """Recorded events of the caller's org in the window, newest first (`limit` ≤ 1000, `offset`;
-        optional `eventType`, `eventCategory`, `userId`, `sessionId`)."""
+        """List recorded events
+
+        The organization's stored events in the window, newest first; optionally only one
+        `eventType`, `eventCategory`, `userId` or `sessionId`; paged by `limit` (at most 1000) and
+        `offset` (`metadata.hasMore`). Events are stored by a worker shortly after they are accepted.
+
+        Errors: 400 VALIDATION_ERROR for a malformed `from`/`to` or a `limit` out of range.
+
+        Example: `GET /api/v1/analytics/events?eventType=page_view&limit=50` → `{"success": true, "data":
+        [{"eventId": "…", "eventType": "page_view", "pagePath": "/pricing", …}], "metadata": {"limit": 50,
+        "offset": 0, "hasMore": false, …}}`"""
         window = _window(args)
         found, more = services.events(current_tenant().org_id, window, args, args["limit"], args["offset"])
         return _ok(found, window, **_page(args, more))
@@ -77,11 +100,19 @@ class Events(MethodView):
 
 @blp.route("/events/batch", methods=["POST"])
 @concurrency_limited("ingest")
-@blp.arguments(EventBatchSchema())
+@blp.arguments(EventBatchSchema(), example=EVENT_BATCH_EXAMPLE)
 @blp.response(202, BatchAcceptedSchema)
 def post_batch(data):
-    """Record up to 500 events in one request (`{events: [AnalyticsEvent…]}`, any valid token): every
-    event is validated first and one invalid event rejects the request (400, details by index)."""
+    """Record events in a batch
+
+    Up to 500 events in one request (`{events: [AnalyticsEvent…]}`, any valid token), stored like
+    single events. Every event is validated first: one invalid event refuses the whole request.
+
+    Errors: 400 VALIDATION_ERROR with the failing events by index (`details.fields.events.<i>`); more
+    than 500 events.
+
+    Example: the request example records two events → 202 `{"success": true, "accepted": 2, "eventIds":
+    ["…", "…"]}`"""
     tenant = current_tenant()
     events = [services.normalise_event(body, tenant) for body in data["events"]]
     tasks.submit_many(events)
@@ -93,7 +124,16 @@ def post_batch(data):
 @blp.response(200, wrapper(AnalyticsSummarySchema))
 @blp.requires(*READ)
 def summary(args):
-    """AnalyticsSummary of the caller's org (durations in seconds)."""
+    """Organization summary
+
+    AnalyticsSummary of the caller's organization in the window: chats, messages, users, average
+    chat duration (seconds), CSAT, tokens and cost.
+
+    Errors: 400 VALIDATION_ERROR for a malformed window.
+
+    Example: `GET /api/v1/analytics/summary?from=2026-11-01&to=2026-11-30` → `{"success": true, "data":
+    {"total_chats": 120, "total_messages": 940, "unique_users": 85, "avg_session_duration": 312.5, …},
+    "metadata": {…}}`"""
     window = _window(args)
     return _ok(services.summary(current_tenant().org_id, window), window)
 
@@ -103,7 +143,17 @@ def summary(args):
 @blp.response(200, wrapper(ChatAnalyticsSchema, many=True))
 @blp.requires(*READ)
 def chats(args):
-    """Chats that started in the window, newest first (optional `agent_id`; `limit` ≤ 1000, `offset`)."""
+    """List chats
+
+    Chats of the organization that started in the window, newest first, with their message counts,
+    duration, tokens and CSAT; optionally of one `agent_id`; paged by `limit` (at most 1000) and
+    `offset`.
+
+    Errors: 400 VALIDATION_ERROR for a malformed window or a `limit` out of range.
+
+    Example: `GET /api/v1/analytics/chats?limit=20` → `{"success": true, "data": [{"chat_id": "…",
+    "agent_id": "…", "message_count": 8, "duration_secs": 240, …}], "metadata": {"limit": 20, "offset": 0,
+    "hasMore": false, …}}`"""
     window = _window(args)
     found, more = services.chats(current_tenant().org_id, window, args.get("agent_id"), args["limit"],
                                  args["offset"])
@@ -115,7 +165,15 @@ def chats(args):
 @blp.response(200, wrapper(AgentAnalyticsSchema, many=True))
 @blp.requires(*READ)
 def agents(args):
-    """AgentAnalytics per agent of the caller's org."""
+    """Per-agent analytics
+
+    AgentAnalytics for each agent of the organization that chatted in the window: chats, messages,
+    tokens, cost, CSAT.
+
+    Errors: 400 VALIDATION_ERROR for a malformed window.
+
+    Example: `GET /api/v1/analytics/agents` → `{"success": true, "data": [{"agent_id": "…", "agent_name":
+    "order-help", "total_chats": 40, …}], "metadata": {…}}`"""
     window = _window(args)
     return _ok(services.agents(current_tenant().org_id, window), window)
 
@@ -125,7 +183,15 @@ def agents(args):
 @blp.response(200, wrapper(UsageAnalyticsSchema, many=True))
 @blp.requires(*READ)
 def usage(args):
-    """UsageAnalytics per service and model (chat messages, and image calls as service `image-gen`)."""
+    """Usage per service and model
+
+    UsageAnalytics per service and model in the window: chat messages, and image generation calls
+    as service `image-gen`, with their tokens and cost.
+
+    Errors: 400 VALIDATION_ERROR for a malformed window.
+
+    Example: `GET /api/v1/analytics/usage` → `{"success": true, "data": [{"service": "image-gen", "model":
+    "gpt-image-1", "request_count": 3, …}], "metadata": {…}}`"""
     window = _window(args)
     return _ok(services.usage(current_tenant().org_id, window), window)
 
@@ -135,7 +201,14 @@ def usage(args):
 @blp.response(200, wrapper(DailyAnalyticsSchema, many=True))
 @blp.requires(*READ)
 def daily(args):
-    """DailyAnalytics: one row per UTC day of the window (zeros for quiet days)."""
+    """Daily analytics
+
+    DailyAnalytics of the organization: one row per UTC day of the window, zeros for quiet days.
+
+    Errors: 400 VALIDATION_ERROR for a malformed window.
+
+    Example: `GET /api/v1/analytics/daily?from=2026-11-01&to=2026-11-07` → `{"success": true, "data":
+    [{"date": "2026-11-01", "total_chats": 0, …}, …], "metadata": {…}}`"""
     window = _window(args)
     return _ok(services.daily(current_tenant().org_id, window), window)
 
@@ -145,7 +218,15 @@ def daily(args):
 @blp.response(200, wrapper(GlobalAnalyticsSummarySchema))
 @blp.requires(roles=ADMIN)
 def global_summary(args):
-    """GlobalAnalyticsSummary over every org of the token's product (role admin/super_admin or `*`)."""
+    """Platform summary
+
+    GlobalAnalyticsSummary over every organization of the token's product in the window. Needs role
+    admin or super_admin (or scope `*`).
+
+    Errors: 403 FORBIDDEN without it; 400 VALIDATION_ERROR for a malformed window.
+
+    Example: `GET /api/v1/analytics/global/summary` → `{"success": true, "data": {"total_orgs": 12,
+    "total_chats": 3400, …}, "metadata": {…}}`"""
     window = _window(args)
     return _ok(services.global_summary(window), window)
 
@@ -155,7 +236,15 @@ def global_summary(args):
 @blp.response(200, wrapper(OrgAnalyticsSchema, many=True))
 @blp.requires(roles=ADMIN)
 def global_orgs(args):
-    """OrgAnalytics per org of the token's product (admin only)."""
+    """Per-organization analytics
+
+    OrgAnalytics for each organization of the token's product in the window. Needs role admin or
+    super_admin (or scope `*`).
+
+    Errors: 403 FORBIDDEN without it; 400 VALIDATION_ERROR for a malformed window.
+
+    Example: `GET /api/v1/analytics/global/orgs` → `{"success": true, "data": [{"org_id": "acme.com",
+    "total_chats": 120, …}], "metadata": {…}}`"""
     window = _window(args)
     return _ok(services.global_orgs(window), window)
 
@@ -165,7 +254,15 @@ def global_orgs(args):
 @blp.response(200, wrapper(GlobalChannelSummarySchema, many=True))
 @blp.requires(roles=ADMIN)
 def global_channels(args):
-    """GlobalChannelSummary per channel over every org of the product (admin only)."""
+    """Per-channel summary
+
+    GlobalChannelSummary for each chat channel over every organization of the product in the
+    window. Needs role admin or super_admin (or scope `*`).
+
+    Errors: 403 FORBIDDEN without it; 400 VALIDATION_ERROR for a malformed window.
+
+    Example: `GET /api/v1/analytics/global/channels` → `{"success": true, "data": [{"channel": "web",
+    "total_chats": 2100, …}], "metadata": {…}}`"""
     window = _window(args)
     return _ok(services.global_channels(window), window)
 
@@ -176,21 +273,37 @@ def _channel(channel: str) -> str:
     return channel
 
 
-@blp.route("/global/channels/<string:channel>/daily")
+@blp.route("/global/channels/<string:channel>/daily", parameters=[CHANNEL])
 @blp.arguments(DateFilterSchema, location="query")
 @blp.response(200, wrapper(ChannelDailySchema, many=True))
 @blp.requires(roles=ADMIN)
 def channel_daily(args, channel):
-    """ChannelDaily for one channel, one row per UTC day (admin only)."""
+    """Daily analytics of a channel
+
+    ChannelDaily for one chat channel over every organization of the product: one row per UTC day
+    of the window. Needs role admin or super_admin (or scope `*`).
+
+    Errors: 403 FORBIDDEN without it; 400 for a channel name over 64 characters or a malformed window.
+
+    Example: `GET /api/v1/analytics/global/channels/web/daily` → `{"success": true, "data": [{"date":
+    "2026-11-01", "total_chats": 70, …}, …], "metadata": {…}}`"""
     window = _window(args)
     return _ok(services.channel_daily(_channel(channel), window), window)
 
 
-@blp.route("/global/channels/<string:channel>/orgs")
+@blp.route("/global/channels/<string:channel>/orgs", parameters=[CHANNEL])
 @blp.arguments(DateFilterSchema, location="query")
 @blp.response(200, wrapper(OrgChannelAnalyticsSchema, many=True))
 @blp.requires(roles=ADMIN)
 def channel_orgs(args, channel):
-    """OrgChannelAnalytics per org for one channel (admin only)."""
+    """Per-organization analytics of a channel
+
+    OrgChannelAnalytics for each organization of the product that used the chat channel in the
+    window. Needs role admin or super_admin (or scope `*`).
+
+    Errors: 403 FORBIDDEN without it; 400 for a channel name over 64 characters or a malformed window.
+
+    Example: `GET /api/v1/analytics/global/channels/web/orgs` → `{"success": true, "data": [{"org_id":
+    "acme.com", "total_chats": 80, …}], "metadata": {…}}`"""
     window = _window(args)
     return _ok(services.channel_orgs(_channel(channel), window), window)

@@ -1,5 +1,5 @@
 """Wire shapes of analytics: the AnalyticsEvent body (camelCase) and the snake_case dashboard DTOs,
-each wrapped as `{success, data, metadata?}` (spec "Analytics responses")."""
+each wrapped as `{success, data, metadata?}` (every analytics answer has this wrapper)."""
 
 from __future__ import annotations
 
@@ -157,7 +157,7 @@ MAX_BATCH = 500
 
 
 class EventBatchSchema(FastLoad):
-    """Several events in one request (beyond the spec; PostHog's /batch): all valid, or none stored."""
+    """Several events in one request (an addition of ours, like PostHog's /batch): all valid, or none stored."""
 
     events = fields.List(fields.Nested(AnalyticsEventSchema), required=True,
                          validate=validate.Length(min=1, max=MAX_BATCH))
@@ -317,3 +317,11 @@ def wrapper(dto: type[Schema], many: bool = False) -> type[Schema]:
         "data": fields.List(fields.Nested(dto), required=True) if many else fields.Nested(dto, required=True),
         "metadata": fields.Dict(metadata={"description": "The resolved window (from, to) and paging."}),
     })
+
+
+# Request examples (OpenAPI): a page view, and a batch of a page view and a click, without `eventId` (the
+# server assigns one) nor `timestamp` (the time of receipt).
+EVENT_EXAMPLE = {"sessionId": "sess-42", "userId": "user-7", "eventType": "page_view", "eventCategory": "navigation",
+                 "pagePath": "/pricing", "properties": {"referrer": "newsletter"}}
+EVENT_BATCH_EXAMPLE = {"events": [EVENT_EXAMPLE, {**EVENT_EXAMPLE, "eventType": "click",
+                                                  "properties": {"element": "start-trial"}}]}

@@ -13,14 +13,15 @@ from app.email import schemas as s
 from app.email.schemas import SendEmailRequestSchema, SendEmailResponseSchema
 from app.email.services import send_email
 from app.errors import ValidationFailed
-from app.extensions import Blueprint
+from app.extensions import Blueprint, path_param
 from app.ratelimit import rate_limited
 from app.tenancy import current_tenant
 from app.wire import accepted
 
-blp = Blueprint("email", __name__, url_prefix="/api/v1/email", description="Outbound email")
-newsletter_blp = Blueprint("newsletter", __name__, url_prefix="/api/v1/newsletter",
+blp = Blueprint("email", __name__, url_prefix="/api/v1/email", tag="Email", description="Outbound email")
+newsletter_blp = Blueprint("newsletter", __name__, url_prefix="/api/v1/newsletter", tag="Newsletter",
                            description="Newsletter subscribers and issues")
+EMAIL_JOB = path_param("jobId", "The `jobId` of a bulk send or newsletter issue (their 202 answers).")
 blueprints = [blp, newsletter_blp]
 WRITE = "write:notifications"
 READ = ("read:notifications", "write:notifications")
@@ -28,13 +29,23 @@ READ = ("read:notifications", "write:notifications")
 
 @blp.route("/send")
 class SendEmail(MethodView):
-    @blp.arguments(SendEmailRequestSchema)
+    @blp.arguments(SendEmailRequestSchema, example=s.SEND_EXAMPLE)
     @blp.response(200, SendEmailResponseSchema)
     @blp.requires(WRITE)
     @rate_limited("email")
     @blp.idempotent
     def post(self, payload):
-        """Send one pre-rendered email. Check `success`: delivery failures answer 200 with success false."""
+        """Send an email
+
+        Sends one pre-rendered message (HTML or text, no templating) to 1–50 addresses, at once,
+        through the configured backend (SMTP, or the console outbox in development). Check `success`:
+        a delivery failure (the server refused, a timeout) answers 200 with `success: false` and the
+        reason in `message`.
+
+        Errors: 400 VALIDATION_ERROR naming the field (an address that is not one, a subject with a line
+        break); 429 RATE_LIMITED when the organization's email limit is spent.
+
+        Example: the request example welcomes ann@example.com → `{"success": true, "message": "…"}`"""
         result = send_email(payload["to"], payload["subject"], payload["body"], current_tenant())
         return {"success": result.success, "message": result.message}
 
@@ -46,14 +57,25 @@ def _accepted(job) -> Response:
 
 @blp.route("/bulk-send")
 class BulkSend(MethodView):
-    @blp.arguments(s.BulkSendRequestSchema)
+    @blp.arguments(s.BulkSendRequestSchema, example=s.BULK_SEND_EXAMPLE)
     @blp.response(202, s.EmailJobAcceptedSchema)
     @blp.requires(WRITE)
     @rate_limited("email")
     @blp.idempotent
     def post(self, payload):
-        """Queue many messages (`messages`) or one message to many `recipients` (≤ 10 000): 202 with a
-        job id. Workers send one message per recipient; follow the job at `statusUrl`."""
+        """Send email in bulk
+
+        Queues either one `subject` + `body` to many `recipients` (duplicates sent once) or many
+        `messages`, each with its own recipient: at most 10 000 (EMAIL_BULK_MAX_RECIPIENTS). Answers 202
+        with a job; workers send one message per recipient and retry temporary failures. Follow the job
+        at `statusUrl`.
+
+        Errors: 400 VALIDATION_ERROR for both forms at once, a missing field of the chosen form, an
+        invalid address or too many recipients; 429 RATE_LIMITED when the organization's email limit
+        is spent.
+
+        Example: the request example sends one message to two addresses → 202 `{"jobId": "…", "status":
+        "queued", "total": 2, "statusUrl": "/api/v1/email/bulk-send/…"}`"""
         limit = current_app.config["EMAIL_BULK_MAX_RECIPIENTS"]
         items = payload.get("messages") or payload.get("recipients") or []
         if len(items) > limit:
@@ -62,22 +84,40 @@ class BulkSend(MethodView):
         return _accepted(bulk.create_bulk_job(db.session, current_tenant(), payload))
 
 
-@blp.route("/bulk-send/<string:jobId>")
+@blp.route("/bulk-send/<string:jobId>", parameters=[EMAIL_JOB])
 class BulkJob(MethodView):
     @blp.response(200, s.JobEnvelopeSchema)
     @blp.requires(*READ)
     def get(self, jobId):
-        """A bulk job (or newsletter issue): status and counts per delivery state."""
+        """Get a bulk email job
+
+        A bulk send or newsletter issue: `status` (queued, sending, done), `total` and `counts` per
+        delivery state (pending, sending, sent, failed); `error` when the job was ended because its runs
+        kept being interrupted (its unsent recipients are then failed with that reason).
+
+        Errors: 404 NOT_FOUND for an unknown job (or one of another organization).
+
+        Example: `GET /api/v1/email/bulk-send/{jobId}` → `{"job": {"id": "…", "kind": "bulk", "status":
+        "done", "total": 2, "counts": {"pending": 0, "sending": 0, "sent": 2, "failed": 0}, "error": null, …}}`"""
         return {"job": bulk.job_to_wire(bulk.get_job(jobId))}
 
 
-@blp.route("/bulk-send/<string:jobId>/recipients")
+@blp.route("/bulk-send/<string:jobId>/recipients", parameters=[EMAIL_JOB])
 class BulkJobRecipients(MethodView):
     @blp.arguments(s.DeliveryQuerySchema, location="query")
     @blp.response(200, s.DeliveryListSchema)
     @blp.requires(*READ)
     def get(self, args, jobId):
-        """Per-recipient outcome (status, attempts, SMTP code, error), by `seq`; filter by `status`."""
+        """List a bulk job's recipients
+
+        The outcome per recipient (status, attempts, SMTP code, error, sentAt), in queue order (`seq`);
+        `status` keeps one state; `nextCursor` goes back as `after` for the next page.
+
+        Errors: 404 NOT_FOUND for an unknown job; 400 for an unknown `status` or a `limit` out of 1–1000.
+
+        Example: `GET /api/v1/email/bulk-send/{jobId}/recipients?status=failed` → `{"recipients": [{"seq":
+        1, "to": "bob@example.com", "status": "failed", "attempts": 1, "smtpCode": 550, "error": "…"}],
+        "nextCursor": null}`"""
         job = bulk.get_job(jobId)
         rows = bulk.list_deliveries(job, args.get("status"), args.get("after"), args["limit"])
         return {"recipients": [bulk.delivery_to_wire(r) for r in rows],
@@ -93,29 +133,54 @@ class Subscribers(MethodView):
     @newsletter_blp.response(200, s.SubscriberListSchema)
     @newsletter_blp.requires(*READ)
     def get(self, args):
-        """Subscribers of the org by email (filter `status`; page with `after` = last email)."""
+        """List newsletter subscribers
+
+        The organization's subscribers, by email address; `status` keeps active or unsubscribed ones;
+        `nextCursor` (the last address) goes back as `after` for the next page.
+
+        Errors: 400 for an unknown `status` or a `limit` out of 1–1000.
+
+        Example: `GET /api/v1/newsletter/subscribers?status=active&limit=100` → `{"subscribers": [{"id":
+        "…", "email": "ann@example.com", "status": "active", …}], "nextCursor": null}`"""
         subs = newsletter.list_subscribers(args.get("status"), args.get("after"), args["limit"])
         return {"subscribers": [newsletter.subscriber_to_wire(x) for x in subs],
                 "nextCursor": subs[-1].email if len(subs) == args["limit"] else None}
 
-    @newsletter_blp.arguments(s.SubscribeSchema)
+    @newsletter_blp.arguments(s.SubscribeSchema, example=s.SUBSCRIBE_EXAMPLE)
     @newsletter_blp.response(201, s.SubscriberEnvelopeSchema)
     @newsletter_blp.alt_response(200, schema=s.SubscriberEnvelopeSchema, description="Already subscribed")
     @newsletter_blp.requires(WRITE)
     @newsletter_blp.idempotent
     def post(self, data):
-        """Subscribe an address (201), or re-activate an unsubscribed one; an active one answers 200."""
+        """Subscribe an address
+
+        Adds the address to the organization's newsletter (201), or re-activates an unsubscribed one
+        (201); an address that is already active answers 200, unchanged.
+
+        Errors: 400 VALIDATION_ERROR for an invalid address.
+
+        Example: the request example subscribes ann@example.com → 201 `{"subscriber": {"id": "…", "email":
+        "ann@example.com", "status": "active", …}}` (200 the second time)."""
         sub, changed = newsletter.subscribe(db.session, current_tenant(), data["email"], data.get("name"),
                                            data.get("source"))
         return {"subscriber": newsletter.subscriber_to_wire(sub)}, 201 if changed else 200
 
 
-@newsletter_blp.route("/subscribers/<string:subscriber>")
+@newsletter_blp.route("/subscribers/<string:subscriber>", parameters=[path_param(
+    "subscriber", "The subscriber's `id` or email address.", "ann@example.com")])
 class Subscriber(MethodView):
     @newsletter_blp.response(200, s.SubscriberEnvelopeSchema)
     @newsletter_blp.requires(WRITE)
     def delete(self, subscriber):
-        """Unsubscribe by id or email address (the row is kept as `unsubscribed`)."""
+        """Unsubscribe a subscriber
+
+        Unsubscribes by id or email address; the subscriber is kept, as `unsubscribed`, so a later issue
+        skips it. Idempotent.
+
+        Errors: 404 NOT_FOUND for an address or id the organization does not have.
+
+        Example: `DELETE /api/v1/newsletter/subscribers/ann@example.com` → `{"subscriber": {"email":
+        "ann@example.com", "status": "unsubscribed", …}}`"""
         sub = newsletter.unsubscribe(db.session, current_tenant(), subscriber)
         return {"subscriber": newsletter.subscriber_to_wire(sub)}
 
@@ -125,19 +190,34 @@ class Issues(MethodView):
     @newsletter_blp.response(200, s.IssueListSchema)
     @newsletter_blp.requires(*READ)
     def get(self):
-        """The 50 most recent issues (bulk jobs of kind newsletter)."""
+        """List newsletter issues
+
+        The 50 most recent issues, newest first: bulk jobs of kind `newsletter` with their status and
+        counts per delivery state.
+
+        Errors: none beyond authentication.
+
+        Example: `GET /api/v1/newsletter/issues` → `{"issues": [{"id": "…", "kind": "newsletter", "subject":
+        "November news", "status": "done", …}]}`"""
         return {"issues": [bulk.job_to_wire(j) for j in newsletter.list_issues()]}
 
-    @newsletter_blp.arguments(s.IssueRequestSchema)
+    @newsletter_blp.arguments(s.IssueRequestSchema, example=s.ISSUE_EXAMPLE)
     @newsletter_blp.response(202, s.EmailJobAcceptedSchema)
     @newsletter_blp.requires(WRITE)
     @rate_limited("email")
     @newsletter_blp.idempotent
     def post(self, data):
-        """Send an issue to every active subscriber through the bulk path; each message carries
-        `List-Unsubscribe` (link + one-click POST). More active subscribers than the deployment's cap
-        (NEWSLETTER_MAX_RECIPIENTS, default 50 000) is 400 VALIDATION_ERROR with
-        `details.activeSubscribers` and `details.maxRecipients`; nothing is queued."""
+        """Send a newsletter issue
+
+        Queues the issue to every active subscriber through the bulk path (202 with the job, as a bulk
+        send). Each message carries `List-Unsubscribe` (a link and a one-click POST, RFC 8058).
+
+        Errors: 400 VALIDATION_ERROR when the organization has more active subscribers than the
+        deployment's cap (NEWSLETTER_MAX_RECIPIENTS, default 50 000), with `details.activeSubscribers`
+        and `details.maxRecipients`: nothing is queued; 429 RATE_LIMITED when the email limit is spent.
+
+        Example: the request example → 202 `{"jobId": "…", "status": "queued", "total": 1, "statusUrl":
+        "/api/v1/email/bulk-send/…"}`"""
         return _accepted(newsletter.send_issue(db.session, current_tenant(), data["subject"], data["body"]))
 
 
@@ -147,8 +227,16 @@ class Unsubscribe(MethodView):
     @newsletter_blp.response(200, description="An HTML page with a confirmation button")
     @newsletter_blp.doc(security=[])
     def get(self, args):
-        """The link of the email (no login): a confirmation page; mail scanners that follow links
-        therefore do not unsubscribe anyone."""
+        """Unsubscribe page
+
+        The link of each newsletter message (no login): an HTML page with a confirmation button that
+        POSTs to the same URL. Showing it changes nothing, so mail scanners that follow links
+        unsubscribe nobody. `token` comes from the message's `List-Unsubscribe` link.
+
+        Errors: 400 VALIDATION_ERROR for a token this deployment did not sign.
+
+        Example: `GET /api/v1/newsletter/unsubscribe?token=…` → a page "Unsubscribe ann@example.com from
+        this newsletter?"."""
         sub = newsletter.subscriber_by_token(args["token"])
         token = html.escape(args["token"], quote=True)
         page = (f"<!doctype html><meta charset=utf-8><title>Unsubscribe</title><p>Unsubscribe "
@@ -162,7 +250,16 @@ class Unsubscribe(MethodView):
     @newsletter_blp.response(200, s.UnsubscribedSchema)
     @newsletter_blp.doc(security=[])
     def post(self, args):
-        """Unsubscribe (RFC 8058 one-click: `List-Unsubscribe=One-Click` form body); idempotent."""
+        """Unsubscribe by link
+
+        Unsubscribes the subscriber the `token` names (from the message's `List-Unsubscribe` link):
+        the confirmation button of the page, or a mail client's one-click POST (RFC 8058, form body
+        `List-Unsubscribe=One-Click`). Idempotent; no login.
+
+        Errors: 400 VALIDATION_ERROR for a token this deployment did not sign.
+
+        Example: `POST /api/v1/newsletter/unsubscribe?token=…` → `{"success": true, "email":
+        "ann@example.com", "status": "unsubscribed"}`"""
         sub = newsletter.subscriber_by_token(args["token"], unsubscribe=True)
         if request.accept_mimetypes.best == "text/html":
             return Response(f"<!doctype html><meta charset=utf-8><p>{html.escape(sub.email)} is unsubscribed.</p>",

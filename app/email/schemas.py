@@ -1,4 +1,4 @@
-"""Wire shapes of the email routes (spec: SendEmailRequest, SendEmailResponse)."""
+"""Wire shapes of the email routes (SendEmailRequest, SendEmailResponse, bulk send, newsletter)."""
 
 from marshmallow import RAISE, Schema, ValidationError, fields, validate, validates_schema
 
@@ -188,3 +188,12 @@ class UnsubscribedSchema(Schema):
     success = fields.Boolean(required=True)
     email = fields.String(required=True)
     status = fields.String(required=True)
+
+
+# --------------------------------------------------------------------------- request examples
+# OpenAPI request examples: addresses of example.com (RFC 2606 reserves it; nothing is ever delivered there).
+SEND_EXAMPLE = {"to": ["ann@example.com"], "subject": "Welcome", "body": "<p>Hello Ann, welcome aboard.</p>"}
+BULK_SEND_EXAMPLE = {"recipients": ["ann@example.com", "bob@example.com"], "subject": "We launched",
+                     "body": "<p>Our new plan is live.</p>"}
+SUBSCRIBE_EXAMPLE = {"email": "ann@example.com", "name": "Ann", "source": "website"}
+ISSUE_EXAMPLE = {"subject": "November news", "body": "<h1>News</h1><p>What changed this month.</p>"}

@@ -1,4 +1,5 @@
-"""Sending a pre-rendered notification email (no templating, no queueing: the spec's contract)."""
+"""Sending a pre-rendered notification email (no templating, no queueing: the caller renders, it is sent
+at once)."""
 
 from __future__ import annotations
 

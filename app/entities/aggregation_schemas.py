@@ -1,4 +1,4 @@
-"""Wire shapes of record aggregation: AggregateRequest, AggregateField, AggregateResponse (spec names)."""
+"""Wire shapes of record aggregation: AggregateRequest, AggregateField, AggregateResponse (the names clients use)."""
 
 from __future__ import annotations
 
@@ -72,3 +72,10 @@ class AggregateResponseSchema(Schema):
     totals = ma.Dict(keys=ma.String(), values=AnyJson(),
                      metadata={"description": "the aggregates over all matched records"})
     metadata = ma.Nested(AggregateMetadataSchema)
+
+
+# The request example (OpenAPI): hours of work per priority of the `tickets` example definition
+# (app.entities.schemas), largest first, plus the overall totals.
+AGGREGATE_EXAMPLE = {"filters": {"priority": {"$ne": "low"}}, "groupBy": ["priority"],
+                     "aggregates": [{"function": "count"}, {"function": "sum", "field": "estimate", "alias": "hours"}],
+                     "sortBy": "hours", "sortOrder": -1, "limit": 10}

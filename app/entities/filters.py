@@ -15,7 +15,7 @@ Two steps, both pure (no session, no request):
 expression of a field or system column. `$similar` (semantic search) is parsed here; what it compiles
 to is a `SimilarityClause` the caller resolved beforehand (app.entities.query.compile_request_filters
 asks the app's similarity hook, which embeds the query text: the only I/O, kept out of this module).
-Without an enabled `embeddingsConfig` on the definition it matches nothing, as the spec says.
+Without an enabled `embeddingsConfig` on the definition it matches nothing (no records, not an error).
 """
 
 from __future__ import annotations
@@ -609,7 +609,7 @@ def _where(parsed: ParsedFilter, resolver: FieldResolver, narrow: FieldResolver 
 
 def _with_similarity(out: CompiledFilter, where: ColumnElement, clause: SimilarityClause | None) -> None:
     """`$similar` resolved to `clause` joins the other conditions (app.entities.similar); unresolved
-    (no embeddings enabled, no hook) it matches nothing, as the spec says."""
+    (no embeddings enabled, no hook) it matches nothing: no records, not an error."""
     if clause is None:
         out.where = false()
         return

@@ -1,4 +1,4 @@
-"""Wire shapes of the entity store (camelCase, as in the spec)."""
+"""Wire shapes of the entity store (camelCase field names, as clients send and read them)."""
 
 from __future__ import annotations
 
@@ -405,3 +405,38 @@ class RelationshipSchema(Schema):
 
 class RelationshipListSchema(Schema):
     relationships = ma.List(ma.Nested(RelationshipSchema), required=True)
+
+
+# --- request examples (OpenAPI; Swagger UI's "Try it out" sends them as they are) ----------------------
+# One story a reader can run in order in a fresh organization: the `tickets` definition, a view, records,
+# queries, bulk writes, a relationship. An id the server makes cannot be an example: EXAMPLE_ID stands for
+# "paste the id you got" in the bodies of operations whose path needs such an id anyway.
+EXAMPLE_ENTITY = "tickets"
+EXAMPLE_ID = "3f2c8a5e-7d1b-4c9e-8f60-2a4b6c8d0e1f"
+TICKET_SCHEMA = {"type": "object", "required": ["title"], "properties": {
+    "title": {"type": "string", "maxLength": 200},
+    "priority": {"type": "dropdown", "options": ["low", "normal", "high"]},
+    "estimate": {"type": "float"},
+    "due": {"type": "date"},
+    "details": {"type": "text"}}}
+DEFINITION_EXAMPLE = {"name": EXAMPLE_ENTITY, "displayName": "Tickets", "module": "support",
+                      "description": "Customer support tickets", "schema": TICKET_SCHEMA}
+DEFINITION_UPDATE_EXAMPLE = {"description": "Customer support tickets, by priority"}
+VIEW_EXAMPLE = {"name": "Open by due date", "type": "table", "columns": ["title", "priority", "due"],
+                "filters": {"priority": {"$ne": "low"}}, "sortBy": "due", "sortOrder": 1}
+VIEW_UPDATE_EXAMPLE = {"columns": ["title", "priority", "estimate", "due"]}
+RECORD_EXAMPLE = {"name": "Printer offline", "tags": ["hardware"], "fields": {
+    "title": "Printer offline", "priority": "high", "estimate": 2.5, "due": "2026-12-01",
+    "details": "The printer on floor 2 shows offline since the network change."}}
+RECORD_UPDATE_EXAMPLE = {"fields": {"priority": "normal", "estimate": 1.5}}
+QUERY_EXAMPLE = {"query": {"filters": {"priority": {"$in": ["high", "normal"]}, "$search": "printer"},
+                           "sortBy": "due", "sortOrder": 1, "page": 1, "pageSize": 20,
+                           "include": ["title", "priority", "due"]}}
+COUNT_EXAMPLE = {"filters": {"priority": "high"}}
+BULK_CREATE_EXAMPLE = {"records": [{"name": "VPN drops", "fields": {"title": "VPN drops", "priority": "normal"}},
+                                   {"name": "New laptop", "fields": {"title": "New laptop", "priority": "low"}}]}
+BULK_UPDATE_EXAMPLE = {"records": [{"id": EXAMPLE_ID, "fields": {"priority": "low"}}]}
+BULK_DELETE_EXAMPLE = {"recordIds": [EXAMPLE_ID]}
+RELATIONSHIP_EXAMPLE = {"toEntityName": EXAMPLE_ENTITY, "toRecordId": EXAMPLE_ID, "relationshipType": "duplicate-of"}
+ADMIN_UPSERT_EXAMPLE = {"definitions": [{"name": EXAMPLE_ENTITY, "displayName": "Support tickets",
+                                         "module": "support", "schema": TICKET_SCHEMA}]}

@@ -220,7 +220,7 @@ class ReferenceFetcher:
         self.max_redirects = max_redirects
         self.clock = clock
 
-    # -- static checks (rule 8 of the spec: scheme and allowlist, before any I/O) ----------------
+    # -- static checks (https and an allowed host, on the URL's text, before any I/O) ----------
 
     def check_url(self, url: str) -> _Target:
         """Refuse a URL on its text alone; returns the host and request path when acceptable."""

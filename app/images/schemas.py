@@ -1,7 +1,7 @@
 """Wire shapes of image generation: ImageRequest, ImageResult and the success envelope.
 
-The request schema checks types only. The spec's numbered rules (which fields are required, which
-values are allowed, in which order, and which code each failure gets) run in `services`, so every
+The request schema checks types only. The validation rules (which fields are required, which values
+are allowed, in which order, and which code each failure gets) run in `services`, so every
 field is optional here; a wrongly typed or unknown field is a bad request (400 INVALID_INPUT).
 """
 
@@ -74,3 +74,8 @@ class SuccessMetadataSchema(Schema):
 class ImageResponseSchema(Schema):
     data = fields.Nested(ImageResultSchema, required=True)
     metadata = fields.Nested(SuccessMetadataSchema, required=True)
+
+
+# The request example (OpenAPI): one generated image of provider-a's general model.
+IMAGE_EXAMPLE = {"provider": "provider-a", "model": "gpt-image-1", "prompt": "a lighthouse at dawn, watercolor",
+                 "size": "1024x1024", "quality": "medium"}

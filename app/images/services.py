@@ -1,4 +1,5 @@
-"""Image generation: validate in the spec's order, load references, call the provider, store, record.
+"""Image generation: validate in a fixed order (the first failure answers), load references, call the
+provider, store, record.
 
 Order of checks (all before any upstream call):
   1-4  provider, model, prompt, referenceImage/mask shape            -> 400 INVALID_INPUT
@@ -7,7 +8,7 @@ Order of checks (all before any upstream call):
   then size/quality/style for the model family                        -> 400 INVALID_INPUT
   then provider configured?                                           -> 503
   then reference/mask URLs are read (own blobs from storage, others through the SSRF-safe fetcher)
-  and their bytes checked like rule 7, then the one upstream call.
+  and their bytes checked like inline bytes are, then the one upstream call.
 """
 
 from __future__ import annotations
@@ -117,7 +118,10 @@ def get_fetcher() -> ReferenceFetcher:
 # -- validation (no I/O beyond base64 decoding) --------------------------------------------------
 
 def validate_request(payload: dict[str, Any], store: BlobStore, fetcher: ReferenceFetcher) -> ImagePlan:
-    """Apply the spec's rules in order; raises the first failure."""
+    """Apply the rules in order; raises the first failure. The order: provider, model and prompt; each
+    of referenceImage/mask with exactly one of url/b64 (and a PNG/JPEG mimeType); a mask only with a
+    reference and a provider that takes masks; the model's capabilities; inline bytes (an image, the
+    mask the reference's size); URLs (scheme and allowed host, on their text); the model's options."""
     provider_name, model, prompt = _check_basics(payload)
     reference_in, mask_in = payload.get("referenceImage"), payload.get("mask")
     if reference_in is not None:
@@ -127,14 +131,14 @@ def validate_request(payload: dict[str, Any], store: BlobStore, fetcher: Referen
                                {"field": "referenceImage.mimeType"})
     if mask_in is not None:
         _check_one_of(mask_in, "mask")
-    # rules 5-6
+    # a mask needs a reference, and a provider that takes masks
     if mask_in is not None and reference_in is None:
         raise ValidationFailed("mask requires referenceImage (a mask only applies to an edit).", {"field": "mask"})
     if mask_in is not None and not provider_class(provider_name).takes_mask():
         raise mask_refusal()
     provider = get_provider(provider_name)
     provider.check_capabilities(model, reference=reference_in is not None, mask=mask_in is not None)
-    # rule 7 (inline bytes), then rule 8 (URLs, on their text)
+    # inline bytes (decoded and checked), then URLs (scheme and allowed host, on their text)
     reference = _inline_source(reference_in, "referenceImage")
     mask = _inline_source(mask_in, "mask")
     job = ImageJob(model=model, prompt=prompt, size=payload.get("size"), quality=payload.get("quality"),
@@ -192,7 +196,7 @@ def _inline_source(obj: dict[str, Any] | None, field: str) -> _Source | None:
 
 
 def _url_source(obj, source: _Source | None, field: str, store: BlobStore, fetcher: ReferenceFetcher):
-    """Rule 8: our own blob URLs are read from storage; other URLs must pass the fetcher's text checks."""
+    """URL references: our own blob URLs are read from storage; other URLs must pass the fetcher's text checks."""
     if source is None or source.url is None:
         return source
     key = store.key_for_url(source.url)

@@ -101,3 +101,9 @@ class SeedStatusSchema(Schema):
     lastRequest = fields.Nested(SeedRequestStateSchema, allow_none=True, metadata={
         "description": "the org's latest asynchronous seed (`Prefer: respond-async`) in this product; null if "
                        "none. Until that seed has created the org, the answer holds only the request (no artifacts)"})
+
+
+# The request example of POST /internal/seed: the example organization example.com (RFC 2606 reserves
+# the name) in the default product. Run as is it seeds that one organization, nothing platform-wide.
+SEED_EXAMPLE = {"org": {"title": "Example Org", "mainDomain": "example.com", "product": "default"},
+                "admin": {"email": "admin@example.com", "firstName": "Ada", "lastName": "Example"}}

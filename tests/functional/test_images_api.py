@@ -332,7 +332,7 @@ def test_provider_a_edit_with_external_reference_and_mask_urls(post, fakes):
     assert sent.parts["image"][0] == fakes.tls.png and sent.parts["mask"][0] == fakes.tls.mask
 
 
-# -- validation, in the spec's order -------------------------------------------------------------
+# -- validation, in its fixed order (the first failure answers) ------------------------------------
 
 REF_PNG = {"b64": b64(png_bytes(64, 48)), "mimeType": "image/png"}
 MASK = {"b64": b64(mask_bytes(64, 48))}

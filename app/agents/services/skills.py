@@ -1,7 +1,8 @@
 """Catalog skills (CRUD by name, categories) and skill snapshots embedded in agents.
 
-Attaching a catalog skill to an agent copies the skill's fields into the agent at that moment
-(spec "Versioning" 4). The copy stays as it is when the catalog skill changes or is deleted; a
+Attaching a catalog skill to an agent copies the skill's fields into the agent at that moment (a
+snapshot: agents do not change under their owners' feet when the catalog does). The copy stays as
+it is when the catalog skill changes or is deleted; a
 caller refreshes it by detaching and attaching the skill again. An embedded skill is a
 self-contained document: the caller may customise it (its tools need not match the
 catalog skill's), and a skillId that names no catalog skill is kept as sent (a custom or imported skill).
@@ -45,7 +46,8 @@ def get_skill_by_name(name: str) -> str:
 
 
 def categories() -> list[str]:
-    """Distinct categories of the caller's catalog skills, sorted (the spec's bare `string[]`)."""
+    """Distinct categories of the caller's catalog skills, sorted (answered as a bare `string[]`, no
+    wrapper object)."""
     stmt = (tenant_select(CatalogSkill).with_only_columns(CatalogSkill.category).distinct()
             .order_by(CatalogSkill.category))
     return list(db.session.scalars(stmt))

@@ -169,7 +169,7 @@ def provider_class(provider_id: str) -> type[ImageProvider]:
 
 
 def mask_refusal() -> ValidationFailed:
-    """Spec rule 6: a mask for a provider none of whose families takes one."""
+    """A mask for a provider none of whose families takes one (a mask is refused before any call)."""
     takers = [f"{cls.id} ({family.key} model)" if len(cls.families) > 1 else cls.id
               for cls in map(provider_class, provider_ids()) for family in cls.families if family.mask]
     return ValidationFailed(f"mask is supported only by {' or '.join(takers)}.", {"field": "mask"})
