@@ -81,8 +81,8 @@ def test_a_repeated_idempotency_key_replays_the_first_answer(api, sent):
     again = api.entities.records.create("deals", body, idempotency_key=key)
     if sent.responses[-1].headers.get("Idempotent-Replayed") != "true":
         pytest.skip(IDEMPOTENCY_MISSING)
-    assert again["id"] == first["id"] and api.entities.records.count("deals") == 1
     assert [r.headers["Idempotency-Key"] for r in sent.requests[-2:]] == [key, key]
+    assert again["id"] == first["id"] and api.entities.records.count("deals") == 1
 
     with pytest.raises(IdempotencyKeyReusedError) as reused:  # the same key for another body
         api.entities.records.create("deals", {"name": "Globex", "fields": {"title": "Globex"}}, idempotency_key=key)
