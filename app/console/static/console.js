@@ -718,6 +718,9 @@
       if (seq !== state.loadSeq) { return; }
       setStatus(empty ? "No chats or messages in this date range. Try a longer range." : "", empty ? "empty" : "");
       body.setAttribute("data-loaded", key);
+      if (window.performance && performance.mark && !performance.getEntriesByName("console:data-drawn").length) {
+        performance.mark("console:data-drawn");  // the first data on screen (docs/operations.md)
+      }
     }).catch(function (failure) {
       if (seq !== state.loadSeq) { return; }
       clearData();
