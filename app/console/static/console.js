@@ -570,10 +570,8 @@
     var labels = points.map(function (p) { return p.period; });
     var open = points.map(function (p) { return !p.complete; });
     var visible = METRICS.filter(function (m) { return !(model && m.byChat); });
-    var keep = {};
-    visible.forEach(function (m) { keep[containerId + "-" + m.key] = true; });
-    Object.keys(charts).forEach(function (id) {
-      if (id.indexOf(containerId + "-") === 0 && !keep[id]) { charts[id].destroy(); delete charts[id]; }
+    Object.keys(charts).forEach(function (id) {  // the canvases are replaced: free their charts
+      if (id.indexOf(containerId + "-") === 0) { charts[id].destroy(); delete charts[id]; }
     });
     container.textContent = "";
     visible.forEach(function (metric, index) {
