@@ -1,4 +1,5 @@
-"""Refresh the console screenshots of the README (docs/images/console-*.png).
+"""Refresh the console screenshots of the README (docs/images/console-*.png): the organization view,
+the platform view drilled into a channel, and the organization view 390 px wide.
 
     .venv/bin/python -m tests.console_screenshots
 
@@ -40,7 +41,7 @@ def _settle(driver, key: str) -> None:
     raise RuntimeError(f"the console did not finish loading {key}")
 
 
-def _shoot(driver, name: str) -> None:
+def _shoot(driver, name: str, width: int = 1400) -> None:
     height = driver.execute_script(
         "return Math.max(document.body.scrollHeight, document.documentElement.scrollHeight)")
     # the window's height includes what is not page; grow until the page fits the viewport
@@ -48,7 +49,7 @@ def _shoot(driver, name: str) -> None:
         inner = driver.execute_script("return window.innerHeight")
         if inner >= height:
             break
-        driver.set_window_size(1400, driver.get_window_size()["height"] + height - inner)
+        driver.set_window_size(width, driver.get_window_size()["height"] + height - inner)
     time.sleep(0.5)
     driver.save_screenshot(os.path.join(OUT, name))
     print("wrote", os.path.join(OUT, name))
@@ -87,8 +88,13 @@ def main() -> None:
                 driver.find_element(By.ID, "global-tab").click()
                 _settle(driver, f"global:{first}:{last}")
                 driver.find_element(By.CSS_SELECTOR, "#channels-table tr[data-id=web] button.pick").click()
-                _settle(driver, f"global:{first}:{last}:web")
+                _settle(driver, f"global:{first}:{last};channel=web")
                 _shoot(driver, "console-global.png")
+                driver.find_element(By.CSS_SELECTOR, ".tab[data-view=org]").click()
+                _settle(driver, f"org:{first}:{last}")
+                driver.set_window_size(390, 900)
+                time.sleep(0.5)
+                _shoot(driver, "console-mobile.png", width=390)
             finally:
                 driver.quit()
     finally:

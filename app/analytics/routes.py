@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask.views import MethodView
 
-from app.analytics import services, tasks
+from app.analytics import series, services, tasks
 from app.analytics.schemas import (
     EVENT_BATCH_EXAMPLE,
     EVENT_EXAMPLE,
@@ -27,6 +27,12 @@ from app.analytics.schemas import (
     OrgChannelAnalyticsSchema,
     UsageAnalyticsSchema,
     wrapper,
+)
+from app.analytics.series_schemas import (
+    AnalyticsSeriesSchema,
+    ChannelAnalyticsSchema,
+    GlobalSeriesArgsSchema,
+    SeriesArgsSchema,
 )
 from app.errors import InvalidInput
 from app.extensions import Blueprint, path_param
@@ -307,3 +313,44 @@ def channel_orgs(args, channel):
     "acme.com", "total_chats": 80, …}], "metadata": {…}}`"""
     window = _window(args)
     return _ok(services.channel_orgs(_channel(channel), window), window)
+
+
+# --- beyond the spec: time series and the org's channels (app.analytics.series) ---------------------
+
+SERIES_RESPONSE = wrapper(AnalyticsSeriesSchema)
+
+
+@blp.route("/series")
+@blp.arguments(SeriesArgsSchema, location="query")
+@blp.response(200, SERIES_RESPONSE)
+@blp.requires(*READ)
+def org_series(args):
+    """Every metric of the caller's org per `day`, `week` or `month` bucket in time zone `tz`, with the
+    window's totals; optional `agent_id`, `channel`, `model` filters."""
+    window = _window(args)
+    return _ok(series.series(window, args["interval"], args["tz"], org=current_tenant().org_id,
+                             agent=args.get("agent_id"), channel=args.get("channel"), model=args.get("model")),
+               window)
+
+
+@blp.route("/channels")
+@blp.arguments(DateFilterSchema, location="query")
+@blp.response(200, wrapper(ChannelAnalyticsSchema, many=True))
+@blp.requires(*READ)
+def org_channels(args):
+    """Per channel of the caller's org: chats, messages, users, tokens, cost."""
+    window = _window(args)
+    return _ok(series.channels(current_tenant().org_id, window), window)
+
+
+@blp.route("/global/series")
+@blp.arguments(GlobalSeriesArgsSchema, location="query")
+@blp.response(200, SERIES_RESPONSE)
+@blp.requires(roles=ADMIN)
+def global_series(args):
+    """The series over every org of the product (admin only); optional `org_id`, `agent_id`,
+    `channel`, `model` filters. Users count per org, as in the global summary."""
+    window = _window(args)
+    channel = _channel(args["channel"]) if args.get("channel") else None
+    return _ok(series.series(window, args["interval"], args["tz"], org=args.get("org_id"),
+                             agent=args.get("agent_id"), channel=channel, model=args.get("model")), window)

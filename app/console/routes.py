@@ -9,9 +9,10 @@ from __future__ import annotations
 import os
 
 import flask_swagger_ui
-from flask import Blueprint, abort, current_app, redirect, render_template, request, send_from_directory
+from flask import Blueprint, abort, current_app, redirect, render_template, request
 from marshmallow import ValidationError
 
+from app.console.assets import AssetStore, compress_page, send
 from app.console.schemas import DevSignInRequest
 from app.console.services import (
     COOKIE_PATH,
@@ -31,6 +32,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # Swagger UI's own build, shipped inside the flask-swagger-ui wheel (we use only its files)
 SWAGGER_UI_DIST = os.path.join(os.path.dirname(flask_swagger_ui.__file__), "dist")
 OUR_DOCS_ASSETS = os.path.join(HERE, "static", "docs")
+CONSOLE_ASSETS = AssetStore(os.path.join(HERE, "static"), hashed=True)
+DOCS_ASSETS = (AssetStore(OUR_DOCS_ASSETS, hashed=False), AssetStore(SWAGGER_UI_DIST, hashed=False))
 # Pages of these prefixes get the console's security headers (see `security_headers`).
 PAGE_PREFIXES = ("/console", "/api/v1/docs")
 CONTENT_SECURITY_POLICY = "; ".join((
@@ -45,8 +48,8 @@ CONTENT_SECURITY_POLICY = "; ".join((
     "frame-ancestors 'none'",
 ))
 
-console_bp = Blueprint("console", __name__, template_folder="templates", static_folder="static",
-                       static_url_path="/console/static")
+# No Flask static route: the console's files are served by `console_asset` under content-hashed names.
+console_bp = Blueprint("console", __name__, template_folder="templates")
 blueprints: list = []  # nothing for flask-smorest: these routes are not part of /api/v1
 plain_blueprints = [console_bp]
 
@@ -61,8 +64,25 @@ def console_home():
 @console_bp.get("/console/analytics")
 def analytics_page():
     """The analytics dashboard (HTML; its script fetches everything with the caller's token)."""
-    return render_template("console/analytics.html",
-                           dev_signin=bool(current_app.config["CONSOLE_DEV_SIGNIN"]))
+    page = current_app.make_response(render_template(
+        "console/analytics.html", dev_signin=bool(current_app.config["CONSOLE_DEV_SIGNIN"]),
+        asset_url=asset_url))
+    page.headers["Cache-Control"] = "no-cache"  # always the newest page, which names the newest assets
+    return compress_page(page, request)
+
+
+def asset_url(name: str) -> str:
+    """`/console/assets/<name with its content hash>` of a file under app/console/static."""
+    return "/console/assets/" + CONSOLE_ASSETS.url_name(name)
+
+
+@console_bp.get("/console/assets/<path:name>")
+def console_asset(name: str):
+    """The console's script, style and Chart.js, by content-hashed name: cached for a year, gzip."""
+    asset = CONSOLE_ASSETS.find(name)
+    if asset is None:
+        abort(404)
+    return send(asset, request, immutable=True)
 
 
 @console_bp.post("/console/session")
@@ -106,9 +126,10 @@ def refresh_token():
 @console_bp.get("/api/v1/docs/assets/<path:filename>")
 def docs_asset(filename: str):
     """Swagger UI's files (from the flask-swagger-ui wheel) and our page script, served locally."""
-    for folder in (OUR_DOCS_ASSETS, SWAGGER_UI_DIST):
-        if os.path.isfile(os.path.join(folder, filename)):
-            return send_from_directory(folder, filename)
+    for store in DOCS_ASSETS:
+        asset = store.find(filename)
+        if asset is not None:
+            return send(asset, request, immutable=False)  # revalidated (ETag), gzip
     abort(404)
 
 

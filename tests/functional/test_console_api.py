@@ -3,6 +3,9 @@ token refresh from the console session, and no secret in anything the page can r
 
 from __future__ import annotations
 
+import gzip
+import hashlib
+import os
 import re
 from html.parser import HTMLParser
 from urllib.parse import urlsplit
@@ -10,13 +13,15 @@ from urllib.parse import urlsplit
 import jwt
 import pytest
 
-from tests.conftest import TEST_SECRET
+from tests.conftest import ROOT, TEST_SECRET
 
 try:  # the shared envelope check (tests.support once the foundation clean-up lands)
     from tests.support import assert_error as assert_envelope
 except ImportError:
     from tests.functional.test_foundation_api import assert_envelope
 from tests.support import AUDIENCE, ISSUER, bearer
+
+STATIC = os.path.join(ROOT, "app", "console", "static")
 
 
 class _Refs(HTMLParser):
@@ -111,8 +116,71 @@ def test_docs_assets_outside_the_asset_folders_are_404(client, path):
 def test_console_page_loads_only_same_origin_assets(client):
     refs = _page_refs(client, "/console/analytics")
     _assert_same_origin_assets(client, refs)
-    assert "/console/static/vendor/chart.umd.min.js" in refs.urls
-    assert client.get("/console/static/vendor/chart.js-LICENSE.md").status_code == 200
+    assert any(re.fullmatch(r"/console/assets/vendor/chart\.umd\.min\.[0-9a-f]{12}\.js", u) for u in refs.urls)
+    assert client.get(CONSOLE_STATIC_NAMES_URL).status_code == 404  # no unhashed (revalidated) route left
+
+
+CONSOLE_STATIC_NAMES_URL = "/console/static/console.js"
+
+
+def _asset_urls(client) -> dict[str, str]:
+    """{file under app/console/static: the hashed URL the page links}."""
+    refs = _page_refs(client, "/console/analytics")
+    out = {}
+    for url in refs.urls:
+        match = re.fullmatch(r"/console/assets/(.+)\.([0-9a-f]{12})(\.\w+)", url)
+        if match:
+            out[match.group(1) + match.group(3)] = url
+    return out
+
+
+def test_console_assets_have_hashed_names_long_cache_and_gzip(client):
+    urls = _asset_urls(client)
+    assert set(urls) == {"console.js", "console.css", "vendor/chart.umd.min.js"}
+    for name, url in urls.items():
+        with open(os.path.join(STATIC, name), "rb") as fh:
+            content = fh.read()
+        assert hashlib.sha256(content).hexdigest()[:12] in url  # the name changes with the content
+        plain = client.get(url)  # no Accept-Encoding: the file as is
+        assert plain.status_code == 200 and plain.data == content
+        assert "Content-Encoding" not in plain.headers
+        assert plain.headers["Cache-Control"] == "public, max-age=31536000, immutable"
+        assert plain.headers["Vary"] == "Accept-Encoding"
+        packed = client.get(url, headers={"Accept-Encoding": "br;q=1, gzip;q=0.8, deflate"})
+        assert packed.headers["Content-Encoding"] == "gzip"
+        assert gzip.decompress(packed.data) == content
+        assert len(packed.data) < len(content) / 2
+        assert packed.headers["Cache-Control"] == plain.headers["Cache-Control"]
+        refused = client.get(url, headers={"Accept-Encoding": "gzip;q=0, identity"})
+        assert "Content-Encoding" not in refused.headers and refused.data == content
+    chart = client.get(urls["vendor/chart.umd.min.js"], headers={"Accept-Encoding": "gzip"})
+    assert chart.mimetype in ("application/javascript", "text/javascript")
+    assert client.get(urls["console.css"]).mimetype == "text/css"
+
+
+@pytest.mark.parametrize("path", ["console.000000000000.js", "console.js", "../routes.py",
+                                  "..%2Froutes.py", "%2e%2e/assets.py", "vendor/chart.umd.min.js"])
+def test_unknown_or_stale_asset_names_are_404(client, path):
+    resp = client.get(f"/console/assets/{path}")
+    assert resp.status_code == 404
+    assert b"import" not in resp.data
+
+
+def test_the_page_is_revalidated_and_compressed(client):
+    page = client.get("/console/analytics", headers={"Accept-Encoding": "gzip"})
+    assert page.headers["Cache-Control"] == "no-cache"
+    assert page.headers["Content-Encoding"] == "gzip"
+    assert b"<!DOCTYPE html>" in gzip.decompress(page.data)
+    assert "Content-Encoding" not in client.get("/console/analytics").headers
+
+
+def test_docs_assets_are_compressed_and_revalidated_with_an_etag(client):
+    url = "/api/v1/docs/assets/swagger-ui-bundle.js"
+    first = client.get(url, headers={"Accept-Encoding": "gzip"})
+    assert first.status_code == 200 and first.headers["Content-Encoding"] == "gzip"
+    assert first.headers["Cache-Control"] == "no-cache" and first.headers["ETag"]
+    again = client.get(url, headers={"Accept-Encoding": "gzip", "If-None-Match": first.headers["ETag"]})
+    assert again.status_code == 304 and again.data == b""
 
 
 def test_console_pages_carry_csp_and_api_responses_do_not(client, auth):
@@ -140,8 +208,8 @@ def test_nothing_the_page_can_read_contains_the_signing_secret(client, make_app)
     dev = app.test_client()
     reads = [client.get("/console/analytics"), dev.get("/console/analytics"),
              dev.post("/console/session", json={"orgId": "acme"}), dev.post("/console/token")]
-    for name in ("console.js", "console.css", "vendor/chart.umd.min.js"):
-        reads.append(client.get(f"/console/static/{name}"))
+    for url in _asset_urls(client).values():
+        reads.append(client.get(url))
     for resp in reads:
         assert resp.status_code == 200
         assert TEST_SECRET.encode() not in resp.data

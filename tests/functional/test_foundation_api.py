@@ -210,7 +210,7 @@ UNDOCUMENTED_ROUTES = {
     "/console": "the operator console (HTML for a browser), not the API",
     "/console/": "the operator console (HTML for a browser), not the API",
     "/console/analytics": "the operator console (HTML for a browser), not the API",
-    "/console/static/<path:filename>": "the operator console's scripts and styles",
+    "/console/assets/<path:name>": "the operator console's scripts and styles (content-hashed names)",
     "/console/session": "the console's own cookie session (sign in/out), used only by its page",
     "/console/token": "the console's own token refresh, used only by its page",
     "/metrics": "Prometheus metrics in the text exposition format, for the scraper (internal token only)",
