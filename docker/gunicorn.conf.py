@@ -31,3 +31,20 @@ logger_class = "app.serving.AccessLogger"
 # field (431 beyond), the longest request line gunicorn supports (414 beyond).
 limit_request_field_size = 65536
 limit_request_line = 8190
+
+
+def post_fork(server, worker):
+    """Tracing (app.observability.tracing, on when OTEL_TRACES_EXPORTER names an exporter) is set up in
+    each worker process after the fork: the span processor's export thread would not survive it."""
+    from app.observability import tracing
+
+    if tracing.configure("platform-gateway-api"):
+        server.log.info("worker %s: tracing on (OTEL_TRACES_EXPORTER=%s)", worker.pid,
+                        tracing.otel_environment().get("OTEL_TRACES_EXPORTER"))
+
+
+def worker_exit(server, worker):
+    """Export the spans still buffered before the worker process exits."""
+    from app.observability import tracing
+
+    tracing.shutdown()

@@ -1,0 +1,1 @@
+"""Operators' signals: Prometheus metrics, OpenTelemetry traces, structured logs."""
