@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from datetime import UTC, datetime
 from typing import Any
 
@@ -187,6 +188,23 @@ def install_celery(fmt: str) -> None:
             instance.quiet = True  # Celery's banner; "celery@host ready." is logged
 
     logging.captureWarnings(True)
+    import celery.apps.worker as celery_worker
+
+    celery_worker.safe_say = say_as_json  # its shutdown notices, written from signal handlers
     after_setup_logger.connect(use_json, weak=False, dispatch_uid="platform_gateway.json_logs")
     after_setup_task_logger.connect(use_json, weak=False, dispatch_uid="platform_gateway.json_task_logs")
     celeryd_init.connect(quiet, weak=False, dispatch_uid="platform_gateway.json_quiet")
+
+
+def say_as_json(msg, f=None) -> None:
+    """Celery's `safe_say` (free text written straight to a stream from a signal handler: "worker: Warm
+    shutdown (MainProcess)"), as one JSON line, written the same way (one os.write, no logging lock)."""
+    import sys
+
+    stream = f if f is not None else sys.__stderr__
+    record = logging.LogRecord("celery.apps.worker", logging.WARNING, __file__, 0, str(msg).strip(), (), None)
+    line = JsonFormatter().format(record) + "\n"
+    try:
+        os.write(stream.fileno(), line.encode())
+    except (OSError, ValueError, AttributeError):  # best effort, as Celery's: never abort a shutdown
+        pass
