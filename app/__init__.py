@@ -63,7 +63,12 @@ def create_app(overrides: dict[str, Any] | None = None) -> Flask:
     # dict made every later app serve the first app's values (e.g. another ENTITY_MAX_PAGE_SIZE)
     app.config.update(copy.deepcopy(API_INFO))
     app.config.update(load_config(overrides))
-    _configure_logging(app)
+    from app.observability import logs, tracing
+
+    logs.configure(app)  # LOG_FORMAT: plain lines or one JSON object per line
+    # a server span per request when this process traces (OTEL_TRACES_EXPORTER); first, so that the span
+    # covers every request hook (a 401 of authentication included)
+    tracing.instrument_app(app)
 
     from app.auth import authenticate_request, authorize_request, load_secret
     from app.errors import register_error_handlers
@@ -237,24 +242,3 @@ def _refuse_oversized(response):
 
 def _current_config(name: str):
     return current_app.config.get(name)
-
-
-class _RequestIdFilter(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            record.request_id = g.get("request_id", "-")
-        except RuntimeError:
-            record.request_id = "-"
-        return True
-
-
-def _configure_logging(app: Flask) -> None:
-    root = logging.getLogger()
-    if not any(getattr(h, "_platform_gateway", False) for h in root.handlers):
-        handler = logging.StreamHandler()
-        handler._platform_gateway = True  # type: ignore[attr-defined]
-        handler.addFilter(_RequestIdFilter())
-        handler.setFormatter(logging.Formatter(
-            "%(asctime)s %(levelname)s [%(request_id)s] %(name)s: %(message)s"))
-        root.addHandler(handler)
-    root.setLevel(app.config["LOG_LEVEL"])

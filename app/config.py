@@ -29,6 +29,9 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "PORT": (8000, int, "Port `make run` serves on"),
     "PUBLIC_BASE_URL": ("http://localhost:8000", str, "How clients reach this service (used in blob URLs)"),
     "LOG_LEVEL": ("INFO", str, "Python log level"),
+    "LOG_FORMAT": ("text", str, "`text` (one plain line per event) or `json` (one JSON object per line: time, "
+                                "level, logger, request id, trace id, org, product, route; the access log "
+                                "adds status and duration); API, gunicorn, workers and CLI alike"),
     "MAX_CONTENT_LENGTH": (100 * 1024 * 1024, int, "Largest accepted request body in bytes (413 above)"),
     "JSON_MAX_DEPTH": (64, int, "Deepest nesting of a JSON request body (400 above)"),
     "MAX_STRING_CHARS": (32 * 1024 * 1024, int, "Longest string in a JSON request body, in characters "

@@ -168,3 +168,6 @@ class OutboxMessage(PlatformBase):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     last_error: Mapped[str | None] = mapped_column(Text)
+    # the W3C trace context of the request or task that wrote the row (traceparent, tracestate), when it
+    # was traced: the task continues that trace whoever sends it (app.observability.tracing)
+    trace_context: Mapped[dict | None] = mapped_column(JSONB)

@@ -46,6 +46,7 @@ from gunicorn.glogging import Logger
 from gunicorn.http.errors import NoMoreData, ParseException
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
+from app.observability import logs
 from app.wire import metadata
 
 _gunicorn_http_date = util.http_date
@@ -353,12 +354,30 @@ class LazyAtoms(Mapping):
 
 class AccessLogger(Logger):
     """gunicorn's logger (error log, access log, reopening, the same settings); its access line is
-    formatted from `LazyAtoms` instead of the full atom dict: the same line for the same format."""
+    formatted from `LazyAtoms` instead of the full atom dict: the same line for the same format.
+
+    With LOG_FORMAT=json (app.observability.logs) both logs write one JSON object per line, and the
+    access line has the fields of app.observability.logs.access_fields (the request's route, tenant and
+    trace, left in the environ by the app) instead of `access_log_format`."""
+
+    json_lines = False
+
+    def setup(self, cfg) -> None:
+        super().setup(cfg)
+        self.json_lines = logs.configured_format() == "json"
+        if self.json_lines:
+            for handler in (*self.error_log.handlers, *self.access_log.handlers):
+                handler.setFormatter(logs.JsonFormatter())
 
     def access(self, resp, req, environ, request_time) -> None:
         if not self.access_log_enabled:
             return
         try:
+            if self.json_lines:
+                fields = logs.access_fields(resp, environ, request_time)
+                self.access_log.info("%s %s %s", fields.get("method"), fields.get("path"), fields.get("status"),
+                                     extra={"access": fields})
+                return
             self.access_log.info(self.cfg.access_log_format, LazyAtoms(self, resp, req, environ, request_time))
         except Exception:
             self.error(traceback.format_exc())

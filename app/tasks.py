@@ -38,7 +38,7 @@ from app import idempotency
 from app.broker import configure_broker
 from app.db import db
 from app.extensions import celery_app
-from app.observability import metrics
+from app.observability import metrics, tracing
 from app.platform_models import OutboxMessage, Product
 from app.wire import new_id
 
@@ -155,11 +155,13 @@ def enqueue_message_after_commit(session: Session, task: Task | str, message_id:
         task = task_named(task)
     args, kwargs = tuple(args), dict(kwargs or {})
     in_outbox = not task.app.conf.task_always_eager
+    # the caller's trace (a request's, a task's), which the task continues whoever sends it; None untraced
+    carrier = tracing.outbox_context(task.name, message_id) if tracing.ENABLED else None
     if in_outbox:
         session.add(OutboxMessage(id=message_id, key_prefix=_key_prefix(), task_name=task.name, args=list(args),
-                                  kwargs=dict(kwargs)))
+                                  kwargs=dict(kwargs), trace_context=carrier))
     pending = session.info.setdefault("_pending_tasks", [])
-    pending.append((task, args, kwargs, message_id, in_outbox))
+    pending.append((task, args, kwargs, message_id, in_outbox, carrier))
     if not session.info.get("_task_hooks"):
         session.info["_task_hooks"] = True
         event.listen(session, "after_commit", _flush_pending)
@@ -262,9 +264,9 @@ def _flush_pending(session: Session) -> None:
     sent = []
     sending = _SENDING_AFTER_COMMIT.set(True)  # an eager task runs here, in its own context (AppContextTask)
     try:
-        for task, args, kwargs, message_id, in_outbox in pending:
+        for task, args, kwargs, message_id, in_outbox, carrier in pending:
             try:
-                task.apply_async(args=args, kwargs=kwargs, task_id=message_id)
+                _send(task, args, kwargs, message_id, carrier)
             except Exception as exc:  # broker down: the caller's data is committed; do not fail the request
                 metrics.count_redis_error("broker")
                 if not in_outbox:
@@ -279,6 +281,20 @@ def _flush_pending(session: Session) -> None:
         _SENDING_AFTER_COMMIT.reset(sending)
     if sent:
         _forget_sent(sent)
+
+
+def _send(task: Task, args, kwargs, message_id: str, carrier: dict | None) -> None:
+    """Hand one outbox task to the broker, in the trace of whoever wrote it (its row's `trace_context`):
+    the message's headers carry that context even from a process that does not trace."""
+    if carrier is None:
+        task.apply_async(args=args, kwargs=kwargs, task_id=message_id)
+        return
+    with tracing.resumed(carrier):
+        try:
+            task.apply_async(args=args, kwargs=kwargs, task_id=message_id, headers=tracing.message_headers(carrier))
+        except Exception as exc:
+            tracing.publish_failed(task, message_id, exc)
+            raise
 
 
 def _key_prefix() -> str:
@@ -307,7 +323,7 @@ def dispatch_outbox(celery: Celery | None = None, *, min_age_seconds: float | No
     table = OutboxMessage.__table__
     sent = 0
     with db.engine.begin() as conn:
-        rows = conn.execute(select(table.c.id, table.c.task_name, table.c.args, table.c.kwargs)
+        rows = conn.execute(select(table.c.id, table.c.task_name, table.c.args, table.c.kwargs, table.c.trace_context)
                             .where(table.c.key_prefix == _key_prefix(), table.c.created_at <= cutoff)
                             .order_by(table.c.created_at)
                             .limit(limit).with_for_update(skip_locked=True)).all()
@@ -319,7 +335,7 @@ def dispatch_outbox(celery: Celery | None = None, *, min_age_seconds: float | No
                     attempts=table.c.attempts + 1, last_error=f"unknown task {row.task_name}"))
                 continue
             try:
-                task.apply_async(args=row.args, kwargs=row.kwargs, task_id=row.id)
+                _send(task, row.args, row.kwargs, row.id, row.trace_context)
             except Exception as exc:
                 metrics.count_redis_error("broker")
                 conn.execute(update(table).where(table.c.id == row.id).values(

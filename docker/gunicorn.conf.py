@@ -54,3 +54,19 @@ def child_exit(server, worker):
 
 def on_exit(server):
     forget_tree(_metrics_dir)
+
+def post_fork(server, worker):
+    """Tracing (app.observability.tracing, on when OTEL_TRACES_EXPORTER names an exporter) is set up in
+    each worker process after the fork: the span processor's export thread would not survive it."""
+    from app.observability import tracing
+
+    if tracing.configure("platform-gateway-api"):
+        server.log.info("worker %s: tracing on (OTEL_TRACES_EXPORTER=%s)", worker.pid,
+                        tracing.otel_environment().get("OTEL_TRACES_EXPORTER"))
+
+
+def worker_exit(server, worker):
+    """Export the spans still buffered before the worker process exits."""
+    from app.observability import tracing
+
+    tracing.shutdown()

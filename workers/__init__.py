@@ -17,7 +17,7 @@ from celery.signals import worker_process_init, worker_process_shutdown, worker_
 from app import create_app  # noqa: E402
 from app.embedded_pg import SecondStateError  # noqa: E402
 from app.extensions import celery_app, db  # noqa: E402
-from app.observability import metrics  # noqa: E402
+from app.observability import logs, metrics, tracing  # noqa: E402
 from app.tasks import start_maintenance_loop  # noqa: E402
 
 try:
@@ -26,18 +26,31 @@ except SecondStateError as exc:  # a configuration mistake, said plainly (no tra
     raise SystemExit(f"Error: {exc}") from None
 celery = celery_app
 app = celery_app  # `celery -A workers` looks for `app` or `celery`
+logs.install_celery(flask_app.config["LOG_FORMAT"])  # LOG_FORMAT=json: Celery's log lines too
+SERVICE_NAME = "platform-gateway-worker"  # the traces' service.name unless OTEL_SERVICE_NAME says otherwise
 
 
 @worker_process_init.connect
 def _dispose_engine_after_fork(**_kwargs) -> None:
-    """Connections inherited from the parent must not be shared with a forked child."""
+    """Connections inherited from the parent must not be shared with a forked child; tracing is set up
+    in each pool process, after the fork (app.observability.tracing)."""
     db.dispose()
+    tracing.configure(SERVICE_NAME)
+
+
+@worker_process_shutdown.connect
+def _export_spans(**_kwargs) -> None:
+    """A pool process exits without atexit handlers: export its buffered spans first."""
+    tracing.shutdown()
 
 
 @worker_ready.connect
-def _start_maintenance(**_kwargs) -> None:
+def _start_maintenance(sender=None, **_kwargs) -> None:
     """The worker's main process re-sends outbox tasks and re-queues orphaned jobs (app.tasks), and
-    serves its processes' metrics (WORKER_METRICS_PORT)."""
+    serves its processes' metrics (WORKER_METRICS_PORT). With a
+    pool that does not fork (`-P solo`, `-P threads`), tasks run in this process: it traces."""
+    if "prefork" not in type(getattr(sender, "pool", None) or object()).__module__:
+        tracing.configure(SERVICE_NAME)
     start_maintenance_loop(flask_app, celery_app)
     metrics.serve_worker(flask_app)
 

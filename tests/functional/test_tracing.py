@@ -1,0 +1,180 @@
+"""Traces (app.observability.tracing): one trace runs from the HTTP request through the transactional
+outbox into the Celery task and its SQL, whichever process sends the task.
+
+The API runs in the test process with the SDK's in-memory exporter; the real worker (`celery -A workers
+worker`, another process) is configured by the standard OTEL_* variables alone and exports OTLP/HTTP
+(protobuf) to a stand-in collector (tests/otlp_sink.py) with the sampler the cost bench uses
+(parentbased_traceidratio at 0.1: a task of a sampled request is sampled). The assertions follow the
+real parent chain, span by span, from the task's SQL up to the request's server span."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from tests.conftest import start_worker, stop_worker, wait_for
+from tests.functional.entities_support import BASE, create_definition
+from tests.functional.test_job_durability import PrivateRedis
+from tests.otlp_sink import OtlpSink, Span
+
+SCHEMA = {"type": "object", "properties": {"body": {"type": "text"}, "n": {"type": "int"}}}
+ASYNC = {"Prefer": "respond-async"}
+TASK = "bulk.entity_records"
+
+
+def _otel_env(sink: OtlpSink) -> dict[str, str]:
+    return {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": sink.url, "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+            "OTEL_TRACES_SAMPLER_ARG": "0.1", "OTEL_BSP_SCHEDULE_DELAY": "100"}
+
+
+@pytest.fixture()
+def traced():
+    """Tracing on in this process, spans kept in memory; off again afterwards."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from app.observability import tracing
+
+    exporter = InMemorySpanExporter()
+    assert tracing.configure("platform-gateway-test", exporter=exporter)
+    yield exporter
+    tracing.stop()
+
+
+def _memory_spans(exporter) -> list[Span]:
+    return [Span(trace_id=format(s.context.trace_id, "032x"), span_id=format(s.context.span_id, "016x"),
+                 parent_id=format(s.parent.span_id, "016x") if s.parent else None, name=s.name,
+                 kind=s.kind.name, service="api", attributes=dict(s.attributes or {}))
+            for s in exporter.get_finished_spans()]
+
+
+def _request_span(exporter, method: str, route_end: str) -> Span:
+    found = [s for s in _memory_spans(exporter) if s.kind == "SERVER" and s.name.startswith(method)
+             and s.name.endswith(route_end)]
+    assert len(found) == 1, [s.name for s in _memory_spans(exporter)]
+    return found[0]
+
+
+def _bulk_async(client, headers, start: int) -> str:
+    resp = client.post(f"{BASE}/notes/records/bulk/create", headers={**headers, **ASYNC}, json={
+        "records": [{"name": f"r{start + i}", "fields": {"body": f"record {start + i}", "n": i}} for i in range(3)]})
+    assert resp.status_code == 202, resp.get_json()
+    return resp.get_json()["jobId"]
+
+
+def _job_succeeded(client, headers, job_id) -> bool:
+    resp = client.get(f"/api/v1/jobs/{job_id}", headers=headers)
+    return resp.status_code == 200 and resp.get_json()["status"] == "succeeded"
+
+
+def _ancestry(span: Span, by_id: dict[str, Span]) -> list[Span]:
+    """`span`, its parent, the parent's parent, … as far as the spans known go."""
+    chain = [span]
+    while chain[-1].parent_id and chain[-1].parent_id in by_id:
+        chain.append(by_id[chain[-1].parent_id])
+    return chain
+
+
+def _task_run(sink: OtlpSink, trace_id: str) -> Span | None:
+    runs = [s for s in sink.snapshot() if s.name == f"run/{TASK}" and s.trace_id == trace_id]
+    return runs[0] if runs else None
+
+
+def _sql_under(span: Span, spans: list[Span]) -> list[Span]:
+    by_id = {s.span_id: s for s in spans}
+    return [s for s in spans if s.kind == "CLIENT" and s.attributes.get("db.system") == "postgresql"
+            and span in _ancestry(s, by_id)[1:]]
+
+
+def test_a_bulk_jobs_trace_runs_from_the_request_into_the_task(make_app, database_url, redis_url, auth, traced):
+    """Redis up: the request sends the task itself right after its commit (the outbox row's context, then
+    Celery's publish span); the worker's task run and its SQL are descendants of the request's span."""
+    prefix = f"test-trace-{uuid.uuid4().hex[:8]}:"
+    app = make_app(CELERY_KEY_PREFIX=prefix)
+    client, headers = app.test_client(), auth()
+    with OtlpSink() as sink:
+        worker = start_worker(database_url, redis_url, prefix=prefix, queues="bulk", log_name="worker-trace.log",
+                              extra_env=_otel_env(sink))
+        try:
+            create_definition(client, headers, "notes", SCHEMA)
+            job_id = _bulk_async(client, headers, 0)
+            wait_for(lambda: _job_succeeded(client, headers, job_id), timeout=60, what="bulk job done")
+            request = _request_span(traced, "POST", "/records/bulk/create")
+            run = wait_for(lambda: _task_run(sink, request.trace_id), timeout=30, what="the task's span exported")
+            wait_for(lambda: _sql_under(run, sink.snapshot()), timeout=30, what="the task's SQL spans exported")
+        finally:
+            stop_worker(worker)
+        spans = _memory_spans(traced) + sink.snapshot()
+
+    by_id = {s.span_id: s for s in spans}
+    chain = _ancestry(run, by_id)
+    assert [(s.name, s.kind) for s in chain] == [
+        (f"run/{TASK}", "CONSUMER"),               # the worker
+        (f"apply_async/{TASK}", "PRODUCER"),       # the request's after-commit send
+        (f"outbox {TASK}", "PRODUCER"),            # the outbox row, written in the request's transaction
+        (request.name, "SERVER"),                  # the request
+    ]
+    assert chain[-1] == request and chain[0].service == "platform-gateway-worker"
+    assert chain[2].attributes["celery.task_name"] == TASK
+    # the task's statements, under the task's run span: request → outbox → task → SQL, one trace
+    statements = _sql_under(run, spans)
+    assert statements and {s.trace_id for s in statements} == {request.trace_id}
+    assert any("entity_records" in str(s.attributes.get("db.statement", "")) for s in statements)
+    # the request's own SQL is under its span too
+    assert _sql_under(request, spans)
+
+
+def test_an_outbox_task_sent_later_by_a_worker_keeps_the_requests_trace(make_app, database_url, auth, traced):
+    """Redis down when the request commits: the task waits in the outbox with the request's trace
+    context; the worker's dispatcher (its main process, which does not trace) sends it once Redis is
+    back, and the task's spans still descend from the request's span."""
+    from sqlalchemy import select
+
+    from app.db import db
+    from app.platform_models import OutboxMessage
+
+    redis = PrivateRedis()
+    redis.start()
+    try:
+        app = make_app(REDIS_URL=redis.url)
+        client, headers = app.test_client(), auth()
+        create_definition(client, headers, "notes", SCHEMA)
+        redis.stop()
+        job_id = _bulk_async(client, headers, 0)
+        request = _request_span(traced, "POST", "/records/bulk/create")
+        with app.app_context(), db.engine.connect() as conn:
+            row = conn.execute(select(OutboxMessage.trace_context).where(
+                OutboxMessage.task_name == TASK, OutboxMessage.args.op("->>")(0) == job_id)).one()
+        version, trace_id, outbox_span_id, flags = row.trace_context["traceparent"].split("-")
+        assert (version, trace_id) == ("00", request.trace_id) and int(flags, 16) & 1  # the sampled flag
+        outbox = {s.span_id: s for s in _memory_spans(traced)}[outbox_span_id]
+        assert outbox.name == f"outbox {TASK}" and outbox.parent_id == request.span_id
+        # the request's own attempt to send it failed: its publish span ends, in error, under the outbox span
+        publish = [s for s in traced.get_finished_spans() if s.name == f"apply_async/{TASK}"]
+        assert len(publish) == 1 and format(publish[0].parent.span_id, "016x") == outbox_span_id
+        assert publish[0].status.status_code.name == "ERROR"
+
+        redis.start()
+        with OtlpSink() as sink:
+            worker = start_worker(database_url, redis.url, prefix=app.config["CELERY_KEY_PREFIX"], queues="bulk",
+                                  log_name="worker-trace-outbox.log",
+                                  extra_env={**_otel_env(sink), "OUTBOX_DISPATCH_INTERVAL_SECONDS": "1",
+                                             "OUTBOX_DISPATCH_AFTER_SECONDS": "1"})
+            try:
+                wait_for(lambda: _job_succeeded(client, headers, job_id), timeout=60, what="bulk job done")
+                run = wait_for(lambda: _task_run(sink, request.trace_id), timeout=30, what="the task's span")
+                wait_for(lambda: _sql_under(run, sink.snapshot()), timeout=30, what="the task's SQL spans")
+            finally:
+                stop_worker(worker)
+            spans = _memory_spans(traced) + sink.snapshot()
+    finally:
+        redis.close()
+
+    by_id = {s.span_id: s for s in spans}
+    chain = _ancestry(run, by_id)
+    # the dispatcher does not trace: the message carries the outbox row's context as it was stored
+    assert [(s.name, s.kind) for s in chain] == [(f"run/{TASK}", "CONSUMER"), (f"outbox {TASK}", "PRODUCER"),
+                                                 (request.name, "SERVER")]
+    assert chain[1].span_id == outbox_span_id and chain[-1] == request
+    assert _sql_under(run, spans)
