@@ -419,6 +419,8 @@ def init_app(app: Flask, sources: dict[str, Callable[[], Any]] | None = None, ta
 
 # -- a Celery worker's endpoint --------------------------------------------------------------------------
 
+WORKER_METRICS_PORT_SPAN = 10  # ports tried from WORKER_METRICS_PORT on
+
 def serve_worker(app: Flask):
     """Serve this worker tree's samples on WORKER_METRICS_PORT (all interfaces; 0 = off) from the
     worker's main process, in a thread. A port in use is logged, not fatal: the worker still works.
@@ -443,12 +445,20 @@ def serve_worker(app: Flask):
         start_response("200 OK", [("Content-Type", CONTENT_TYPE_LATEST), ("Content-Length", str(len(body)))])
         return [body]
 
-    try:
-        server = make_server("0.0.0.0", port, wsgi, ThreadingWSGIServer, handler_class=_SilentHandler)
-    except OSError as exc:
-        log.warning("worker metrics not served: port %s unavailable (%s)", port, exc)
+    # Several workers on one host (the local stack runs two) cannot share a port: the next free one of
+    # WORKER_METRICS_PORT .. +9 is taken and logged; in a container each worker has the port to itself.
+    server, error = None, None
+    for candidate in range(port, port + WORKER_METRICS_PORT_SPAN):
+        try:
+            server = make_server("0.0.0.0", candidate, wsgi, ThreadingWSGIServer, handler_class=_SilentHandler)
+            break
+        except OSError as exc:
+            error = exc
+    if server is None:
+        log.warning("worker metrics not served: ports %s-%s unavailable (%s)", port,
+                    port + WORKER_METRICS_PORT_SPAN - 1, error)
         return None
     thread = threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True)
     thread.start()
-    log.info("worker metrics on :%s/metrics", port)
+    log.info("worker metrics on :%s/metrics", server.server_port)
     return server
