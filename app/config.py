@@ -59,8 +59,8 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
                                           "their metric files; empty = VAR_DIR/metrics (one directory per "
                                           "server inside, cleared at its start)"),
     "WORKER_METRICS_PORT": (9808, int, "Port a Celery worker's main process serves /metrics on (all "
-                                       "interfaces; taken by another worker on the host: the next free of the 10 ports from "
-                                       "it, logged); 0 = none"),
+                                       "interfaces; taken by another worker on the host: the next free of "
+                                       "the 10 ports from it, logged); 0 = none"),
     # Database
     "DATABASE_URL": ("", str, "PostgreSQL+pgvector URL; empty = embedded PostgreSQL under VAR_DIR/pg"),
     "DB_POOL_SIZE": (10, int, "SQLAlchemy pool size per process"),
