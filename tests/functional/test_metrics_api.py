@@ -149,3 +149,33 @@ def test_an_image_provider_call_is_timed_by_provider_model_family_and_outcome(ma
     code = failed.get_json()["error"]["code"]
     assert any(n == name and dict(labels)["outcome"] == code and v > value(before, n, **dict(labels))
                for (n, labels), v in after.items())
+
+
+def test_a_second_worker_on_one_host_serves_its_metrics_on_the_next_free_port(make_app):
+    import socket
+    import urllib.error
+    import urllib.request
+
+    from app.observability.metrics import serve_worker
+
+    with socket.socket() as probe:  # a free port to start from
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    app = make_app(INTERNAL_API_TOKEN=TOKEN, WORKER_METRICS_PORT=port)
+    first, second = serve_worker(app), serve_worker(app)
+    try:
+        assert first is not None and second is not None
+        assert first.server_port == port and second.server_port != port
+        assert port < second.server_port < port + 10
+        for server in (first, second):
+            url = f"http://127.0.0.1:{server.server_port}/metrics"
+            with urllib.request.urlopen(urllib.request.Request(url, headers=INTERNAL), timeout=10) as resp:
+                assert resp.status == 200 and b"# HELP" in resp.read()
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(url, timeout=10)
+            assert refused.value.code == 401
+    finally:
+        for server in (first, second):
+            if server is not None:
+                server.shutdown()
+                server.server_close()
