@@ -325,8 +325,20 @@ SERIES_RESPONSE = wrapper(AnalyticsSeriesSchema)
 @blp.response(200, SERIES_RESPONSE)
 @blp.requires(*READ)
 def org_series(args):
-    """Every metric of the caller's org per `day`, `week` or `month` bucket in time zone `tz`, with the
-    window's totals; optional `agent_id`, `channel`, `model` filters."""
+    """Time series of the organization
+
+    Every metric of the caller's organization (chats, messages, tokens, cost, users, session length,
+    CSAT) per `interval` bucket (`day`, ISO `week` from Monday, or `month`) in the IANA time zone `tz`
+    (default UTC), with the window's totals; quiet buckets are zeros, and a bucket cut by the window's
+    edges or not over yet has `complete: false`. Optionally only one `agent_id`, `channel` or `model`
+    (with `model`, the per-chat figures are null: a chat is not one model's).
+
+    Errors: 400 VALIDATION_ERROR for another `interval`, an unknown `tz`, an empty filter or a malformed
+    window.
+
+    Example: `GET /api/v1/analytics/series?interval=week&tz=Europe/Berlin` → `{"success": true, "data":
+    {"interval": "week", "timezone": "Europe/Berlin", "totals": {"total_chats": 42, …}, "points":
+    [{"period": "2026-10-26", "complete": false, "total_chats": 5, …}, …]}, "metadata": {…}}`"""
     window = _window(args)
     return _ok(series.series(window, args["interval"], args["tz"], org=current_tenant().org_id,
                              agent=args.get("agent_id"), channel=args.get("channel"), model=args.get("model")),
@@ -338,7 +350,15 @@ def org_series(args):
 @blp.response(200, wrapper(ChannelAnalyticsSchema, many=True))
 @blp.requires(*READ)
 def org_channels(args):
-    """Per channel of the caller's org: chats, messages, users, tokens, cost."""
+    """Per-channel analytics of the organization
+
+    ChannelAnalytics for each chat channel the caller's organization used in the window: chats,
+    messages (and inbound ones), users, tokens, cost and messages per chat, busiest channel first.
+
+    Errors: 400 VALIDATION_ERROR for a malformed window.
+
+    Example: `GET /api/v1/analytics/channels` → `{"success": true, "data": [{"channel": "web",
+    "total_chats": 80, "total_messages": 640, "avg_messages_per_chat": 8.0, …}], "metadata": {…}}`"""
     window = _window(args)
     return _ok(series.channels(current_tenant().org_id, window), window)
 
@@ -348,8 +368,18 @@ def org_channels(args):
 @blp.response(200, SERIES_RESPONSE)
 @blp.requires(roles=ADMIN)
 def global_series(args):
-    """The series over every org of the product (admin only); optional `org_id`, `agent_id`,
-    `channel`, `model` filters. Users count per org, as in the global summary."""
+    """Platform time series
+
+    The time series of `GET /api/v1/analytics/series` over every organization of the token's product
+    (users count per organization, as in the platform summary); optionally only one `org_id`,
+    `agent_id`, `channel` or `model`. Needs role admin or super_admin (or scope `*`).
+
+    Errors: 403 FORBIDDEN without it; 400 VALIDATION_ERROR for another `interval`, an unknown `tz`, an
+    empty filter or a malformed window.
+
+    Example: `GET /api/v1/analytics/global/series?interval=month` → `{"success": true, "data":
+    {"interval": "month", "timezone": "UTC", "totals": {"total_chats": 3400, …}, "points": [{"period":
+    "2026-11-01", "complete": false, …}, …]}, "metadata": {…}}`"""
     window = _window(args)
     channel = _channel(args["channel"]) if args.get("channel") else None
     return _ok(series.series(window, args["interval"], args["tz"], org=args.get("org_id"),

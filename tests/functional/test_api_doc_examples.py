@@ -20,7 +20,7 @@ import pytest
 from tests.conftest import ROOT, wait_for
 
 DOC = os.path.join(ROOT, "docs", "api.md")
-SECTIONS = ("Entity store", "Entity aggregation")  # "### Semantic search" is inside "Entity store"
+SECTIONS = ("Entity store", "Entity aggregation", "Analytics")  # "### Semantic search" is inside "Entity store"
 STATUS_IN_COMMENT = re.compile(r"(?:^|→\s*)([1-5]\d\d)\b")
 FIRST_KEY = re.compile(r'^\{\s*"([A-Za-z_]+)"')
 ASSIGN = re.compile(r"^([A-Z_][A-Z0-9_]*)=(.*)$", re.S)

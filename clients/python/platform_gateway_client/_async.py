@@ -44,11 +44,13 @@ from platform_gateway_client.models import (
     AnalyticsEvent,
     AnalyticsEventOut,
     AnalyticsEventOutListResponse,
+    AnalyticsSeriesResponse,
     AnalyticsSummaryResponse,
     ArtifactList,
     BatchAccepted,
     BulkMessage,
     BulkResult,
+    ChannelAnalyticsListResponse,
     ChannelDailyListResponse,
     ChatAnalytics,
     ChatAnalyticsListResponse,
@@ -116,6 +118,7 @@ from platform_gateway_client.models import Job as JobStatus
 
 SortOrder = Literal["asc", "desc", 1, -1]
 CountMode = Literal["exact", "planned", "estimated"]
+Interval = Literal["day", "week", "month"]
 
 
 def _sort_order(value: SortOrder | None) -> int | None:
@@ -844,6 +847,20 @@ class AsyncAnalytics(AsyncResource):
         return cast(DailyAnalyticsListResponse, await self._client.request(
             Call("GET", "/api/v1/analytics/daily", params={"from": from_, "to": to})))
 
+    async def series(self, *, from_: str | None = None, to: str | None = None, interval: Interval | None = None,
+                     tz: str | None = None, agent_id: str | None = None, channel: str | None = None,
+                     model: str | None = None) -> AnalyticsSeriesResponse:
+        """Every metric per `interval` bucket (default `day`) in the IANA time zone `tz` (default UTC),
+        with the window's totals; optionally of one agent, channel or model."""
+        params = {"from": from_, "to": to, "interval": interval, "tz": tz, "agent_id": agent_id,
+                  "channel": channel, "model": model}
+        return cast(AnalyticsSeriesResponse, await self._client.request(
+            Call("GET", "/api/v1/analytics/series", params=params)))
+
+    async def channels(self, *, from_: str | None = None, to: str | None = None) -> ChannelAnalyticsListResponse:
+        return cast(ChannelAnalyticsListResponse, await self._client.request(
+            Call("GET", "/api/v1/analytics/channels", params={"from": from_, "to": to})))
+
     async def events(self, *, from_: str | None = None, to: str | None = None, event_type: str | None = None,
                      event_category: str | None = None, user_id: str | None = None, session_id: str | None = None,
                      limit: int | None = None, offset: int | None = None) -> AnalyticsEventOutListResponse:
@@ -893,6 +910,16 @@ class AsyncAnalytics(AsyncResource):
     async def global_orgs(self, *, from_: str | None = None, to: str | None = None) -> OrgAnalyticsListResponse:
         return cast(OrgAnalyticsListResponse, await self._client.request(
             Call("GET", "/api/v1/analytics/global/orgs", params={"from": from_, "to": to})))
+
+    async def global_series(self, *, from_: str | None = None, to: str | None = None,
+                            interval: Interval | None = None, tz: str | None = None, org_id: str | None = None,
+                            agent_id: str | None = None, channel: str | None = None,
+                            model: str | None = None) -> AnalyticsSeriesResponse:
+        """`series` over every organization of the product, or one `org_id` (role admin/super_admin)."""
+        params = {"from": from_, "to": to, "interval": interval, "tz": tz, "org_id": org_id,
+                  "agent_id": agent_id, "channel": channel, "model": model}
+        return cast(AnalyticsSeriesResponse, await self._client.request(
+            Call("GET", "/api/v1/analytics/global/series", params=params)))
 
     async def global_channels(self, *, from_: str | None = None,
                               to: str | None = None) -> GlobalChannelSummaryListResponse:

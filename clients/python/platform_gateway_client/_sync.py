@@ -39,11 +39,13 @@ from platform_gateway_client.models import (
     AnalyticsEvent,
     AnalyticsEventOut,
     AnalyticsEventOutListResponse,
+    AnalyticsSeriesResponse,
     AnalyticsSummaryResponse,
     ArtifactList,
     BatchAccepted,
     BulkMessage,
     BulkResult,
+    ChannelAnalyticsListResponse,
     ChannelDailyListResponse,
     ChatAnalytics,
     ChatAnalyticsListResponse,
@@ -111,6 +113,7 @@ from platform_gateway_client.models import Job as JobStatus
 
 SortOrder = Literal["asc", "desc", 1, -1]
 CountMode = Literal["exact", "planned", "estimated"]
+Interval = Literal["day", "week", "month"]
 
 
 def _sort_order(value: SortOrder | None) -> int | None:
@@ -827,6 +830,20 @@ class Analytics(Resource):
         return cast(DailyAnalyticsListResponse, self._client.request(
             Call("GET", "/api/v1/analytics/daily", params={"from": from_, "to": to})))
 
+    def series(self, *, from_: str | None = None, to: str | None = None, interval: Interval | None = None,
+               tz: str | None = None, agent_id: str | None = None, channel: str | None = None,
+               model: str | None = None) -> AnalyticsSeriesResponse:
+        """Every metric per `interval` bucket (default `day`) in the IANA time zone `tz` (default UTC),
+        with the window's totals; optionally of one agent, channel or model."""
+        params = {"from": from_, "to": to, "interval": interval, "tz": tz, "agent_id": agent_id,
+                  "channel": channel, "model": model}
+        return cast(AnalyticsSeriesResponse, self._client.request(
+            Call("GET", "/api/v1/analytics/series", params=params)))
+
+    def channels(self, *, from_: str | None = None, to: str | None = None) -> ChannelAnalyticsListResponse:
+        return cast(ChannelAnalyticsListResponse, self._client.request(
+            Call("GET", "/api/v1/analytics/channels", params={"from": from_, "to": to})))
+
     def events(self, *, from_: str | None = None, to: str | None = None, event_type: str | None = None,
                event_category: str | None = None, user_id: str | None = None, session_id: str | None = None,
                limit: int | None = None, offset: int | None = None) -> AnalyticsEventOutListResponse:
@@ -875,6 +892,16 @@ class Analytics(Resource):
     def global_orgs(self, *, from_: str | None = None, to: str | None = None) -> OrgAnalyticsListResponse:
         return cast(OrgAnalyticsListResponse, self._client.request(
             Call("GET", "/api/v1/analytics/global/orgs", params={"from": from_, "to": to})))
+
+    def global_series(self, *, from_: str | None = None, to: str | None = None,
+                      interval: Interval | None = None, tz: str | None = None, org_id: str | None = None,
+                      agent_id: str | None = None, channel: str | None = None,
+                      model: str | None = None) -> AnalyticsSeriesResponse:
+        """`series` over every organization of the product, or one `org_id` (role admin/super_admin)."""
+        params = {"from": from_, "to": to, "interval": interval, "tz": tz, "org_id": org_id,
+                  "agent_id": agent_id, "channel": channel, "model": model}
+        return cast(AnalyticsSeriesResponse, self._client.request(
+            Call("GET", "/api/v1/analytics/global/series", params=params)))
 
     def global_channels(self, *, from_: str | None = None,
                         to: str | None = None) -> GlobalChannelSummaryListResponse:

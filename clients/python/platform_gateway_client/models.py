@@ -1593,6 +1593,66 @@ class OrgChannelAnalyticsListResponse(TypedDict, total=False):
     metadata: dict[str, Any]  # The resolved window (from, to) and paging.
 
 
+class SeriesPoint(TypedDict, total=False):
+    """The `SeriesPoint` schema."""
+    total_chats: Required[int | None]
+    total_messages: Required[int]
+    total_tokens: Required[int]
+    total_cost: Required[float]
+    unique_users: Required[int]
+    avg_session_duration: Required[float | None]  # seconds
+    avg_csat: Required[float | None]  # 1-5; null without answers
+    csat_responses: Required[int | None]
+
+
+class SeriesBucket(TypedDict, total=False):
+    """The `SeriesBucket` schema."""
+    total_chats: Required[int | None]
+    total_messages: Required[int]
+    total_tokens: Required[int]
+    total_cost: Required[float]
+    unique_users: Required[int]
+    avg_session_duration: Required[float | None]  # seconds
+    avg_csat: Required[float | None]  # 1-5; null without answers
+    csat_responses: Required[int | None]
+    period: Required[str]  # Local start date of the bucket.
+    complete: Required[bool]  # False for a bucket cut by the window's edges or not over yet.
+
+
+class AnalyticsSeries(TypedDict, total=False):
+    """The `AnalyticsSeries` schema."""
+    interval: Required[str]
+    timezone: Required[str]
+    totals: Required["SeriesPoint"]
+    points: Required["list[SeriesBucket]"]
+
+
+class AnalyticsSeriesResponse(TypedDict, total=False):
+    """The `AnalyticsSeriesResponse` schema."""
+    success: Required[bool]
+    data: Required["AnalyticsSeries"]
+    metadata: dict[str, Any]  # The resolved window (from, to) and paging.
+
+
+class ChannelAnalytics(TypedDict, total=False):
+    """The `ChannelAnalytics` schema."""
+    channel: Required[str]
+    total_chats: Required[int]
+    total_messages: Required[int]
+    inbound_messages: Required[int]
+    unique_users: Required[int]
+    total_tokens: Required[int]
+    total_cost: Required[float]
+    avg_messages_per_chat: Required[float]
+
+
+class ChannelAnalyticsListResponse(TypedDict, total=False):
+    """The `ChannelAnalyticsListResponse` schema."""
+    success: Required[bool]
+    data: Required["list[ChannelAnalytics]"]
+    metadata: dict[str, Any]  # The resolved window (from, to) and paging.
+
+
 __all__ = [
     "ErrorBody",
     "ErrorMetadata",
@@ -1750,4 +1810,10 @@ __all__ = [
     "ChannelDailyListResponse",
     "OrgChannelAnalytics",
     "OrgChannelAnalyticsListResponse",
+    "SeriesPoint",
+    "SeriesBucket",
+    "AnalyticsSeries",
+    "AnalyticsSeriesResponse",
+    "ChannelAnalytics",
+    "ChannelAnalyticsListResponse",
 ]
