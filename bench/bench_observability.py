@@ -26,7 +26,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from bench.bench_records_http import cpu_seconds, free_port, http, start_gunicorn, stop, worker_pids, wrk
 from bench.common import bench_app, bench_token, table, write_result
 
-DURATION, WARMUP, ROUNDS = 10, 2, 3
+DURATION, WARMUP = 10, 2
+ROUNDS = int(os.environ.get("BENCH_OBSERVABILITY_ROUNDS", "5"))  # interleaved rounds per variant
 ORG = "bench-observability"
 ENTITY = "observed"
 
