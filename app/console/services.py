@@ -1,7 +1,7 @@
 """Console sign-in: how the page gets short-lived access tokens without ever holding a secret.
 
-Spec, Authentication rule 2: a browser client obtains its token from an application-provided
-endpoint that returns `{token, expiresIn}` and refreshes it about 5 minutes before expiry. Here the
+A browser client never holds a signing secret: it obtains its token from an endpoint of the
+application that returns `{token, expiresIn}`, and refreshes it about 5 minutes before expiry. Here the
 application is the console itself: a sign-in opens a console session (a signed, HttpOnly,
 SameSite=Strict cookie that page scripts cannot read), and `POST /console/token` exchanges that
 session for a fresh access token. The signing secret stays on the server; the page keeps the token

@@ -1,6 +1,6 @@
 // Analytics console. Everything on the page comes from the public analytics API, called with the
 // caller's access token. The token lives in this closure only (never in storage or cookies), and
-// is refreshed about 5 minutes before it expires (spec, Authentication rule 2). What the page shows
+// is refreshed about 5 minutes before it expires, from the console's own token endpoint. What the page shows
 // (view, range, granularity, time zone, filters) lives in the URL, so a reload or a shared link
 // shows the same thing.
 (function () {
