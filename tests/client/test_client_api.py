@@ -4,6 +4,9 @@ retries, paging, wait() and the token provider. Each test has its own organizati
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import threading
+import time
 import uuid
 
 import httpx
@@ -408,3 +411,40 @@ def test_async_client_same_resources(gateway, org_id):
 
     asyncio.run(scenario())
     assert len([p for p in sent.paths() if p.endswith("/query")]) == 3
+
+
+def test_a_key_still_in_use_is_waited_for_and_the_first_answer_replayed(api, make_client, gateway, sent, sleeps):
+    gateway.fake_a.reset()
+    answer = gateway.fake_a._next_reply  # the stand-in upstream answers the first image call after 3 s
+    slowed = []
+
+    def slow_first(request):
+        reply = answer(request)
+        if not slowed:
+            slowed.append(request)
+            return dataclasses.replace(reply, delay=3.0)
+        return reply
+
+    gateway.fake_a._next_reply = slow_first
+    try:
+        key = uuid.uuid4().hex
+        first_client = make_client()
+        results = {}
+        first = threading.Thread(target=lambda: results.setdefault("first", first_client.images.generate(
+            provider="provider-a", model="gpt-image-1", prompt="a slow fox", idempotency_key=key)))
+        first.start()
+        deadline = time.monotonic() + 30
+        while not gateway.fake_a.received and time.monotonic() < deadline:  # the first call reached upstream
+            time.sleep(0.05)
+        before = len(sent.responses)
+        again = api.images.generate(provider="provider-a", model="gpt-image-1", prompt="a slow fox",
+                                    idempotency_key=key)
+        first.join(30)
+    finally:
+        gateway.fake_a._next_reply = answer
+    mine = sent.responses[before:]
+    assert [r.status_code for r in mine][0] == 409 and mine[0].json()["error"]["code"] == "IDEMPOTENCY_KEY_IN_USE"
+    assert mine[-1].status_code == 200 and mine[-1].headers["Idempotent-Replayed"] == "true"
+    assert {r.headers["Idempotency-Key"] for r in sent.requests[before:]} == {key}
+    assert sleeps and sleeps[0] >= 1  # waited as Retry-After said
+    assert again == results["first"] and len(gateway.fake_a.received) == 1  # one upstream call in all

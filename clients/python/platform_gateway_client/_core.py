@@ -152,10 +152,14 @@ def retry_delay(policy: RetryPolicy, call: Call, retry: int, *, response: httpx.
     - 429: always (the limiter refused before the route ran), honouring Retry-After.
     - 503: when repeating the call is harmless (idempotent method, read-only POST, or a POST with its
       Idempotency-Key), honouring Retry-After.
+    - 409 IDEMPOTENCY_KEY_IN_USE: the same call (same key) is still running, honouring Retry-After; the
+      retry gets its stored answer once it finishes.
     - no answer: a connection that was never established (refused, DNS, connect timeout) always;
       one lost after the request was sent only when repeating is harmless.
     """
     if response is not None:
+        if response.status_code == 409 and call.idempotency_key and _code(response) == KEY_IN_USE:
+            return policy.delay(retry, retry_after_seconds(response.headers, _details(response)))
         if response.status_code not in RETRY_STATUSES:
             return None
         if response.status_code == 503 and not call.retry_safe:
@@ -166,6 +170,19 @@ def retry_delay(policy: RetryPolicy, call: Call, retry: int, *, response: httpx.
     if isinstance(exc, httpx.TransportError) and call.retry_safe:
         return policy.delay(retry, None)
     return None
+
+
+KEY_IN_USE = "IDEMPOTENCY_KEY_IN_USE"
+
+
+def _code(response: httpx.Response) -> str | None:
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    error = body.get("error") if isinstance(body, dict) else None
+    code = error.get("code") if isinstance(error, dict) else None
+    return code if isinstance(code, str) else None
 
 
 def _details(response: httpx.Response) -> Mapping[str, Any] | None:
