@@ -95,20 +95,48 @@ class _LocalCounter:
             return count + 1, min(float(window), ends - now)  # (now + w) - now can exceed w
 
 
+class LimitsRedis:
+    """The Redis both limiters count in (one per app, `app.extensions["limits_redis"]`), and its breaker:
+    after a failure every limit counts in-process for RATE_LIMIT_REDIS_RETRY_SECONDS, then Redis is
+    tried again; the fallback is counted and exported (gateway_rate_limit_fallback)."""
+
+    def __init__(self, app: Flask) -> None:
+        self.retry_after_failure = float(app.config.get("RATE_LIMIT_REDIS_RETRY_SECONDS", 5))
+        self._down_until = 0.0
+        self.client = None
+        url = app.config.get("REDIS_URL")
+        if url:
+            self.client = redis.Redis.from_url(url, socket_timeout=0.25, socket_connect_timeout=0.25,
+                                               retry_on_timeout=False)
+
+    @classmethod
+    def of(cls, app: Flask) -> LimitsRedis:
+        return app.extensions.setdefault("limits_redis", cls(app))
+
+    def usable(self) -> bool:
+        return self.client is not None and time.monotonic() >= self._down_until
+
+    def answered(self) -> None:
+        if self._down_until:  # Redis answers again: the shared counts are back
+            self._down_until = 0.0
+            metrics.rate_limit_fallback(False)
+
+    def failed(self, what: str, exc: Exception) -> None:
+        self._down_until = time.monotonic() + self.retry_after_failure
+        metrics.count_redis_error("rate_limit")
+        metrics.rate_limit_fallback(True)
+        log.warning("%s: Redis unavailable (%s); counting in-process for %.0f s", what, type(exc).__name__,
+                    self.retry_after_failure)
+
+
 class RateLimiter:
     """One per app (`app.extensions["ratelimit"]`)."""
 
     def __init__(self, app: Flask) -> None:
         self.policies = {group: parse_policy(app.config.get(name)) for group, name in GROUPS.items()}
         self.prefix = f"{app.config.get('CELERY_KEY_PREFIX') or ''}ratelimit:"
-        self.retry_after_failure = float(app.config.get("RATE_LIMIT_REDIS_RETRY_SECONDS", 5))
         self.local = _LocalCounter()
-        self._redis = None
-        self._redis_down_until = 0.0
-        url = app.config.get("REDIS_URL")
-        if url:
-            self._redis = redis.Redis.from_url(url, socket_timeout=0.25, socket_connect_timeout=0.25,
-                                               retry_on_timeout=False)
+        self.redis = LimitsRedis.of(app)
 
     def hit(self, group: str, org_id: str) -> Decision | None:
         policy = self.policies.get(group)
@@ -121,26 +149,21 @@ class RateLimiter:
 
     def _redis_hit(self, key: str, window: int) -> tuple[int, float] | None:
         """A window starts with its first request (INCR, then EXPIRE when the key has no TTL yet)."""
-        if self._redis is None or time.monotonic() < self._redis_down_until:
+        if not self.redis.usable():
             return None
+        client = self.redis.client
         try:
-            pipe = self._redis.pipeline(transaction=False)
+            pipe = client.pipeline(transaction=False)
             pipe.incr(key)
             pipe.ttl(key)
             count, ttl = pipe.execute()
             if ttl < 0:  # a new window (or a key whose EXPIRE was lost): start its clock
-                self._redis.expire(key, window)
+                client.expire(key, window)
                 ttl = window
-            if self._redis_down_until:  # Redis answers again: the shared count is back
-                self._redis_down_until = 0.0
-                metrics.rate_limit_fallback(False)
+            self.redis.answered()
             return int(count), float(ttl)
         except Exception as exc:  # Redis down or slow: limit in-process, never fail the route
-            self._redis_down_until = time.monotonic() + self.retry_after_failure
-            metrics.count_redis_error("rate_limit")
-            metrics.rate_limit_fallback(True)
-            log.warning("rate limits: Redis unavailable (%s); counting in-process for %.0f s",
-                        type(exc).__name__, self.retry_after_failure)
+            self.redis.failed("rate limits", exc)
             return None
 
 
@@ -281,16 +304,9 @@ class ConcurrencyLimiter:
         if self.lease_ms <= 0:
             raise ValueError("CONCURRENCY_LEASE_SECONDS must be > 0")
         self.prefix = f"{app.config.get('CELERY_KEY_PREFIX') or ''}inflight:"
-        self.retry_after_failure = float(app.config.get("RATE_LIMIT_REDIS_RETRY_SECONDS", 5))
         self.local = _LocalInFlight()
-        self._redis = None
-        self._script = None
-        self._redis_down_until = 0.0
-        url = app.config.get("REDIS_URL")
-        if url:
-            self._redis = redis.Redis.from_url(url, socket_timeout=0.25, socket_connect_timeout=0.25,
-                                               retry_on_timeout=False)
-            self._script = self._redis.register_script(_ACQUIRE)
+        self.redis = LimitsRedis.of(app)
+        self._script = self.redis.client.register_script(_ACQUIRE) if self.redis.client is not None else None
 
     def acquire(self, group: str, org_id: str) -> tuple[Slot | None, int, int]:
         """(slot or None when refused, requests in flight, limit); a limit of 0 gives (None, 0, 0)."""
@@ -311,21 +327,20 @@ class ConcurrencyLimiter:
             self.local.release(slot.key)
             return
         try:
-            self._redis.zrem(slot.key, slot.token)
+            self.redis.client.zrem(slot.key, slot.token)
         except Exception as exc:  # the token expires with its lease
             log.warning("concurrency limits: could not free a slot in Redis (%s); it expires with its lease",
                         type(exc).__name__)
 
     def _redis_acquire(self, key: str, token: str, limit: int) -> tuple[bool, int] | None:
-        if self._redis is None or time.monotonic() < self._redis_down_until:
+        if not self.redis.usable():
             return None
         try:
             ok, held = self._script(keys=[key], args=[token, limit, self.lease_ms])
+            self.redis.answered()
             return bool(ok), int(held)
         except Exception as exc:  # Redis down or slow: count in-process, never fail the route
-            self._redis_down_until = time.monotonic() + self.retry_after_failure
-            log.warning("concurrency limits: Redis unavailable (%s); counting in-process for %.0f s",
-                        type(exc).__name__, self.retry_after_failure)
+            self.redis.failed("concurrency limits", exc)
             return None
 
 

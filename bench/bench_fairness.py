@@ -25,15 +25,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 
 import psycopg
 
 from app.config import SETTINGS
 from bench.bench_entities import BIG_ORG, ENTITY, ORGS, SCHEMA, bench_setup, psycopg_url
-from bench.bench_records_http import cpu_seconds, free_port, stop, worker_pids
-from bench.common import BENCH_SECRET, ROOT, bench_token, table, write_result
+from bench.bench_records_http import cpu_seconds, free_port, start_gunicorn, stop, worker_pids
+from bench.common import bench_token, table, write_result
 
 DURATION, WARMUP, PACE_MS, ROUNDS = 6, 2, 10, 3
 VICTIM = ORGS[1]
@@ -72,26 +71,6 @@ def _script(text: str) -> str:
     with os.fdopen(fd, "w") as fh:
         fh.write(text)
     return path
-
-
-def start_gunicorn(url: str, port: int, **env_extra: str) -> subprocess.Popen:
-    env = dict(os.environ, PORT=str(port), DATABASE_URL=url, JWT_SECRET=BENCH_SECRET, LOG_LEVEL="WARNING",
-               VAR_DIR=os.path.join(ROOT, "var", "bench"), **env_extra)
-    cmd = [os.path.join(ROOT, ".venv", "bin", "gunicorn"), "-c", os.path.join(ROOT, "docker", "gunicorn.conf.py"),
-           "--bind", f"127.0.0.1:{port}", "--access-logfile", "/dev/null", "wsgi:app"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True)
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
-            return proc
-        except OSError:
-            if proc.poll() is not None:
-                raise RuntimeError(proc.stderr.read().decode()[-2000:]) from None
-            time.sleep(0.3)
-    stop(proc)
-    raise RuntimeError("gunicorn did not start")
 
 
 def _wrk(url: str, connections: int, token: str, seconds: int, script: str) -> subprocess.Popen:

@@ -39,9 +39,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_gunicorn(url: str, port: int) -> subprocess.Popen:
-    env = dict(os.environ, PORT=str(port), DATABASE_URL=url, JWT_SECRET=BENCH_SECRET, LOG_LEVEL="WARNING",
-               REDIS_URL="", VAR_DIR=os.path.join(ROOT, "var", "bench"))
+def start_gunicorn(url: str, port: int, **env_extra: str) -> subprocess.Popen:
+    """gunicorn as the Procfile runs it, on the bench database; `env_extra` overrides settings (no Redis
+    unless it names REDIS_URL)."""
+    env = {**os.environ, "PORT": str(port), "DATABASE_URL": url, "JWT_SECRET": BENCH_SECRET, "LOG_LEVEL": "WARNING",
+           "REDIS_URL": "", "VAR_DIR": os.path.join(ROOT, "var", "bench"), **env_extra}
     cmd = [os.path.join(ROOT, ".venv", "bin", "gunicorn"), "-c", os.path.join(ROOT, "docker", "gunicorn.conf.py"),
            "--bind", f"127.0.0.1:{port}", "--access-logfile", "/dev/null", "wsgi:app"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
+from tests.deploy.test_procfile import compose_services, procfile
 
 K8S_VERSION = "1.31.0"  # the oldest release the manifests support (preStop `sleep` is on by default since 1.30)
 DEPLOY = os.path.join(ROOT, "deploy", "kubernetes")
@@ -53,18 +54,6 @@ def container(workload: dict) -> dict:
 
 def env_of(workload: dict) -> dict[str, str]:
     return {e["name"]: e.get("value") for e in container(workload).get("env", [])}
-
-
-def procfile() -> dict[str, str]:
-    from honcho.environ import parse_procfile
-
-    with open(os.path.join(ROOT, "Procfile")) as fh:
-        return dict(parse_procfile(fh.read()).processes)
-
-
-def compose_services() -> dict:
-    with open(os.path.join(ROOT, "docker", "compose.yaml")) as fh:
-        return yaml.safe_load(fh)["services"]
 
 
 def core_documents() -> list[tuple[str, dict]]:
