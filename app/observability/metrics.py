@@ -77,8 +77,8 @@ DB_POOL_WAITING = Gauge("gateway_db_pool_waiting", "Threads waiting for a pooled
 REDIS_ERRORS = Counter("gateway_redis_errors_total", "Redis calls that failed, by component (rate_limit, "
                        "analytics_buffer, broker)", ["component"], registry=REGISTRY)
 RATE_LIMIT_FALLBACK = Gauge("gateway_rate_limit_fallback", "1 while a process counts rate and concurrency "
-                            "limits in-process because Redis failed (max over the processes)", multiprocess_mode="livemax",
-                            registry=REGISTRY)
+                            "limits in-process because Redis failed (max over the processes)",
+                            multiprocess_mode="livemax", registry=REGISTRY)
 
 # -- jobs ------------------------------------------------------------------------------------------------
 TASK_DURATION = Histogram("gateway_task_duration_seconds", "Celery task runs by task and final state "
