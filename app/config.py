@@ -71,6 +71,14 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "DB_PLAN_CACHE_MODE": ("force_custom_plan", str, "PostgreSQL plan_cache_mode of every pooled connection: "
                                                      "a filter's values drive its plan, so prepared statements "
                                                      "are planned for their values (`auto`: PostgreSQL's default)"),
+    "DATABASE_REPLICA_URL": ("", str, "PostgreSQL streaming replica (hot standby) for the reads that tolerate lag: "
+                                      "analytics dashboards, global roll-ups, the console's data; no database "
+                                      "name = the primary's; empty = every read on the primary"),
+    "DB_REPLICA_MAX_LAG_SECONDS": (30.0, float, "Lag-tolerant reads go to the primary while the replica is "
+                                                "further behind than this (seconds; sampled every 2 s per "
+                                                "process); 0 = any lag"),
+    "DB_REPLICA_RETRY_SECONDS": (10.0, float, "After the replica failed (connect, disconnect), lag-tolerant "
+                                              "reads use the primary for this long before trying it again"),
     # Celery / Redis
     "REDIS_URL": ("", str, "Redis URL for Celery broker/results; empty = tasks run eagerly in-process"),
     "CELERY_KEY_PREFIX": ("", str, "Prefix of every Celery key in Redis (isolates deployments/test runs "
