@@ -90,7 +90,8 @@ def create_app(overrides: dict[str, Any] | None = None) -> Flask:
     app.extensions["lease_reapers"] = lease_reapers()
     # metrics before every other request hook: the duration covers the whole pipeline, the status is the
     # one sent (its after_request runs last); the deployment's gauges are read at scrape time
-    metrics.init_app(app, metric_sources(), [name for name in celery_app.tasks if not name.startswith("celery.")])
+    metrics.init_app(app, metric_sources(app.config),
+                     [name for name in celery_app.tasks if not name.startswith("celery.")])
     from app import ratelimit
 
     ratelimit.init_app(app)
@@ -159,14 +160,19 @@ def lease_reapers() -> list:
             requeue_stalled_rollouts, requeue_stalled_seed_jobs]
 
 
-def metric_sources() -> dict:
-    """What /metrics reads from PostgreSQL and Redis at scrape time (app.observability.metrics)."""
+def metric_sources(config: dict | None = None) -> dict:
+    """What /metrics reads from PostgreSQL and Redis at scrape time (app.observability.metrics); the read
+    replica's lag when DATABASE_REPLICA_URL is set."""
     from app.analytics.tasks import buffer_backlog
+    from app.extensions import db
     from app.ops.rollout import rollout_progress
     from app.tasks import outbox_backlog, queue_lengths
 
-    return {"queues": queue_lengths, "outbox": outbox_backlog, "analytics": buffer_backlog,
-            "rollouts": rollout_progress}
+    sources = {"queues": queue_lengths, "outbox": outbox_backlog, "analytics": buffer_backlog,
+               "rollouts": rollout_progress}
+    if (config or {}).get("DATABASE_REPLICA_URL"):
+        sources["replica"] = db.replica_lag
+    return sources
 
 
 def _connect_task_signals() -> None:

@@ -14,16 +14,20 @@ A job's step that commits on its own opens `db.product_session(product)`.
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
 import re
+import threading
 import time
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 from flask import Flask, current_app, g, has_app_context
 from psycopg.rows import dict_row
 from sqlalchemy import MetaData, Table, create_engine, event, text
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.orm import DeclarativeBase, Session
 from sqlalchemy.pool import QueuePool
@@ -31,6 +35,8 @@ from sqlalchemy.sql import ClauseElement, Executable
 
 from app.embedded_pg import embedded_url, refuse_new_state
 from app.observability import metrics
+
+log = logging.getLogger(__name__)
 
 PLATFORM_SCHEMA = "platform"
 PRODUCT_PLACEHOLDER = "product"
@@ -93,6 +99,107 @@ class _DatabaseState:
         self.rendered: dict[tuple[Executable, str], tuple[str, dict[str, Any]]] = {}
         self.shaped: dict[tuple, _Shaped | None] = {}  # Database.execute_shaped (None: not cacheable)
         self.shaped_chars = 0  # characters of the SQL rendered for `shaped` (SHAPED_MAX_CHARS)
+        self.replica: Replica | None = None  # DATABASE_REPLICA_URL
+
+
+# -- the read replica ----------------------------------------------------------------------------------
+
+LAG_SAMPLE_SECONDS = 2.0  # how old a process's lag sample may be before a lag-tolerant read takes a new one
+REPLICA_CONNECT_TIMEOUT = 2  # seconds: an unreachable replica costs one request this much, once per retry period
+# 40001: a standby cancels a query whose rows replay must remove (a recovery conflict); 40P01: one that
+# holds a buffer replay waits for
+_CONFLICT_STATES = frozenset({"40001", "40P01"})
+_PRIMARY_LSN = "SELECT pg_current_wal_lsn()::text AS lsn"
+# read on the replica after the primary's position: bytes it has yet to replay, and how long ago the last
+# transaction it replayed committed on the primary, counted only while it is behind (an idle primary
+# commits nothing, which is no lag). A replica that is not in recovery (promoted) has no lag.
+_REPLICA_LAG = """SELECT
+  GREATEST(0, COALESCE(pg_wal_lsn_diff(%(lsn)s::pg_lsn, pg_last_wal_replay_lsn()), 0))::bigint AS lag_bytes,
+  CASE WHEN NOT pg_is_in_recovery() OR pg_last_wal_replay_lsn() >= %(lsn)s::pg_lsn THEN 0
+       ELSE GREATEST(0, COALESCE(EXTRACT(EPOCH FROM clock_timestamp() - pg_last_xact_replay_timestamp()), 0))
+  END::float8 AS lag_seconds"""
+
+
+class Replica:
+    """The read replica of one app (DATABASE_REPLICA_URL): its engine, its lag as this process last
+    measured it, and its breaker (after a failure, lag-tolerant reads use the primary for
+    DB_REPLICA_RETRY_SECONDS instead of paying a connect attempt each)."""
+
+    def __init__(self, engine: Engine, primary: Engine, max_lag: float, retry_seconds: float) -> None:
+        self.engine = engine
+        self.primary = primary
+        self.max_lag = max_lag
+        self.retry_seconds = retry_seconds
+        self.views: dict[str, Engine] = {}
+        self.down_until = 0.0
+        self.lag = 0.0
+        self.sampled_at: float | None = None
+        self._sampling = threading.Lock()
+
+    def view(self, product: str) -> Engine:
+        """The replica's engine view for `product`'s schema; autocommit (a standby only reads)."""
+        engine = self.views.get(product)
+        if engine is None:
+            engine = self.views[product] = self.engine.execution_options(
+                schema_translate_map={PRODUCT_PLACEHOLDER: schema_for(product)}, isolation_level="AUTOCOMMIT")
+        return engine
+
+    def measure(self) -> tuple[float, int]:
+        """(seconds, bytes) the replica is behind the primary now: the primary's WAL position, then
+        what the replica has replayed of it. A replica error is raised (DBAPIError)."""
+        lsn = _read_first_raw(self.primary, _PRIMARY_LSN, {})["lsn"]
+        row = _read_first_raw(self.engine, _REPLICA_LAG, {"lsn": lsn})
+        self.lag, self.sampled_at = float(row["lag_seconds"]), time.monotonic()
+        return self.lag, int(row["lag_bytes"])
+
+    def refusal(self) -> str | None:
+        """Why a lag-tolerant read must not use the replica now (`down`: it failed less than
+        DB_REPLICA_RETRY_SECONDS ago; `lag`: it is further behind than DB_REPLICA_MAX_LAG_SECONDS), or
+        None. The lag is measured again when this process's sample is older than LAG_SAMPLE_SECONDS (by
+        one thread; the others use the last sample meanwhile)."""
+        now = time.monotonic()
+        if now < self.down_until:
+            return "down"
+        if self.max_lag <= 0:
+            return None
+        if (self.sampled_at is None or now - self.sampled_at >= LAG_SAMPLE_SECONDS) \
+                and self._sampling.acquire(blocking=False):
+            try:
+                lsn = _read_first_raw(self.primary, _PRIMARY_LSN, {})["lsn"]  # a primary error is the request's
+                try:
+                    row = _read_first_raw(self.engine, _REPLICA_LAG, {"lsn": lsn})
+                except (DBAPIError, psycopg.Error) as exc:  # (a failed connect is the driver's error here)
+                    self.failed(exc)
+                    return "down"
+                self.lag, self.sampled_at = float(row["lag_seconds"]), time.monotonic()
+            finally:
+                self._sampling.release()
+        return "lag" if self.lag > self.max_lag else None
+
+    def failed(self, exc: BaseException) -> None:
+        """The replica failed: lag-tolerant reads use the primary for the next DB_REPLICA_RETRY_SECONDS."""
+        self.down_until = time.monotonic() + self.retry_seconds
+        log.warning("read replica unavailable, lag-tolerant reads use the primary for %.0f s (%s: %s)",
+                    self.retry_seconds, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+
+
+def _replica_failure(exc: DBAPIError) -> str | None:
+    """What a lag-tolerant read's error on the replica means: `down` (the connection broke), `conflict`
+    (replay cancelled the query), or None (an error of the read itself: raised as it is)."""
+    if exc.connection_invalidated:
+        return "down"
+    if getattr(exc.orig, "sqlstate", None) in _CONFLICT_STATES:
+        return "conflict"
+    return None
+
+
+def replica_database_url(replica_url: str, primary_url: str) -> str:
+    """DATABASE_REPLICA_URL with the primary's database name when it names none (the replica is a copy of
+    the primary's whole server, so one replica URL serves any database of it)."""
+    url = make_url(replica_url)
+    if not url.database:
+        url = url.set(database=make_url(primary_url).database)
+    return url.render_as_string(hide_password=False)
 
 
 class Database:
@@ -113,6 +220,15 @@ class Database:
             url = embedded_url(app.config["VAR_DIR"], "platform_gateway")
             app.config["DATABASE_URL"] = url
         state = _DatabaseState(make_engine(url, app.config), app.config["DEFAULT_PRODUCT"])
+        replica_url = app.config.get("DATABASE_REPLICA_URL")
+        if replica_url:
+            # its own pool (the pool gauges count the primary's), a short connect timeout
+            engine = make_engine(replica_database_url(replica_url, url), {**app.config, "METRICS_ENABLED": False},
+                                 connect_timeout=REPLICA_CONNECT_TIMEOUT)
+            state.replica = Replica(engine, state.engine, float(app.config.get("DB_REPLICA_MAX_LAG_SECONDS", 30)),
+                                    float(app.config.get("DB_REPLICA_RETRY_SECONDS", 10)))
+            if app.config.get("METRICS_ENABLED", True):
+                metrics.preset_replica()
         app.extensions["db"] = self._last = state
         app.teardown_appcontext(self._teardown)
 
@@ -160,6 +276,73 @@ class Database:
                               expire_on_commit=False)
             g._db_session = session
         return session
+
+    def lag_tolerant(self, fn: Callable) -> Callable:
+        """Decorator of a read that tolerates lag (a dashboard): while `fn` runs, `replica_session()` is a
+        session on the read replica (DATABASE_REPLICA_URL) when one is configured and usable. Should the
+        replica fail during `fn` (the connection breaks, replay cancels a query), `fn` runs again on the
+        primary, so the caller sees no error. Without a replica, `fn` runs as it is. Reads that must see
+        their own request's (or a just-finished request's) writes never use it."""
+
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            if g.get("_db_lag_tolerant") or self._state().replica is None:
+                return fn(*args, **kwargs)  # nested, or no replica
+            g._db_lag_tolerant = True
+            try:
+                return fn(*args, **kwargs)
+            except DBAPIError as exc:
+                session = g.pop("_db_replica_session", None)
+                reason = _replica_failure(exc) if session is not None and session is not g.get("_db_session") \
+                    else None
+                if reason is None:
+                    raise
+                with contextlib.suppress(Exception):
+                    session.close()
+                if reason == "down":
+                    self._state().replica.failed(exc)
+                metrics.count_replica_fallback(reason)
+                g._db_replica_session = self.session  # the rest of this request reads the primary
+                return fn(*args, **kwargs)
+            finally:
+                g._db_lag_tolerant = False
+
+        return run
+
+    def replica_session(self) -> Session:
+        """The session of a lag-tolerant read (inside a `lag_tolerant` function): on the read replica
+        when one is configured, reachable and not too far behind (DB_REPLICA_MAX_LAG_SECONDS), else the
+        context's `db.session`. Decided once per request; a fallback to the primary is counted in
+        gateway_db_replica_fallbacks_total. Its connection is taken at once, so an unreachable replica
+        is found here (and skipped for DB_REPLICA_RETRY_SECONDS), not by the first query."""
+        session = g.get("_db_replica_session")
+        if session is not None:
+            return session
+        replica = self._state().replica
+        if replica is None or not g.get("_db_lag_tolerant"):
+            return self.session
+        reason = replica.refusal()
+        if reason is None:
+            session = Session(bind=replica.view(self.context_product()), expire_on_commit=False)
+            try:
+                session.connection()
+            except DBAPIError as exc:
+                session.close()
+                replica.failed(exc)
+                reason = "down"
+            else:
+                g._db_replica_session = session
+                return session
+        metrics.count_replica_fallback(reason)
+        g._db_replica_session = session = self.session
+        return session
+
+    def replica_lag(self) -> tuple[float, int]:
+        """(seconds, bytes) the read replica is behind the primary, measured now (/metrics)."""
+        replica = self._state().replica
+        if replica is None:
+            raise RuntimeError("no read replica (DATABASE_REPLICA_URL)")
+        return replica.measure()
 
     def reads_only(self) -> None:
         """Declare that the current request (or app context) only reads, and needs nothing that lives
@@ -304,7 +487,10 @@ class Database:
             session.close()
 
     def _teardown(self, exc: BaseException | None) -> None:
+        replica_session = g.pop("_db_replica_session", None) if has_app_context() else None
         session = g.pop("_db_session", None) if has_app_context() else None
+        if replica_session is not None and replica_session is not session:
+            replica_session.close()  # autocommit: nothing to roll back
         if session is not None:
             if exc is not None:
                 session.rollback()
@@ -329,6 +515,8 @@ class Database:
         """Drop pooled connections (after a worker fork)."""
         if self._last is not None:
             self._last.engine.dispose(close=False)
+            if self._last.replica is not None:
+                self._last.replica.engine.dispose(close=False)
 
 
 def _render_shaped(stmt: Executable, dialect, translate: dict, keys: list,
@@ -406,7 +594,7 @@ class MeteredQueuePool(QueuePool):
         return super()._do_get()
 
 
-def make_engine(url: str, config: dict) -> Engine:
+def make_engine(url: str, config: dict, *, connect_timeout: int = 5) -> Engine:
     """The process's engine. Disconnects: a connection is pinged at checkout only when it sat idle
     in the pool longer than DB_PING_IDLE_SECONDS (a dead one is replaced before the request sees
     it); a busy connection is not pinged (one round trip saved per request). A connection that
@@ -419,7 +607,7 @@ def make_engine(url: str, config: dict) -> Engine:
         pool_size=config.get("DB_POOL_SIZE", 10),
         max_overflow=config.get("DB_POOL_SIZE", 10),
         pool_timeout=config.get("DB_POOL_TIMEOUT", 5),
-        connect_args={"connect_timeout": 5},
+        connect_args={"connect_timeout": connect_timeout},
     )
     timeout_ms = int(config.get("DB_STATEMENT_TIMEOUT_MS", 30000))
     plan_cache_mode = str(config.get("DB_PLAN_CACHE_MODE", "force_custom_plan"))

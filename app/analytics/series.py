@@ -36,6 +36,7 @@ from app.analytics.services import (
     facts,
     users,
 )
+from app.db import db
 from app.errors import InvalidInput
 
 INTERVALS = ("day", "week", "month")
@@ -168,6 +169,7 @@ def _point(row: list, users_count: int, model) -> dict[str, Any]:
             "csat_responses": int(csat_count) if by_chat else None}
 
 
+@db.lag_tolerant
 def series(window: Window, interval: str, zone: str, *, org: str | None = None, agent: str | None = None,
            channel: str | None = None, model: str | None = None) -> dict[str, Any]:
     """`{interval, timezone, totals, points}`: every bucket the window touches, quiet ones as zeros.
@@ -201,6 +203,7 @@ def series(window: Window, interval: str, zone: str, *, org: str | None = None, 
     return {"interval": interval, "timezone": zone, "totals": _point(total, total_users, model), "points": points}
 
 
+@db.lag_tolerant
 def channels(org: str, window: Window) -> list[dict[str, Any]]:
     """Per channel of one org's chats in the window (the org-scoped sibling of global channels)."""
     s = _session()

@@ -1,5 +1,8 @@
 """Analytics services: event normalisation, the batch writer, the date window and the dashboards.
 
+The dashboards tolerate lag (events are stored by a worker after their 202 anyway): each is a
+`db.lag_tolerant` read, served by the read replica when one is configured (DATABASE_REPLICA_URL).
+
 Reads never scan raw events for whole days: a window is split into whole UTC days, answered from the
 rollups, and at most two partial days at its edges, answered from raw events / chat facts (indexed by
 org + time). Both parts have the same columns and are summed in one query, so any window is exact.
@@ -259,11 +262,14 @@ def _secs(total_us, count) -> float:
 
 
 def _session() -> Session:
-    return db.session
+    """The dashboards' session: on the read replica inside a `db.lag_tolerant` read when one is configured
+    (DATABASE_REPLICA_URL), else the request's."""
+    return db.replica_session()
 
 
 # --- per-org dashboards ----------------------------------------------------------------------------
 
+@db.lag_tolerant
 def summary(org: str, window: Window) -> dict[str, Any]:
     s = _session()
     f = facts(window, org)
@@ -276,6 +282,7 @@ def summary(org: str, window: Window) -> dict[str, Any]:
             "unique_users": int(unique), "avg_session_duration": _secs(row[4], row[0])}
 
 
+@db.lag_tolerant
 def chats(org: str, window: Window, agent_id: str | None, limit: int, offset: int) -> tuple[list, bool]:
     q = select(C).where(C.c.org_id == org, C.c.first_at >= window.start, C.c.first_at < window.end)
     if agent_id:
@@ -290,6 +297,7 @@ def chats(org: str, window: Window, agent_id: str | None, limit: int, offset: in
     return out, len(rows) > limit
 
 
+@db.lag_tolerant
 def agents(org: str, window: Window) -> list[dict[str, Any]]:
     s = _session()
     f = facts(window, org)
@@ -309,6 +317,7 @@ def agents(org: str, window: Window) -> list[dict[str, Any]]:
     return sorted(out, key=lambda a: (-a["total_chats"], -a["total_messages"], a["agent_id"]))
 
 
+@db.lag_tolerant
 def usage(org: str, window: Window) -> list[dict[str, Any]]:
     s = _session()
     parts = []
@@ -334,6 +343,7 @@ def usage(org: str, window: Window) -> list[dict[str, Any]]:
     return sorted(out, key=lambda x: (-x["cost"], -x["total_tokens"], x["service"], x["model"]))
 
 
+@db.lag_tolerant
 def daily(org: str, window: Window) -> list[dict[str, Any]]:
     s = _session()
     f = facts(window, org)
@@ -350,6 +360,7 @@ def daily(org: str, window: Window) -> list[dict[str, Any]]:
     return out
 
 
+@db.lag_tolerant
 def events(org: str, window: Window, filters: dict[str, str], limit: int, offset: int) -> tuple[list, bool]:
     q = select(E).where(E.c.org_id == org, E.c.occurred_at >= window.start, E.c.occurred_at < window.end)
     for arg, column in (("eventType", E.c.event_type), ("eventCategory", E.c.event_category),
@@ -370,8 +381,7 @@ def _org_names(org_ids: Iterable[str]) -> dict[str, str]:
     ids = sorted(set(org_ids))
     if not ids:
         return {}
-    with db.engine.connect() as conn:
-        found = dict(conn.execute(select(Organization.id, Organization.title).where(Organization.id.in_(ids))).all())
+    found = dict(_session().execute(select(Organization.id, Organization.title).where(Organization.id.in_(ids))).all())
     return {i: (found.get(i) or i) for i in ids}
 
 
@@ -379,6 +389,7 @@ def _active(f):
     return or_(f.c.chats != 0, f.c.messages != 0)
 
 
+@db.lag_tolerant
 def global_summary(window: Window) -> dict[str, Any]:
     s = _session()
     f = facts(window)
@@ -392,6 +403,7 @@ def global_summary(window: Window) -> dict[str, Any]:
             "total_users": int(total_users)}
 
 
+@db.lag_tolerant
 def global_orgs(window: Window) -> list[dict[str, Any]]:
     s = _session()
     f = facts(window)
@@ -410,6 +422,7 @@ def global_orgs(window: Window) -> list[dict[str, Any]]:
     return sorted(out, key=lambda o: (-o["total_chats"], -o["total_messages"], o["org_id"]))
 
 
+@db.lag_tolerant
 def global_channels(window: Window) -> list[dict[str, Any]]:
     s = _session()
     f = facts(window)
@@ -424,6 +437,7 @@ def global_channels(window: Window) -> list[dict[str, Any]]:
     return sorted(out, key=lambda c: (-c["total_chats"], -c["total_messages"], c["channel"]))
 
 
+@db.lag_tolerant
 def channel_daily(channel: str, window: Window) -> list[dict[str, Any]]:
     s = _session()
     f = facts(window, channel=channel)
@@ -435,6 +449,7 @@ def channel_daily(channel: str, window: Window) -> list[dict[str, Any]]:
             for d in window.days()]
 
 
+@db.lag_tolerant
 def channel_orgs(channel: str, window: Window) -> list[dict[str, Any]]:
     s = _session()
     f = facts(window, channel=channel)

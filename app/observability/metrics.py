@@ -76,6 +76,9 @@ DB_POOL_WAITING = Gauge("gateway_db_pool_waiting", "Threads waiting for a pooled
                         "pool is exhausted)", multiprocess_mode="livesum", registry=REGISTRY)
 REDIS_ERRORS = Counter("gateway_redis_errors_total", "Redis calls that failed, by component (rate_limit, "
                        "analytics_buffer, broker)", ["component"], registry=REGISTRY)
+DB_REPLICA_FALLBACKS = Counter("gateway_db_replica_fallbacks_total", "Lag-tolerant reads (dashboards) the primary "
+                               "served instead of the read replica, by reason (down, lag, conflict)", ["reason"],
+                               registry=REGISTRY)
 RATE_LIMIT_FALLBACK = Gauge("gateway_rate_limit_fallback", "1 while a process counts rate and concurrency "
                             "limits in-process because Redis failed (max over the processes)",
                             multiprocess_mode="livemax", registry=REGISTRY)
@@ -92,6 +95,7 @@ LEASE_REAPS = Counter("gateway_lease_reaps_total", "Jobs a lease reaper sent aga
 SMTP_OUTCOMES = ("sent", "retry", "failed")
 FETCH_OUTCOMES = ("ok", "refused", "error")
 REDIS_COMPONENTS = ("rate_limit", "analytics_buffer", "broker")
+REPLICA_FALLBACK_REASONS = ("down", "lag", "conflict")
 REFUSAL_STATUSES = frozenset({413, 415, 429})
 # The lease reapers of app.lease_reapers, by qualified name → the kind of job they re-queue.
 REAPER_KINDS = {
@@ -176,6 +180,17 @@ def pool_in_use(count: int) -> None:
 def pool_waiting(delta: int) -> None:
     if _state["enabled"]:
         DB_POOL_WAITING.inc(delta)
+
+
+def count_replica_fallback(reason: str) -> None:
+    if _state["enabled"]:
+        DB_REPLICA_FALLBACKS.labels(reason).inc()
+
+
+def preset_replica() -> None:
+    """A deployment with a read replica shows its fallback counter at 0 from the start."""
+    for reason in REPLICA_FALLBACK_REASONS:
+        DB_REPLICA_FALLBACKS.labels(reason)
 
 
 def count_reaps(reaper: Callable[[], int], requeued: int) -> None:
@@ -270,6 +285,7 @@ class DeploymentCollector:
     - `outbox() -> (rows, age of the oldest in seconds)`
     - `analytics() -> (events waiting, age of the oldest in seconds)`
     - `rollouts() -> (rollouts pending or running, orgs they cover, orgs done)`
+    - `replica() -> (seconds, bytes the read replica is behind)` (only with DATABASE_REPLICA_URL)
 
     Each source bounds its own time (a statement timeout, a Redis socket timeout); a failing source is
     reported as gateway_metrics_source_up{source} 0 and the others still answer. Results are kept for
@@ -340,8 +356,17 @@ def _rollout_families(value: tuple[int, int, int]):
             GaugeMetricFamily("gateway_rollout_orgs_done", "Orgs the active rollouts have handled", value=done)]
 
 
+def _replica_families(value: tuple[float, int]):
+    seconds, lag_bytes = value
+    return [GaugeMetricFamily("gateway_db_replica_lag_seconds", "How long ago the last transaction the read "
+                              "replica has replayed committed, while it has WAL of the primary left to replay "
+                              "(0 when caught up)", value=seconds),
+            GaugeMetricFamily("gateway_db_replica_lag_bytes", "WAL of the primary the read replica has not "
+                              "replayed yet", value=lag_bytes)]
+
+
 _FAMILIES = {"queues": _queue_families, "outbox": _outbox_families, "analytics": _analytics_families,
-             "rollouts": _rollout_families}
+             "rollouts": _rollout_families, "replica": _replica_families}
 
 
 # -- exposition ------------------------------------------------------------------------------------------
