@@ -1,6 +1,6 @@
 """The read replica (DATABASE_REPLICA_URL) against a real PostgreSQL streaming replica: a second embedded
-server made from the test server with the wheel's `pg_basebackup -R` (app.embedded_pg), started on a
-free port for this module and stopped by it.
+server made from the test server with the wheel's `pg_basebackup -R` by `python -m app.embedded_pg replica
+start`, on a free port for this module, and stopped by it.
 
 What the replica serves is told apart from what the primary serves by pausing its replay
 (`pg_wal_replay_pause()`): events posted on the primary meanwhile are not on the replica, so a dashboard
@@ -13,6 +13,8 @@ import contextlib
 import os
 import shutil
 import socket
+import subprocess
+import sys
 
 import psycopg
 import pytest
@@ -69,27 +71,37 @@ class Replica:
         stop_replica(self.pgdata, mode=mode, timeout=60)
 
 
+def _cli(*args: str) -> str:
+    """`python -m app.embedded_pg replica …` as a developer runs it, for the test server's VAR_DIR."""
+    result = subprocess.run([sys.executable, "-m", "app.embedded_pg", "replica", *args], cwd=ROOT,
+                            env=dict(os.environ, VAR_DIR=os.path.join(ROOT, "var"), ENV_FILE=""),
+                            capture_output=True, text=True, timeout=360)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
 @pytest.fixture(scope="module")
 def replica(database_url):
-    """A streaming replica of the test server (all its databases), stopped and deleted at the end."""
-    from app.embedded_pg import create_replica, primary_conninfo
-
+    """A streaming replica of the test server (all its databases) made and started by the command line,
+    stopped and deleted at the end."""
     pgdata = os.path.join(TEST_VAR_DIR, "pg-replica")
     leftover = Replica(pgdata, 0)
     with contextlib.suppress(Exception):
         leftover.stop(mode="immediate")  # an interrupted run's
     shutil.rmtree(pgdata, ignore_errors=True)
     os.makedirs(TEST_VAR_DIR, exist_ok=True)
-    create_replica(primary_conninfo(os.path.join(ROOT, "var")), pgdata, timeout=300)
     server = Replica(pgdata, _free_port())
-    server.start()
     try:
+        out = _cli("start", "--dir", pgdata, "--port", str(server.port))
+        assert f"DATABASE_REPLICA_URL={server.url}" in out
         assert server.sql("SELECT pg_is_in_recovery()")[0] is True
         yield server
     finally:
         with contextlib.suppress(Exception):
             server.resume()
-        server.stop(mode="immediate")
+        with contextlib.suppress(Exception):
+            _cli("stop", "--dir", pgdata)
+        server.stop(mode="immediate")  # (nothing when the command stopped it)
         shutil.rmtree(pgdata, ignore_errors=True)
 
 
