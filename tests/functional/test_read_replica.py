@@ -222,9 +222,10 @@ def test_a_lagging_replica_is_skipped_past_the_max_lag(replica_app, replica, aut
         replica.resume()
 
 
-def test_an_unreachable_replica_falls_back_to_the_primary(make_app, auth):
+@pytest.mark.parametrize("max_lag", [30, 0], ids=["found-by-the-lag-sample", "found-by-the-checkout"])
+def test_an_unreachable_replica_falls_back_to_the_primary(make_app, auth, max_lag):
     app = make_app(REDIS_URL="", DATABASE_REPLICA_URL=f"postgresql+psycopg://postgres@127.0.0.1:{_free_port()}/",
-                   INTERNAL_API_TOKEN=TOKEN)
+                   DB_REPLICA_MAX_LAG_SECONDS=max_lag, INTERNAL_API_TOKEN=TOKEN)
     client = app.test_client()
     h = auth("read", "write")
     down = fallbacks("down")
