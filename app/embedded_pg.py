@@ -182,6 +182,19 @@ def start_replica(pgdata: str, port: int, *, timeout: float = 60) -> None:
                  pgdata=pgdata, user=_system_user(), timeout=timeout + 10)
 
 
+def replica_running(pgdata: str) -> bool:
+    """Whether the standby of `pgdata` runs (`pg_ctl status`)."""
+    import subprocess
+
+    if not os.path.exists(os.path.join(pgdata, "postmaster.pid")):
+        return False
+    try:
+        _wheel().pg_ctl(["status"], pgdata=pgdata, user=_system_user(), timeout=30)
+    except subprocess.CalledProcessError:
+        return False
+    return True
+
+
 def stop_replica(pgdata: str, *, mode: str = "fast", timeout: float = 60) -> None:
     """Stop the standby of `pgdata` (`fast`: running queries are cancelled; `immediate`: no shutdown
     checkpoint). Nothing when it is not running."""
@@ -220,6 +233,9 @@ def _main(argv: list[str]) -> int:
             os.rmdir(pgdata)  # an empty leftover; a non-empty one is refused by rmdir, not deleted
         print(f"copying the primary into {pgdata} (pg_basebackup -R) ...", flush=True)
         create_replica(args.primary or primary_conninfo(config["VAR_DIR"]), pgdata)
+    if replica_running(pgdata):
+        print(f"the replica of {pgdata} runs already (its port is the one it was started with)")
+        return 0
     start_replica(pgdata, args.port)
     print(f"replica running on 127.0.0.1:{args.port} ({pgdata}); set\n"
           f"DATABASE_REPLICA_URL={replica_url(args.port)}")
