@@ -210,6 +210,11 @@ class BenchStack:
         """Pids honcho started for the processes named `prefix.N`."""
         return [int(pid) for pid in re.findall(rf"\| {re.escape(prefix)}\.\d+ started \(pid=(\d+)\)", self.log())]
 
+    def honcho(self) -> list[int]:
+        """honcho's pid: the child of `python -m stack up`."""
+        with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as fh:
+            return [int(pid) for pid in fh.read().split()]
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -251,13 +256,15 @@ def tree(pid: int) -> list[int]:
 
 
 class CpuMeter:
-    """CPU seconds of each group of process trees (user + system of the live processes)."""
+    """CPU seconds of each group of process trees (user + system of the live processes); `alone` names
+    groups counted without their descendants."""
 
-    def __init__(self, groups: dict[str, list[int]]) -> None:
-        self.groups = groups
+    def __init__(self, groups: dict[str, list[int]], alone: frozenset[str] = frozenset()) -> None:
+        self.groups, self.alone = groups, alone
 
     def sample(self) -> dict[str, float]:
-        return {name: sum(cpu_seconds(p) for root in roots for p in tree(root)) for name, roots in self.groups.items()}
+        return {name: sum(cpu_seconds(p) for root in roots for p in ([root] if name in self.alone else tree(root)))
+                for name, roots in self.groups.items()}
 
 
 # -- load -------------------------------------------------------------------------------------------------
@@ -313,17 +320,19 @@ def main() -> str:
         stack = BenchStack(upstream.url)
         org = f"bench-{uuid.uuid4().hex[:8]}.example.com"
         internal = {"X-Internal-Token": stack.env["INTERNAL_API_TOKEN"]}
-        status, body = stack.http("POST", "/internal/seed", {"org": {"title": "Bench", "mainDomain": org, "product": "default"},
-                                  "admin": {"email": "a@example.com", "firstName": "A", "lastName": "B"}},
-                                  internal, timeout=180)
+        seed = {"org": {"title": "Bench", "mainDomain": org, "product": "default"},
+                "admin": {"email": "a@example.com", "firstName": "A", "lastName": "B"}}
+        status, body = stack.http("POST", "/internal/seed", seed, internal, timeout=180)
         assert status in (200, 201), body
         token = bench_token(org, scopes=("read", "write"), role="admin")
         status, record = stack.http("POST", "/api/v1/entities/deals/records", {"name": "Bench",
                                     "fields": {"stage": "new", "amount": 1}}, {"Authorization": f"Bearer {token}"})
         assert status == 201, record
         record_url = f"{stack.url}/api/v1/entities/deals/records/{record['id']}"
+        # honcho (alone): it relays every process's output, the access line of each request included
         meter = CpuMeter({"api": stack.started("api"), "nginx": stack.started("proxy"),
-                          "postgres": stack.started("postgres"), "api-images": stack.started("api-images")})
+                          "postgres": stack.started("postgres"), "api-images": stack.started("api-images"),
+                          "honcho": stack.honcho()}, alone=frozenset({"honcho"}))
 
         rows = []
         for connections in (8, 32):
@@ -334,7 +343,8 @@ def main() -> str:
                 after = meter.sample()
                 cpu = {k: 1000 * (after[k] - before[k]) / max(r["requests"], 1) for k in before}
                 rows.append([label, connections, r["rate"], r["P50"], r["P95"], r["P99"], r["errors"], cpu["api"],
-                             cpu["nginx"], cpu["postgres"], sum(cpu.values())])
+                             cpu["nginx"], cpu["postgres"], cpu["api"] + cpu["nginx"] + cpu["postgres"],
+                             cpu["honcho"]])
                 print(rows[-1], flush=True)
 
         runs: dict[str, list[dict]] = {"idle": [], f"{IMAGE_CALLS} image calls waiting": []}
@@ -373,7 +383,7 @@ def main() -> str:
         for path in scripts.values():
             os.unlink(path)
     body = table(["request (through nginx)", "connections", "req/s", "p50 ms", "p95 ms", "p99 ms", "non-2xx",
-                  "CPU ms/req api pool", "nginx", "PostgreSQL", "total"], rows)
+                  "CPU ms/req api pool", "nginx", "PostgreSQL", "total", "honcho (log relay)"], rows)
     body += "\n\n" + table(["record GET, paced", "req/s", "p50 ms", "p95 ms", "p99 ms", "p95 / idle p95", "non-2xx",
                             "image calls still waiting at the end"], latency_rows)
     load_end = os.getloadavg()
@@ -389,7 +399,9 @@ def main() -> str:
              f"each column. The {IMAGE_CALLS} image calls (one organization each) wait on a fake provider that "
              "holds each call until the phase ends, then answers a 64×48 PNG. CPU ms per request: user + system "
              "time of each process tree (the api pool's gunicorn processes, nginx, the PostgreSQL server and its "
-             "backends) from /proc over the run, divided by the requests served. Server, PostgreSQL and wrk share "
+             "backends) from /proc over the run, divided by the requests served; honcho's own process beside "
+             "them (it relays every process's output, an access line per request: the machine's log pipeline, "
+             "which compose leaves to Docker's logging driver). Server, PostgreSQL and wrk share "
              "the machine's cores with whatever else runs on it.")
     return write_result("stack", "The local stack through its ingress: two API pools", body, notes)
 
