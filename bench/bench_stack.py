@@ -7,7 +7,8 @@ wrk on loopback: the two API pools.
 (2) Record GET latency (8 connections, each pausing PACE_MS between requests) idle and while
     IMAGE_CALLS image calls (`POST /api/v1/agents/images`, one organization each: the image rate limit
     is per organization) wait on a fake provider that holds every call until the phase ends; phases
-    interleaved in ROUNDS rounds, the median reported, because the machine's load drifts.
+    interleaved in ROUNDS rounds (idle first, then loaded first, alternately), the median reported,
+    because the machine's load drifts.
 
 Beside req/s and latency: CPU milliseconds per request of the API pool (every gunicorn process of the
 `api` lines), nginx and PostgreSQL (each process tree, user + system time from /proc), and the load
@@ -42,7 +43,7 @@ from bench.bench_records_http import cpu_seconds
 from bench.common import BENCH_SECRET, ROOT, bench_token, table, write_result
 
 DURATION, WARMUP = 10, 2
-PACE_MS, PACED_CONNECTIONS, PHASE_SECONDS, ROUNDS = 10, 8, 8, 3
+PACE_MS, PACED_CONNECTIONS, PHASE_SECONDS, ROUNDS = 10, 8, 8, 4
 IMAGE_CALLS = 64
 STACK_DIR = os.path.join(ROOT, "var", "bench", "stack")
 API_KEY = "bench-provider-key"
@@ -350,7 +351,8 @@ def main() -> str:
         runs: dict[str, list[dict]] = {"idle": [], f"{IMAGE_CALLS} image calls waiting": []}
         wrk(record_url, PACED_CONNECTIONS, token, WARMUP, scripts["paced"])
         for round_no in range(ROUNDS):
-            runs["idle"].append(wrk(record_url, PACED_CONNECTIONS, token, PHASE_SECONDS, scripts["paced"]))
+            if round_no % 2 == 0:  # idle first in even rounds, last in odd ones: drift falls on both alike
+                runs["idle"].append(wrk(record_url, PACED_CONNECTIONS, token, PHASE_SECONDS, scripts["paced"]))
             upstream.hold()
             threads, statuses = image_calls(stack, IMAGE_CALLS, round_no)
             try:
@@ -365,6 +367,8 @@ def main() -> str:
                 upstream.release()
                 for thread in threads:
                     thread.join(200)
+            if round_no % 2 == 1:
+                runs["idle"].append(wrk(record_url, PACED_CONNECTIONS, token, PHASE_SECONDS, scripts["paced"]))
             print(round_no, runs["idle"][-1], r, sorted(set(statuses)), flush=True)
             if set(statuses) != {200}:
                 raise RuntimeError(f"image calls answered {sorted(set(statuses))}")
@@ -372,7 +376,7 @@ def main() -> str:
         latency_rows = []
         for label, results in runs.items():
             m = {k: statistics.median(x[k] for x in results) for k in ("rate", "P50", "P95", "P99", "errors")}
-            latency_rows.append([label, m["rate"], m["P50"], m["P95"], m["P99"], m["P95"] / idle_p95, m["errors"],
+            latency_rows.append([label, m["rate"], m["P50"], m["P95"], m["P99"], m["P95"] / idle_p95, int(m["errors"]),
                                  min(x.get("waiting_after", 0) for x in results) if label != "idle" else ""])
         settings = {name: os.environ.get(name) or default for name, default in (
             ("API_THREADS", "8"), ("IMAGES_THREADS", "128"), ("WEB_CONCURRENCY", "2"), ("STACK_API_PROCESSES", "2"))}
@@ -395,8 +399,9 @@ def main() -> str:
              f"IMAGES_THREADS={settings['IMAGES_THREADS']}, PostgreSQL, Redis, workers, Flower) on one machine "
              f"with wrk 4.1 (Debian): throughput `-t2 -cN -d{DURATION}s` after a {WARMUP} s warm-up; latency "
              f"`-t2 -c{PACED_CONNECTIONS}` with a {PACE_MS} ms pause per connection between requests, "
-             f"{PHASE_SECONDS} s per phase, idle and loaded phases interleaved in {ROUNDS} rounds, the median of "
-             f"each column. The {IMAGE_CALLS} image calls (one organization each) wait on a fake provider that "
+             f"{PHASE_SECONDS} s per phase, idle and loaded phases interleaved in {ROUNDS} rounds (idle first and "
+             f"last alternately), the median of each column. The {IMAGE_CALLS} image calls (one organization "
+             "each) wait on a fake provider that "
              "holds each call until the phase ends, then answers a 64×48 PNG. CPU ms per request: user + system "
              "time of each process tree (the api pool's gunicorn processes, nginx, the PostgreSQL server and its "
              "backends) from /proc over the run, divided by the requests served; honcho's own process beside "
