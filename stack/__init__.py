@@ -29,6 +29,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "STACK_PORT": ("8080", "The ingress (nginx): the stack's public HTTP port"),
     "STACK_API_PORT": ("8081", "First API process (gunicorn); the next ones take the following ports"),
     "STACK_API_PROCESSES": ("2", "API processes behind the ingress"),
+    "STACK_IMAGES_PROCESSES": ("1", "Processes of the image pool (`api-images`: POST /api/v1/agents/images); "
+                                    "they listen from STACK_API_PORT + 100"),
     "STACK_PG_PORT": ("55432", "PostgreSQL (loopback)"),
     "STACK_REDIS_PORT": ("6380", "The stack's own Redis (loopback; never the shared 6379)"),
     "FLOWER_PORT": ("5555", "Flower (loopback, basic auth)"),
@@ -37,12 +39,28 @@ SETTINGS: dict[str, tuple[str, str]] = {
 SECRETS = ("JWT_SECRET", "INTERNAL_API_TOKEN", "FLOWER_BASIC_AUTH")
 
 
+# the Procfile process that serves the image route (its own nginx upstream and `location`): image calls
+# wait on the provider for up to IMAGE_TIMEOUT_SECONDS, so they get a pool of many threads, apart from
+# the short requests of every other route
+IMAGE_POOL = "api-images"
+IMAGE_ROUTE = "/api/v1/agents/images"
+
+
+def procfile_order() -> list[str]:
+    """The Procfile's process names, in order (honcho gives the n-th PORT base + 100 n + i)."""
+    from honcho.environ import parse_procfile
+
+    with open(PROCFILE) as fh:
+        return list(parse_procfile(fh.read()).processes)
+
+
 @dataclass(frozen=True)
 class Stack:
     dir: str
     port: int
     api_port: int
     api_processes: int
+    images_processes: int
     pg_port: int
     redis_port: int
     flower_port: int
@@ -58,7 +76,8 @@ class Stack:
         if not os.path.isabs(directory):
             directory = os.path.join(ROOT, directory)
         return cls(dir=directory, port=int(get("STACK_PORT")), api_port=int(get("STACK_API_PORT")),
-                   api_processes=int(get("STACK_API_PROCESSES")), pg_port=int(get("STACK_PG_PORT")),
+                   api_processes=int(get("STACK_API_PROCESSES")),
+                   images_processes=int(get("STACK_IMAGES_PROCESSES")), pg_port=int(get("STACK_PG_PORT")),
                    redis_port=int(get("STACK_REDIS_PORT")), flower_port=int(get("FLOWER_PORT")))
 
     @property
@@ -68,6 +87,13 @@ class Stack:
     @property
     def api_ports(self) -> list[int]:
         return [self.api_port + i for i in range(self.api_processes)]
+
+    @property
+    def images_ports(self) -> list[int]:
+        """The image pool's ports: honcho numbers ports by Procfile position (100 per line)."""
+        order = procfile_order()
+        first = self.api_port + 100 * (order.index(IMAGE_POOL) - order.index("api"))
+        return [first + i for i in range(self.images_processes)]
 
     @property
     def database_url(self) -> str:
@@ -155,6 +181,7 @@ def process_env(stack: Stack, environ=None) -> dict[str, str]:
         "STACK_PORT": str(stack.port),
         "STACK_API_PORT": str(stack.api_port),
         "STACK_API_PROCESSES": str(stack.api_processes),
+        "STACK_IMAGES_PROCESSES": str(stack.images_processes),
         "STACK_PG_PORT": str(stack.pg_port),
         "STACK_REDIS_PORT": str(stack.redis_port),
     }
@@ -173,10 +200,19 @@ def _traversable_by_others(path: str) -> bool:
         path = parent
 
 
+def _upstream_servers(ports: list[int]) -> str:
+    return "\n".join(f"        server 127.0.0.1:{port} max_fails=1 fail_timeout=2s;" for port in ports)
+
+
+def render_image_pool(stack: Stack) -> dict[str, str]:
+    """The image pool's part of the ingress: its upstream's servers and the route sent to it."""
+    return {"IMAGES_UPSTREAMS": _upstream_servers(stack.images_ports), "IMAGE_ROUTE": IMAGE_ROUTE}
+
+
 def render_nginx(stack: Stack) -> str:
     with open(NGINX_TEMPLATE) as fh:
         text = fh.read()
-    upstreams = "\n".join(f"        server 127.0.0.1:{port} max_fails=1 fail_timeout=2s;" for port in stack.api_ports)
+    upstreams = _upstream_servers(stack.api_ports)
     if os.geteuid() != 0:
         user = "# not root: nginx runs as this user"
     elif _traversable_by_others(os.path.join(stack.dir, "nginx")):
@@ -184,7 +220,7 @@ def render_nginx(stack: Stack) -> str:
     else:  # e.g. a checkout under /root (mode 700): nobody could not write the request bodies under tmp/
         user = "user root root;  # STACK_DIR is not reachable by nobody"
     for name, value in {"USER": user, "DIR": os.path.join(stack.dir, "nginx"), "PORT": str(stack.port),
-                        "UPSTREAMS": upstreams}.items():
+                        "UPSTREAMS": upstreams, **render_image_pool(stack)}.items():
         text = text.replace(f"@{name}@", value)
     return text
 

@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 
-from stack import PROCFILE, ROOT, Stack, missing_tools, prepare
+from stack import IMAGE_POOL, PROCFILE, ROOT, Stack, missing_tools, prepare, procfile_order
 
 
 def _log(message: str) -> None:
@@ -17,13 +17,6 @@ def _log(message: str) -> None:
 
 
 # -- up: the whole stack under honcho ----------------------------------------------------------------
-
-def _procfile_order() -> list[str]:
-    from honcho.environ import parse_procfile
-
-    with open(PROCFILE) as fh:
-        return list(parse_procfile(fh.read()).processes)
-
 
 def up() -> int:
     """Prepare STACK_DIR, then run honcho on the Procfile until it stops, or until STACK_PARENT_PID
@@ -34,17 +27,18 @@ def up() -> int:
         _log(f"missing {', '.join(missing)}: run `make stack-tools` (apt-get install nginx redis-server)")
         return 2
     prepare(stack)
-    order = _procfile_order()
+    order = procfile_order()
     # honcho gives instance i of the n-th process type PORT = base + 100 n + i: the API processes get
-    # STACK_API_PORT, STACK_API_PORT + 1, …
+    # STACK_API_PORT, STACK_API_PORT + 1, …, and the image pool (the next line) STACK_API_PORT + 100, …
     base = stack.api_port - 100 * order.index("api")
     bin_dir = os.path.dirname(sys.executable)
     env = dict(os.environ, PATH=os.pathsep.join([bin_dir, os.environ.get("PATH", ""), "/usr/sbin", "/sbin"]),
                PYTHONUNBUFFERED="1")
     env.pop("PORT", None)
     command = [os.path.join(bin_dir, "honcho"), "start", "-f", PROCFILE, "-d", ROOT, "-e", stack.env_file,
-               "-p", str(base), "-c", f"api={stack.api_processes}"]
+               "-p", str(base), "-c", f"api={stack.api_processes},{IMAGE_POOL}={stack.images_processes}"]
     _log(f"ingress http://127.0.0.1:{stack.port}  api {', '.join(map(str, stack.api_ports))}  "
+         f"{IMAGE_POOL} {', '.join(map(str, stack.images_ports))}  "
          f"postgres {stack.pg_port}  redis {stack.redis_port}  flower http://127.0.0.1:{stack.flower_port}  "
          f"dir {stack.dir}")
     _log(f"operators' commands: ENV_FILE={os.path.relpath(stack.env_file, ROOT)} .venv/bin/flask --app wsgi …")

@@ -45,19 +45,23 @@ def pytest_collection_modifyitems(config, items):
 
 
 def _free_port(pair: bool = False) -> int:
-    """A free loopback port (with pair=True: one whose successor is free too)."""
+    """A free loopback port (with pair=True: one whose successor is free too, and the two 100 above
+    them: the stack's API processes and its image pool's, as honcho numbers them)."""
     for _ in range(200):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        if not pair or port >= 65535:
+        if not pair:
             return port
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 1))
-                return port
-            except OSError:
-                continue
+        if port + 101 > 65535:
+            continue
+        try:
+            for other in (port + 1, port + 100, port + 101):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", other))
+            return port
+        except OSError:
+            continue
     raise RuntimeError("no free port pair")
 
 
@@ -68,7 +72,8 @@ def _scrubbed_environ() -> dict[str, str]:
     from stack import SECRETS
     from stack import SETTINGS as STACK_SETTINGS
 
-    drop = set(SETTINGS) | set(STACK_SETTINGS) | set(SECRETS) | {"PORT", "FLOWER_ADDRESS", "CELERY_KEY_PREFIX"}
+    drop = set(SETTINGS) | set(STACK_SETTINGS) | set(SECRETS) | {"PORT", "FLOWER_ADDRESS", "CELERY_KEY_PREFIX",
+                                                                 "API_THREADS", "IMAGES_THREADS"}
     return {k: v for k, v in os.environ.items() if k not in drop and not k.startswith(("FLOWER_", "STACK_"))}
 
 
@@ -132,6 +137,12 @@ class StackHandle:
         match = re.search(rf"\| {re.escape(process)} started \(pid=(\d+)\)", self.log())
         assert match, f"{process} not started in {self.log_path}"
         return int(match.group(1))
+
+    def served_by(self, request_id: str) -> str | None:
+        """The honcho process (`api.1`, `api-images.2`, …) whose gunicorn logged the request with this
+        X-Request-ID (its access line ends `rid=<id>`), or None while no line names it."""
+        match = re.search(rf"^\S+ (\S+)\s+\|.* rid={re.escape(request_id)}$", self.log(), re.M)
+        return match.group(1) if match else None
 
     def honcho_pids(self) -> list[int]:
         return [int(pid) for pid in re.findall(r"started \(pid=(\d+)\)", self.log())]
@@ -234,6 +245,12 @@ def stack(fake_images):
         "STACK_MAX_SECONDS": str(STACK_LIFETIME_SECONDS),
         # one gunicorn worker per API process: the drain test stops one process while the other serves
         "WEB_CONCURRENCY": "1",
+        # two image-pool processes of 4 threads each, and API processes of 4 threads: ten image calls hold
+        # every thread of either pool (the pools test); one image process can stop while the other
+        # serves (the drain test)
+        "STACK_IMAGES_PROCESSES": "2",
+        "IMAGES_THREADS": "4",
+        "API_THREADS": "4",
         "PROVIDER_A_ENDPOINT": fake_images.url,
         "PROVIDER_A_API_KEY": FakeAzureImages.API_KEY,
         "PROVIDER_A_API_VERSION": FakeAzureImages.GENERATION_VERSION,
@@ -277,7 +294,7 @@ def _wait_until_up(proc, env, log_path, fake_images, timeout: float = 240) -> St
 
 def _ready(handle: StackHandle) -> bool:
     try:
-        for port in handle.settings.api_ports:
+        for port in handle.settings.api_ports + handle.settings.images_ports:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=3) as resp:
                 if resp.status != 200:
                     return False

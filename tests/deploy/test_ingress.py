@@ -53,8 +53,10 @@ def lone_ingress():
 
 
 def test_no_api_process_answering_is_a_clean_503_in_the_envelope(lone_ingress):
-    for method, body in (("GET", None), ("POST", b'{"a": 1}')):
-        request = urllib.request.Request(lone_ingress.public_url + "/api/v1/me", data=body, method=method,
+    """Either pool: the API upstream, and the image route's own."""
+    for method, path, body in (("GET", "/api/v1/me", None), ("POST", "/api/v1/me", b'{"a": 1}'),
+                               ("POST", "/api/v1/agents/images", b'{"a": 1}')):
+        request = urllib.request.Request(lone_ingress.public_url + path, data=body, method=method,
                                          headers={"Content-Type": "application/json", "X-Request-ID": "rid-1"})
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(request, timeout=30)

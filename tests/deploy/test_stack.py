@@ -289,44 +289,110 @@ def test_slow_loris_leaves_health_answering_through_the_ingress(stack):
     })
 
 
+# -- the two API pools ----------------------------------------------------------------------------------------
+
+def _pool(stack, request_id: str) -> str:
+    return wait_for(lambda: stack.served_by(request_id), 20, f"the access line of {request_id}").split(".")[0]
+
+
+def test_image_calls_have_their_own_pool_and_other_routes_answer_while_they_wait(stack):
+    """Ten image calls wait on the provider (the fake answers after 12 s): more than the image pool's
+    threads (2 processes × 4) and more than the API pool's (2 × 4), so if they shared a pool with the
+    other routes, those would queue behind them. Meanwhile a record GET, /api/v1/me and /health answer,
+    each within 10 s (a request queued behind an image call would wait for it); the gunicorn access
+    lines (request ids) show the image calls served by api-images, the rest by api."""
+    d = domain()
+    status, _h, body = stack.http("POST", "/internal/seed", seed_body(d), headers=internal(stack), timeout=120)
+    assert status in (200, 201), body
+    admin = signed(stack, d, user="ada", role="admin", scopes=["read", "write", "write:image-gen"])
+    status, _h, record = stack.http("POST", "/api/v1/entities/deals/records", {"name": "Pooled",
+                                    "fields": {"stage": "new", "amount": 1}}, headers=admin)
+    assert status == 201, record
+    record_path = f"/api/v1/entities/deals/records/{record['id']}"
+    before = len(stack.fake_images.received)
+    results: dict[str, int] = {}
+
+    def image_call(request_id: str):
+        status, _h, _body = stack.http("POST", "/api/v1/agents/images", {"provider": "provider-a",
+                                       "model": "gpt-image-1", "prompt": "a fox"},
+                                       headers={**admin, "X-Request-ID": request_id}, timeout=120)
+        results[request_id] = status
+
+    image_ids = [f"img-{uuid.uuid4().hex}" for _ in range(10)]
+    calls = [threading.Thread(target=image_call, args=(rid,)) for rid in image_ids]
+    for thread in calls:
+        thread.start()
+    try:
+        wait_for(lambda: len(stack.fake_images.received) - before >= 8, 30, "8 image calls waiting upstream",
+                 interval=0.05)
+        other_ids = {}
+        for path in (record_path, "/api/v1/me", "/health", record_path):
+            request_id = f"other-{uuid.uuid4().hex}"
+            status, _h, body = stack.http("GET", path, headers={**admin, "X-Request-ID": request_id}, timeout=10)
+            assert status == 200, (path, body)
+            other_ids[request_id] = path
+        assert not results  # all answered while every image call still waited
+    finally:
+        for thread in calls:
+            thread.join(120)
+    assert sorted(results.values()) == [200] * 10, results
+    assert {_pool(stack, rid) for rid in image_ids} == {"api-images"}
+    assert {_pool(stack, rid) for rid in other_ids} == {"api"}
+
+
 # -- SIGTERM of an API process (last: honcho then stops the whole stack) ---------------------------------------
 
 @pytest.mark.stops_stack
-def test_sigterm_of_an_api_process_drains_behind_the_ingress(stack):
-    """Image calls (the fake upstream answers after 12 s) are in flight on both API processes; api.2 gets
-    SIGTERM, sent to the process honcho started (as `docker stop` signals a container's PID 1): its
-    in-flight calls finish, new requests go to api.1 (or get a clean 503), none hangs; api.2 exits once
-    drained."""
+def test_sigterm_of_an_image_pool_process_drains_behind_the_ingress(stack):
+    """Image calls (the fake upstream answers after 12 s) are in flight on both processes of the image
+    pool; api-images.2 gets SIGTERM, sent to the process honcho started (as `docker stop` signals a
+    container's PID 1): its in-flight calls finish; new requests on the image route (invalid ones, so the
+    app answers them at once) are served by api-images.1, the other routes by the API pool, none hangs;
+    api-images.2 exits once drained (honcho then stops the stack)."""
     import signal
 
-    master = stack.gunicorn_master("api.2")
-    assert stack.started_pid("api.2") == master  # the Procfile's `exec`: the started process is gunicorn
+    master = stack.gunicorn_master("api-images.2")
+    assert stack.started_pid("api-images.2") == master  # the Procfile's `exec`: the started process is gunicorn
     admin = signed(stack, domain(), scopes=["write:image-gen", "read"])
     before = len(stack.fake_images.received)
-    results: list = []
+    results: dict[str, tuple] = {}
 
-    def image_call():
+    def image_call(request_id: str):
         start = time.monotonic()
         status, _h, body = stack.http("POST", "/api/v1/agents/images", {"provider": "provider-a",
-                                      "model": "gpt-image-1", "prompt": "a red fox in snow"}, headers=admin,
-                                      timeout=120)
-        results.append((status, body, time.monotonic() - start))
+                                      "model": "gpt-image-1", "prompt": "a red fox in snow"},
+                                      headers={**admin, "X-Request-ID": request_id}, timeout=120)
+        results[request_id] = (status, body, time.monotonic() - start)
 
-    inflight = [threading.Thread(target=image_call) for _ in range(6)]
+    inflight_ids = [f"drain-{uuid.uuid4().hex}" for _ in range(6)]
+    inflight = [threading.Thread(target=image_call, args=(rid,)) for rid in inflight_ids]
     for thread in inflight:
         thread.start()
     wait_for(lambda: len(stack.fake_images.received) - before >= 6, 30, "image calls in flight", interval=0.05)
     sigterm_at = time.monotonic()
-    os.kill(stack.started_pid("api.2"), signal.SIGTERM)
+    os.kill(stack.started_pid("api-images.2"), signal.SIGTERM)
 
     outcomes = {"ok": 0, "clean_503": 0, "other": [], "hung": 0}
+    new_image_route: dict[str, int] = {}
     latencies = []
-    while any(thread.is_alive() for thread in inflight):  # new requests while api.2 drains
+    turn = 0
+    while any(thread.is_alive() for thread in inflight):  # new requests while api-images.2 drains
+        turn += 1
+        request_id = f"new-{uuid.uuid4().hex}"
         started = time.monotonic()
         try:
-            status, headers, body = stack.http("GET", "/api/v1/me", headers=admin, timeout=10)
+            if turn % 2:  # the image route, without a prompt: a 400 from whichever image process takes it
+                caller = signed(stack, domain(), scopes=["write:image-gen"])  # image calls are limited per org
+                status, headers, body = stack.http("POST", "/api/v1/agents/images", {"provider": "provider-a"},
+                                                   headers={**caller, "X-Request-ID": request_id}, timeout=10)
+                expected = 400
+                if status == 400:
+                    new_image_route[request_id] = status
+            else:
+                status, headers, body = stack.http("GET", "/api/v1/me", headers=admin, timeout=10)
+                expected = 200
             latencies.append(time.monotonic() - started)
-            if status == 200:
+            if status == expected:
                 outcomes["ok"] += 1
             elif status == 503 and isinstance(body, dict) and body["error"]["code"] == "SERVICE_UNAVAILABLE":
                 outcomes["clean_503"] += 1
@@ -349,20 +415,23 @@ def test_sigterm_of_an_api_process_drains_behind_the_ingress(stack):
         except ProcessLookupError:
             return True
 
-    wait_for(exited, 60, "api.2's gunicorn exit", interval=0.05)
+    wait_for(exited, 60, "api-images.2's gunicorn exit", interval=0.05)
     exit_at = time.monotonic()
-    assert [r[0] for r in results] == [200] * 6, results
-    assert all(r[1]["data"]["mimeType"] == "image/png" for r in results)
+    assert [results[rid][0] for rid in inflight_ids] == [200] * 6, results
+    assert all(results[rid][1]["data"]["mimeType"] == "image/png" for rid in inflight_ids)
+    served = [stack.served_by(rid) for rid in inflight_ids]
+    assert set(served) <= {"api-images.1", "api-images.2"} and "api-images.2" in served, served
     assert outcomes["hung"] == 0 and outcomes["other"] == [], outcomes
-    assert outcomes["ok"] > 0
-    line = r'\s+\|.*"POST /api/v1/agents/images HTTP/1\.[01]" 200 '
-    served = {name: len(re.findall(rf"^\S+ {re.escape(name)}{line}", stack.log(), re.M)) for name in ("api.1", "api.2")}
-    assert sum(served.values()) == 6 and served["api.2"] >= 1, served  # some were in flight on the stopped one
+    assert outcomes["ok"] > 0 and new_image_route
+    # after the SIGTERM the image route is served by the process that is not stopping
+    assert {stack.served_by(rid) for rid in new_image_route} == {"api-images.1"}
     record_figure("drain", {
-        "in_flight_image_calls": 6, "in_flight_finished_200": sum(r[0] == 200 for r in results),
-        "new_requests_during_drain": outcomes["ok"] + outcomes["clean_503"] + len(outcomes["other"]) + outcomes["hung"],
-        "new_ok": outcomes["ok"], "new_clean_503": outcomes["clean_503"], "lost": len(outcomes["other"]),
-        "hung": outcomes["hung"], "sigterm_to_last_in_flight_done_s": round(drained_at - sigterm_at, 2),
+        "in_flight_image_calls": 6, "in_flight_finished_200": sum(results[rid][0] == 200 for rid in inflight_ids),
+        "in_flight_on_the_stopped_process": served.count("api-images.2"),
+        "new_requests_during_drain": outcomes["ok"] + outcomes["clean_503"] + len(outcomes["other"]),
+        "new_image_route_requests": len(new_image_route),
+        "new_ok": outcomes["ok"], "new_clean_503": outcomes["clean_503"], "hung": outcomes["hung"],
+        "sigterm_to_last_in_flight_done_s": round(drained_at - sigterm_at, 2),
         "new_ms_median": round(statistics.median(latencies) * 1000, 1),
         "new_ms_max": round(max(latencies) * 1000, 1),
         "sigterm_to_exit_s": round(exit_at - sigterm_at, 2),

@@ -164,11 +164,15 @@ def test_graceful_shutdown_outlasts_an_image_call(budget):
     assert settings["timeout"] > float(budget)
 
 
-def test_the_api_container_waits_longer_than_gunicorns_graceful_timeout():
-    api = resolved()["services"]["api"]
-    budget = str(api["environment"]["IMAGE_TIMEOUT_SECONDS"])
-    grace = int(api["stop_grace_period"].rstrip("s"))
-    assert grace > gunicorn_settings({"IMAGE_TIMEOUT_SECONDS": budget})["graceful_timeout"]
+def test_each_api_container_waits_longer_than_gunicorns_graceful_timeout():
+    """Both pools: the image pool drains an image call (the image budget + 10 s), the other pool within
+    30 s (GUNICORN_GRACEFUL_TIMEOUT), and each container's stop grace lies above its gunicorn's."""
+    services = resolved()["services"]
+    for name in ("api", "api-images"):
+        env = {key: str(value) for key, value in services[name]["environment"].items()}
+        grace = int(services[name]["stop_grace_period"].rstrip("s"))
+        assert grace > gunicorn_settings(env)["graceful_timeout"], name
+    assert int(services["api"]["stop_grace_period"].rstrip("s")) <= 30
 
 
 def test_no_beat_process_is_deployed():
