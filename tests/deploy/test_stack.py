@@ -296,11 +296,11 @@ def test_sigterm_of_an_api_process_drains_behind_the_ingress(stack):
     """Image calls (the fake upstream answers after 12 s) are in flight on both API processes; api.2 gets
     SIGTERM, sent to the process honcho started (as `docker stop` signals a container's PID 1): its
     in-flight calls finish, new requests go to api.1 (or get a clean 503), none hangs; api.2 exits once
-    drained."""
+    drained (the started process is the node's runsv: it passes SIGTERM on and exits with gunicorn)."""
     import signal
 
     master = stack.gunicorn_master("api.2")
-    assert stack.started_pid("api.2") == master  # the Procfile's `exec`: the started process is gunicorn
+    assert stack.node("api.2").pid() == master  # the Procfile's `exec`: the node's process is gunicorn
     admin = signed(stack, domain(), scopes=["write:image-gen", "read"])
     before = len(stack.fake_images.received)
     results: list = []
