@@ -4,6 +4,7 @@ what the nodes share (definitions, rate limits) seen through each node's own por
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -65,11 +66,20 @@ def descendants(pid: int) -> list[int]:
 
 
 def gone(pid: int) -> bool:
+    """Whether every thread of process `pid` has exited: its sockets are closed only then (a killed
+    process's main thread is a zombie while its other threads still exit, its listening socket open)."""
     try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+        threads = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return True
+    for thread in threads:
+        try:
+            with open(f"/proc/{pid}/task/{thread}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+                    return False
+        except OSError:
+            continue
+    return True
 
 
 def kill_node(node) -> list[int]:
@@ -104,7 +114,7 @@ class Load:
         started = time.monotonic()
         try:
             status, answer = call(self.stack.url, method, path, body, self.headers, timeout=60)
-        except OSError as exc:  # a connection error reaching the ingress: counted as a failure
+        except (OSError, http.client.HTTPException) as exc:  # no answer, or a cut one: counted as a failure
             status, answer = 0, repr(exc)
         with self.lock:
             self.results.append((started, time.monotonic(), method, status, answer))
@@ -208,18 +218,20 @@ def test_kill_9_of_an_api_node_loses_only_what_it_held_and_the_ingress_moves_on(
     held = [r for r in load.results if r[0] < killed_at and r[1] > kill_started]
     failures = load.failures()
     proxy = [line for line in stack.log()[log_before:].splitlines() if line.split()[1:2] == ["proxy.1"]]
-    assert all(r[0] < killed_at and r[1] > kill_started for r in failures), (
-        kill_started, killed_at, failures, [line for line in proxy if f"127.0.0.1:{port}" not in line][-20:])
+    stray = [r[:4] for r in failures if not (r[0] < killed_at and r[1] > kill_started)]
+    assert not stray, (kill_started, killed_at, stray, [line[:400] for line in proxy if "[error]" in line][:12])
     assert len(failures) <= len(held)
-    assert all(r[3] == 503 and r[4]["error"]["code"] == "SERVICE_UNAVAILABLE" for r in failures), failures
+    # a held request is answered 503 by the ingress, or cut (the node died between its head and its body)
+    assert all(r[3] == 0 or (r[3] == 503 and r[4]["error"]["code"] == "SERVICE_UNAVAILABLE") for r in failures)
     after = [r for r in load.results if r[0] >= killed_at]
     assert len(after) >= 20 and all(r[3] in (200, 201) for r in after)
-    assert load.stored() == len(load.created)
+    # a create the node held may have been committed before it died (its answer lost): never twice
+    assert len(load.created) <= load.stored() <= len(load.created) + sum(r[2] == "POST" for r in failures)
     assert any(f"127.0.0.1:{port}" in line and "temporarily disabled" in line for line in proxy), proxy[-5:]
     refused = [line for line in proxy if f"127.0.0.1:{port}" in line and "connect() failed" in line]
     record_figure("api_node_kill", {
         "load_threads": 8, "in_flight_at_kill": len(held), "failed": len(failures),
-        "failed_methods": sorted({r[2] for r in failures}),
+        "failed_methods": sorted({r[2] for r in failures}), "failed_cut_answers": sum(r[3] == 0 for r in failures),
         "requests_after_kill": len(after), "failed_after_kill": 0,
         "ingress_connect_tries_to_dead_node": len(refused), "node_down_s": round(back_at - killed_at, 1),
     })
