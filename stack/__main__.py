@@ -31,7 +31,7 @@ def up() -> int:
     stack = Stack.from_env()
     missing = missing_tools()
     if missing:
-        _log(f"missing {', '.join(missing)}: run `make stack-tools` (apt-get install nginx redis-server)")
+        _log(f"missing {', '.join(missing)}: run `make stack-tools` (apt-get install nginx redis-server runit)")
         return 2
     prepare(stack)
     procfile = prepare_nodes(stack)
@@ -149,7 +149,8 @@ def reload_proxy(stack: Stack, down: frozenset[int], timeout: float = 60) -> Non
         if now - old and not now & old:
             return
         time.sleep(0.1)
-    _log(f"nginx's old worker processes still hold requests after {timeout:.0f} s; going on")
+    _log(f"nginx's worker processes not all replaced after {timeout:.0f} s (requests still held, or the new "
+         "configuration refused: see the proxy's log); going on")
 
 
 def _sv(action: str, node, seconds: float) -> bool:
