@@ -208,7 +208,7 @@ def test_kill_9_of_an_api_node_loses_only_what_it_held_and_the_ingress_moves_on(
         def back():
             try:
                 return call(node_url(stack, 2), "GET", "/health", timeout=3)[0] == 200
-            except OSError:
+            except (OSError, http.client.HTTPException):
                 return False
 
         wait_for(back, 240, "api.2 started again by its runsv")
