@@ -7,7 +7,7 @@ QUEUES := default,analytics,embeddings,email,bulk,seed
 APT    := $(if $(filter 0,$(shell id -u)),apt-get,sudo -n apt-get)  # -n: never wait for a password
 export FLASK_APP := wsgi
 
-.PHONY: install migrate run worker flower stack stack-tools test bench bench-tools bench-peers lint clean
+.PHONY: install migrate run worker flower stack stack-restart stack-tools test bench bench-tools bench-peers lint clean
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml clients/python/pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ required"'
@@ -35,12 +35,22 @@ flower: install                 ## Flower on 127.0.0.1:$${FLOWER_PORT:-5555} (ne
 	@test -n "$$FLOWER_BASIC_AUTH" || { echo "set FLOWER_BASIC_AUTH=user:password (Flower is never served without a login)"; exit 1; }
 	$(BIN)/celery -A workers flower --address=127.0.0.1 --port=$${FLOWER_PORT:-5555}
 
-stack: install stack-tools      ## compose's topology as processes (Procfile, honcho): ingress on :$${STACK_PORT:-8080}
-	$(BIN)/python -m stack up
+# NODES=N: N API nodes and N worker nodes of each group (STACK_API_PROCESSES, STACK_WORKER_NODES)
+NODES ?=
+STACK_NODES = $(if $(NODES),STACK_API_PROCESSES=$(NODES) STACK_WORKER_NODES=$(NODES))
 
-stack-tools:                    ## nginx, redis-server, prometheus (Debian) for `make stack` and the tests, installed when missing
+stack: install stack-tools      ## compose's topology as processes (Procfile, honcho): ingress on :$${STACK_PORT:-8080}; NODES=2: two of each node
+	$(STACK_NODES) $(BIN)/python -m stack up
+
+stack-restart:                  ## rolling restart of the running stack's nodes, one at a time (NODE=api|worker|worker-embeddings: one kind)
+	$(BIN)/python -m stack restart $(NODE)
+
+stack-tools:                    ## nginx, redis-server, runit, prometheus (Debian) for `make stack` and the tests, installed when missing
 	@command -v nginx >/dev/null || test -x /usr/sbin/nginx || { echo "installing nginx" >&2; \
 		$(APT) update -qq && DEBIAN_FRONTEND=noninteractive $(APT) install -y -qq --no-install-recommends nginx; }
+# runit: each node of the stack runs under its own runsv (restarted when it dies; `sv restart` one node)
+	@command -v runsv >/dev/null || { echo "installing runit" >&2; \
+		$(APT) update -qq && DEBIAN_FRONTEND=noninteractive $(APT) install -y -qq --no-install-recommends runit; }
 	@command -v redis-server >/dev/null || { echo "installing redis-server" >&2; \
 		$(APT) update -qq && DEBIAN_FRONTEND=noninteractive $(APT) install -y -qq --no-install-recommends redis-server; }
 # prometheus scrapes the API and a worker in tests/functional/test_metrics_prometheus.py; promtool (same
@@ -52,7 +62,7 @@ stack-tools:                    ## nginx, redis-server, prometheus (Debian) for 
 TEST_WORKERS ?= auto
 
 test: install                   ## the whole suite against real PostgreSQL (+ Redis when REDIS_URL is set), in parallel
-	@$(MAKE) --no-print-directory stack-tools || echo "nginx/redis-server/prometheus not installed: tests/deploy and the Prometheus tests will be skipped" >&2
+	@$(MAKE) --no-print-directory stack-tools || echo "nginx/redis-server/runit/prometheus not installed: tests/deploy and the Prometheus tests will be skipped" >&2
 	$(BIN)/python -m pytest -n $(TEST_WORKERS)
 
 bench: migrate bench-tools      ## benchmarks; tables land in bench/results/

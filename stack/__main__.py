@@ -1,4 +1,4 @@
-"""`python -m stack up | postgres | wait NAME…` (see stack/__init__.py)."""
+"""`python -m stack up | restart [api|worker|worker-embeddings…] | postgres | wait NAME…` (see stack/__init__.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 
-from stack import IMAGE_POOL, PROCFILE, ROOT, Stack, missing_tools, prepare, procfile_order
+from stack import IMAGE_POOL, ROOT, Stack, missing_tools, prepare, prepare_nodes, procfile_order
 
 
 def _log(message: str) -> None:
@@ -24,9 +24,10 @@ def up() -> int:
     stack = Stack.from_env()
     missing = missing_tools()
     if missing:
-        _log(f"missing {', '.join(missing)}: run `make stack-tools` (apt-get install nginx redis-server)")
+        _log(f"missing {', '.join(missing)}: run `make stack-tools` (apt-get install nginx redis-server runit)")
         return 2
     prepare(stack)
+    procfile = prepare_nodes(stack)
     order = procfile_order()
     # honcho gives instance i of the n-th process type PORT = base + 100 n + i: the API processes get
     # STACK_API_PORT, STACK_API_PORT + 1, …, and the image pool (the next line) STACK_API_PORT + 100, …
@@ -35,10 +36,12 @@ def up() -> int:
     env = dict(os.environ, PATH=os.pathsep.join([bin_dir, os.environ.get("PATH", ""), "/usr/sbin", "/sbin"]),
                PYTHONUNBUFFERED="1")
     env.pop("PORT", None)
-    command = [os.path.join(bin_dir, "honcho"), "start", "-f", PROCFILE, "-d", ROOT, "-e", stack.env_file,
-               "-p", str(base), "-c", f"api={stack.api_processes},{IMAGE_POOL}={stack.images_processes}"]
+    nodes = stack.worker_nodes
+    command = [os.path.join(bin_dir, "honcho"), "start", "-f", procfile, "-d", ROOT, "-e", stack.env_file,
+               "-p", str(base), "-c", f"api={stack.api_processes},{IMAGE_POOL}={stack.images_processes},"
+               f"worker={nodes},worker-embeddings={nodes}"]
     _log(f"ingress http://127.0.0.1:{stack.port}  api {', '.join(map(str, stack.api_ports))}  "
-         f"{IMAGE_POOL} {', '.join(map(str, stack.images_ports))}  "
+         f"{IMAGE_POOL} {', '.join(map(str, stack.images_ports))}  worker nodes {nodes} per group  "
          f"postgres {stack.pg_port}  redis {stack.redis_port}  flower http://127.0.0.1:{stack.flower_port}  "
          f"dir {stack.dir}")
     _log(f"operators' commands: ENV_FILE={os.path.relpath(stack.env_file, ROOT)} .venv/bin/flask --app wsgi …")
@@ -91,6 +94,94 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+# -- restart: a rolling restart of the nodes of a running stack ---------------------------------------
+
+RESTART_SECONDS = 300  # per node: an API node's drain (graceful_timeout, 130 s by default) and boot
+
+
+def running_stack() -> Stack:
+    """The settings of the stack running in STACK_DIR (its stack.env, written by `up`)."""
+    from stack import read_env_file
+
+    return Stack.from_env({**os.environ, **read_env_file(Stack.from_env().env_file)})
+
+
+def _children(pid: int) -> set[int]:
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    stat = fh.read()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.add(int(entry))
+    return found
+
+
+def reload_proxy(stack: Stack, down: frozenset[int], timeout: float = 60) -> None:
+    """Render the ingress with the API nodes on `down` out of its upstream, and reload nginx (SIGHUP to its
+    master, what `nginx -s reload` sends: new worker processes with the new configuration, the old ones
+    finish the requests they hold and exit). Returns when the old worker processes are gone (or after
+    `timeout`: a request held longer, such as a long chat read, keeps its old worker)."""
+    from stack import render_nginx
+
+    nginx_dir = os.path.join(stack.dir, "nginx")
+    conf = os.path.join(nginx_dir, "nginx.conf")
+    with open(conf + ".tmp", "w") as fh:
+        fh.write(render_nginx(stack, down))
+    os.replace(conf + ".tmp", conf)
+    with open(os.path.join(nginx_dir, "nginx.pid")) as fh:
+        master = int(fh.read().strip())
+    old = _children(master)
+    os.kill(master, signal.SIGHUP)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        now = _children(master)
+        if now - old and not now & old:
+            return
+        time.sleep(0.1)
+    _log(f"nginx's worker processes not all replaced after {timeout:.0f} s (requests still held, or the new "
+         "configuration refused: see the proxy's log); going on")
+
+
+def _sv(action: str, node, seconds: float) -> bool:
+    """`sv -w SECONDS ACTION DIR`: runit's command; for up/restart it waits until the node's `check` passes."""
+    done = subprocess.run(["sv", "-w", str(int(seconds)), action, node.service_dir], capture_output=True, text=True)
+    _log(f"{node.process}: {(done.stdout or done.stderr).strip()}")
+    return done.returncode == 0
+
+
+def restart(kinds: list[str]) -> int:
+    """Restart every node of `kinds` (api, worker, worker-embeddings; all by default), one at a time, while
+    the rest serves. An API node is taken out of the ingress first (nginx reload), so it gets no new
+    request; then `sv restart` stops it (SIGTERM: gunicorn finishes what it holds) and runsv starts it
+    again; once its /health answers (its `check`), it is put back. A worker node gets `sv restart` (Celery's
+    warm shutdown finishes its running tasks; the other node of its group keeps consuming) and the next
+    one waits until it answers a ping over the broker. Stops at the first node that does not come back."""
+    from stack import NODE_PROCESSES, nodes
+
+    unknown = set(kinds) - set(NODE_PROCESSES)
+    if unknown:
+        _log(f"unknown node kind(s) {', '.join(sorted(unknown))} ({', '.join(NODE_PROCESSES)})")
+        return 2
+    stack = running_stack()
+    for node in nodes(stack, [kind for kind in NODE_PROCESSES if kind in (kinds or NODE_PROCESSES)]):
+        started = time.monotonic()
+        if node.kind == "api" and stack.api_processes > 1:
+            reload_proxy(stack, frozenset({node.port}))
+            ok = _sv("restart", node, RESTART_SECONDS)
+            reload_proxy(stack, frozenset())
+        else:  # a lone API node cannot leave the proxy: its queued requests get gunicorn's 503 while it stops
+            ok = _sv("restart", node, RESTART_SECONDS)
+        if not ok:
+            _log(f"{node.process} did not come back within {RESTART_SECONDS} s: rolling restart stopped")
+            return 1
+        _log(f"{node.process} restarted in {time.monotonic() - started:.1f} s")
+    return 0
 
 
 # -- postgres: the wheel's server in the foreground ----------------------------------------------------
@@ -186,6 +277,8 @@ def main(argv: list[str]) -> int:
         return postgres()
     if argv[:1] == ["wait"] and argv[1:]:
         return wait(argv[1:])
+    if argv[:1] == ["restart"]:
+        return restart(argv[1:])
     print(__doc__, file=sys.stderr)
     return 2
 

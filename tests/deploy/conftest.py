@@ -7,8 +7,10 @@ the stack's settings file."""
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -24,7 +26,9 @@ import pytest
 from tests.conftest import REQUIRE_SERVICES, ROOT
 
 BIN = os.path.dirname(sys.executable)
-STACK_LIFETIME_SECONDS = 900
+# a safety net (the stack also stops when this process dies): the package takes about 8 min alone, more
+# beside the rest of a parallel suite
+STACK_LIFETIME_SECONDS = 1800
 FIGURES = os.path.join(ROOT, "var", "test", "deploy-figures.json")
 
 
@@ -44,25 +48,32 @@ def pytest_collection_modifyitems(config, items):
             items[i] = item
 
 
+def _ephemeral_ports() -> tuple[int, int]:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as fh:
+            low, high = map(int, fh.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def _free_port(pair: bool = False) -> int:
-    """A free loopback port (with pair=True: one whose successor is free too, and the two 100 above
-    them: the stack's API processes and its image pool's, as honcho numbers them)."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if not pair:
-            return port
-        if port + 101 > 65535:
-            continue
+    """A free loopback port (with pair=True: one whose successor is free too, and the two 100 above them:
+    the stack's API processes and its image pool's, as honcho numbers them), below the kernel's ephemeral
+    range: a port of that range is also what the readiness probe's own connections come from, and a probe
+    of a port nothing listens on yet can then connect to itself (TCP self-connect), hold the port and echo
+    the request back."""
+    low = _ephemeral_ports()[0]
+    for _ in range(500):
+        port = random.randrange(max(1024, low - 12000), low - 120)
         try:
-            for other in (port + 1, port + 100, port + 101):
+            for candidate in (port, port + 1, port + 100, port + 101) if pair else (port,):
                 with socket.socket() as s:
-                    s.bind(("127.0.0.1", other))
+                    s.bind(("127.0.0.1", candidate))
             return port
         except OSError:
             continue
-    raise RuntimeError("no free port pair")
+    raise RuntimeError("no free port (pair)")
 
 
 def _scrubbed_environ() -> dict[str, str]:
@@ -127,13 +138,19 @@ class StackHandle:
             return fh.read()
 
     def gunicorn_master(self, process: str) -> int:
-        """The pid of the gunicorn master of honcho process `api.N` (from its "Listening at" line)."""
-        match = re.search(rf"^\S+ {re.escape(process)}\s+\|.*Listening at: \S+ \((\d+)\)", self.log(), re.M)
-        assert match, f"no gunicorn master for {process} in {self.log_path}"
-        return int(match.group(1))
+        """The pid of the latest gunicorn master of honcho process `api.N` (from its "Listening at" line)."""
+        found = re.findall(rf"^\S+ {re.escape(process)}\s+\|.*Listening at: \S+ \((\d+)\)", self.log(), re.M)
+        assert found, f"no gunicorn master for {process} in {self.log_path}"
+        return int(found[-1])
+
+    def node(self, process: str):
+        """The node `api.N` / `worker.N` / `worker-embeddings.N` (stack.Node: its runsv directory, its pid)."""
+        from stack import nodes
+
+        return next(node for node in nodes(self.settings) if node.process == process)
 
     def started_pid(self, process: str) -> int:
-        """The pid honcho started for `process` (what a container's PID 1 is: the Procfile command)."""
+        """The pid honcho started for `process` (what a container's PID 1 is: for a node, its runsv)."""
         match = re.search(rf"\| {re.escape(process)} started \(pid=(\d+)\)", self.log())
         assert match, f"{process} not started in {self.log_path}"
         return int(match.group(1))
@@ -237,6 +254,7 @@ def stack(fake_images):
         "STACK_PORT": str(_free_port()),
         "STACK_API_PORT": str(_free_port(pair=True)),
         "STACK_API_PROCESSES": "2",
+        "STACK_WORKER_NODES": "2",
         "STACK_PG_PORT": str(_free_port()),
         "STACK_REDIS_PORT": str(_free_port()),
         "FLOWER_PORT": str(_free_port()),
@@ -251,6 +269,11 @@ def stack(fake_images):
         "STACK_IMAGES_PROCESSES": "2",
         "IMAGES_THREADS": "4",
         "API_THREADS": "4",
+        # test_nodes: a job of a killed worker node is re-queued within seconds, not a minute; one group's
+        # rate limit low enough to be reached through two API nodes
+        "JOB_LEASE_SECONDS": "5",
+        "OUTBOX_DISPATCH_INTERVAL_SECONDS": "1",
+        "RATE_LIMIT_AGGREGATE": "6/3600",
         "PROVIDER_A_ENDPOINT": fake_images.url,
         "PROVIDER_A_API_KEY": FakeAzureImages.API_KEY,
         "PROVIDER_A_API_VERSION": FakeAzureImages.GENERATION_VERSION,
@@ -277,7 +300,7 @@ def stack(fake_images):
 
 def _wait_until_up(proc, env, log_path, fake_images, timeout: float = 240) -> StackHandle:
     """Ready: the ingress answers /health 200 through every API process, and Flower (with its login)
-    lists both workers."""
+    lists every worker node of both groups."""
     directory = env["STACK_DIR"]
     deadline = time.monotonic() + timeout
     handle = None
@@ -302,6 +325,7 @@ def _ready(handle: StackHandle) -> bool:
         if status != 200:
             return False
         status, workers = handle.flower_get("/api/workers?refresh=1", handle.env["FLOWER_BASIC_AUTH"])
-        return status == 200 and {name.split("@")[0] for name in workers} >= {"worker", "worker-embeddings"}
-    except (OSError, ValueError, AttributeError):
+        groups = [name.split("@")[0] for name in workers] if status == 200 else []
+        return all(groups.count(group) >= handle.settings.worker_nodes for group in ("worker", "worker-embeddings"))
+    except (OSError, ValueError, AttributeError, http.client.HTTPException):
         return False

@@ -169,3 +169,41 @@ def test_the_ingress_sends_the_image_route_to_the_image_pool_as_kubernetes_does(
     paths = {p["path"]: p["backend"]["service"]["name"] for rule in ingress["spec"]["rules"]
              for p in rule["http"]["paths"]}
     assert paths == {"/api/v1/agents/images": "gateway-api-images", "/": "gateway-api"}
+
+
+def test_each_node_runs_its_procfile_line_under_its_own_runsv(tmp_path):
+    """`make stack NODES=…`: honcho runs a runsv per node (STACK_DIR/Procfile); the node's `run` is the
+    repository's line with its STACK_NODE (and an API node's PORT), so worker nodes get distinct Celery
+    node names; a rolling restart renders the ingress with one node `down`."""
+    from honcho.environ import parse_procfile
+
+    from stack import NODE_PROCESSES, Stack, nodes, prepare_nodes, render_nginx
+
+    stack = Stack.from_env({"STACK_DIR": str(tmp_path), "STACK_API_PORT": "9001", "STACK_API_PROCESSES": "2",
+                            "STACK_WORKER_NODES": "3"})
+    with open(prepare_nodes(stack)) as fh:
+        rendered = dict(parse_procfile(fh.read()).processes)
+    lines = procfile()
+    assert list(rendered) == list(lines)
+    for name, command in rendered.items():
+        expected = f'exec runsv {tmp_path}/sv/"$HONCHO_PROCESS_NAME"' if name in NODE_PROCESSES else lines[name]
+        assert command == expected
+    assert [node.process for node in nodes(stack)] == ["api.1", "api.2", "worker.1", "worker.2", "worker.3",
+                                                       "worker-embeddings.1", "worker-embeddings.2",
+                                                       "worker-embeddings.3"]
+    names = set()
+    for node in nodes(stack):
+        with open(os.path.join(node.service_dir, "run")) as fh:
+            run = fh.read()
+        assert f"STACK_NODE={node.index}; export STACK_NODE" in run
+        assert run.rstrip().endswith(shlex.quote(lines[node.kind]))
+        assert (f"PORT={node.port};" in run) == (node.kind == "api")
+        assert os.access(os.path.join(node.service_dir, "check"), os.X_OK)
+        if node.kind != "api":
+            words = shlex.split(lines[node.kind])
+            names.add(words[words.index("-n") + 1].replace("${STACK_NODE:-1}", str(node.index)))
+    assert len(names) == 6 and all(name.startswith(("worker@node", "worker-embeddings@node")) for name in names)
+    assert [node.port for node in nodes(stack, ["api"])] == [9001, 9002]
+    conf = render_nginx(stack, frozenset({9002}))
+    upstreams = dict(re.findall(r"upstream (\w+) \{([^}]*)\}", conf))
+    assert re.findall(r"server 127\.0\.0\.1:(\d+)( down)? ", upstreams["api"]) == [("9001", ""), ("9002", " down")]
