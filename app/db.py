@@ -26,7 +26,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import set_json_loads
 from sqlalchemy import MetaData, Table, create_engine, event, text
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import DBAPIError, DisconnectionError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, MultipleResultsFound, NoResultFound
 from sqlalchemy.orm import DeclarativeBase, Session
 from sqlalchemy.pool import QueuePool
 from sqlalchemy.sql import ClauseElement, Executable
@@ -72,6 +72,7 @@ SHAPED_MAX = 2048  # statement shapes kept per app (cleared when full, as the to
 # ... and characters of rendered SQL they hold (uncacheable shapes counted too): a shape's key is several
 # times its SQL's size (~300 KB for a 100-condition filter), and a caller picks filter structures at will
 SHAPED_MAX_CHARS = 4_000_000
+SCAN_JSON = True  # False: json_loads is json.loads (A/B: bench.ab_entities scan)
 DRIVER_ROWS = True  # False: execute_shaped's cached SQL runs through exec_driver_sql (A/B: bench.ab_entities driver)
 
 
@@ -429,7 +430,7 @@ class DriverRow(tuple):
 
 class DriverResult:
     """The rows of `_driver_rows`, fetched: the part of SQLAlchemy's Result that callers of
-    Database.execute_shaped use (`all`, `first`, `scalar`, iteration)."""
+    Database.execute_shaped use (`all`, `first`, `one`, `scalar`, `scalar_one`, iteration)."""
 
     __slots__ = ("rows",)
 
@@ -442,8 +443,17 @@ class DriverResult:
     def first(self) -> DriverRow | None:
         return self.rows[0] if self.rows else None
 
+    def one(self) -> DriverRow:
+        if len(self.rows) != 1:
+            raise (NoResultFound("No row was found when one was required") if not self.rows else
+                   MultipleResultsFound("Multiple rows were found when exactly one was required"))
+        return self.rows[0]
+
     def scalar(self) -> Any:
         return self.rows[0][0] if self.rows else None
+
+    def scalar_one(self) -> Any:
+        return self.one()[0]
 
     def __iter__(self):
         return iter(self.rows)
@@ -580,6 +590,8 @@ def json_loads(data: bytes) -> Any:
     straight scan does not take whole (leading or trailing whitespace, which a `json` column keeps; a
     byte-order mark; an error) goes through json.loads itself, so the result, or the error, is always
     json.loads'."""
+    if not SCAN_JSON:
+        return json.loads(data)
     try:
         text = data.decode()
         value, end = _SCAN_JSON(text, 0)
