@@ -1,6 +1,6 @@
 """CPU per entity read, app and PostgreSQL, in one process (issue 25's query path):
 
-    .venv/bin/python -m bench.cpu_entities [N] [--save FILE] [--check FILE]
+    .venv/bin/python -m bench.cpu_entities [N] [--save FILE] [--check FILE] [--ab]
 
 On the entities benchmark's data set (bench.bench_entities builds it on first use), for the side-by-side
 bench's queries (a)-(e), the count of three equalities and a record GET through the Flask test client:
@@ -8,7 +8,9 @@ p50 of the calling thread's CPU time (time.thread_time) and p50 of the embedded 
 CPU time (its processes' /proc schedstat, autovacuum left out; bench.bench_peers.PgCpu) per call, N
 calls each, interleaved. `--save FILE` writes every answer's status, headers that matter and body
 bytes; `--check FILE` compares this run's answers with a saved run's, byte for byte (the answers must
-not change when the engine does).
+not change when the engine does). `--ab`: every call also made with the driver-cursor rows and the
+JSON scan off (app.db.DRIVER_ROWS, app.db.SCAN_JSON: the engine before them), interleaved, both sides
+reported.
 """
 
 from __future__ import annotations
@@ -73,21 +75,29 @@ def main() -> None:
               + ("" if len(same) == len(before) else f"; differ: {sorted(set(before) - set(same))}"))
     print(f"load average {', '.join(f'{x:.1f}' for x in os.getloadavg())}; {n} calls each; "
           f"page bytes (a) {len(answers['(a)'].get_data())}")
-    app_cpu: dict[str, list[float]] = {name: [] for name in calls}
-    pg_cpu: dict[str, list[float]] = {name: [] for name in calls}
+    from app import db
+
+    sides = (False, True) if "--ab" in args else (True,)
+    app_cpu = {(name, b): [] for name in calls for b in sides}
+    pg_cpu = {(name, b): [] for name in calls for b in sides}
     for _ in range(10):
         for fn in calls.values():
             fn()
-    for _ in range(n):
+    for i in range(n):
         for name, fn in calls.items():
-            p0 = pg.read()
-            c0 = time.thread_time()
-            fn()
-            app_cpu[name].append((time.thread_time() - c0) * 1000)
-            pg_cpu[name].append(PgCpu.spent(p0, pg.read()) / 1e6)
+            for b in (sides if i % 2 else sides[::-1]):
+                db.DRIVER_ROWS = db.SCAN_JSON = b
+                p0 = pg.read()
+                c0 = time.thread_time()
+                fn()
+                app_cpu[name, b].append((time.thread_time() - c0) * 1000)
+                pg_cpu[name, b].append(PgCpu.spent(p0, pg.read()) / 1e6)
+    db.DRIVER_ROWS = db.SCAN_JSON = True
     for name in calls:
-        a, p = percentile(app_cpu[name], .5), percentile(pg_cpu[name], .5)
-        print(f"{name:6s} app CPU p50 {a:5.2f}  PG CPU p50 {p:5.2f}  sum {a + p:5.2f} ms")
+        for b in sides:
+            a, p = percentile(app_cpu[name, b], .5), percentile(pg_cpu[name, b], .5)
+            label = "" if len(sides) == 1 else (" after " if b else " before")
+            print(f"{name:6s}{label} app CPU p50 {a:5.2f}  PG CPU p50 {p:5.2f}  sum {a + p:5.2f} ms")
     print(f"load average {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 
