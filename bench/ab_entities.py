@@ -1,14 +1,16 @@
 """Same-process A/B of the query engine's per-request levers (stop 20), interleaved call by call so that
 the machine's load hits both sides alike:
 
-    .venv/bin/python -m bench.ab_entities [N] [shaped|json]
+    .venv/bin/python -m bench.ab_entities [N] [shaped|json|driver|scan]
 
 A = no definition cache (the definition read and compiled per request) and the projected count and
 page as two statements; with `shaped`, A = every statement through SQLAlchemy's own compiled cache
 instead of db.execute_shaped's per-shape SQL (db.SHAPED = False); with `json`, A = the page's records
-decoded column by column and shaped in Python (query.RECORD_JSON = False); B = as shipped. For query (b), (c),
-(d), (e) and the count: p50 CPU time of the calling thread per call (time.thread_time) and p50 wall
-time, N calls per side.
+decoded column by column and shaped in Python (query.RECORD_JSON = False); with `driver`, A = the
+shaped SQL run through SQLAlchemy's exec_driver_sql and its result objects (db.DRIVER_ROWS = False);
+with `scan`, A = JSON values decoded by json.loads itself (db.SCAN_JSON = False); B = as shipped.
+For query (a)-(e) and the count: p50 CPU time of the calling thread per call (time.thread_time) and
+p50 wall time, N calls per side.
 """
 
 from __future__ import annotations
@@ -33,6 +35,10 @@ def side(b: bool, lever: str | None = None):
         db.SHAPED = False
     elif not b and lever == "json":
         query.RECORD_JSON = False
+    elif not b and lever == "driver":
+        db.DRIVER_ROWS = False
+    elif not b and lever == "scan":
+        db.SCAN_JSON = False
     elif not b:
         definitions.cached_definition = lambda name: None
         query.COUNT_WITH_PAGE = False
@@ -40,15 +46,15 @@ def side(b: bool, lever: str | None = None):
         yield
     finally:
         definitions.cached_definition = original
-        query.COUNT_WITH_PAGE = query.RECORD_JSON = db.SHAPED = True
+        query.COUNT_WITH_PAGE = query.RECORD_JSON = db.SHAPED = db.DRIVER_ROWS = db.SCAN_JSON = True
 
 
 def main() -> None:
     n = int(next((a for a in sys.argv[1:] if a.isdigit()), "300"))
-    lever = next((a for a in sys.argv[1:] if a in ("shaped", "json")), None)
+    lever = next((a for a in sys.argv[1:] if a in ("shaped", "json", "driver", "scan")), None)
     url, app, ids, capture, client, headers = bench_setup()
     calls = {}
-    for key in ("(b)", "(c)", "(d)", "(e)"):
+    for key in ("(a)", "(b)", "(c)", "(d)", "(e)"):
         params = next(v for k, v in QUERIES.items() if k.startswith(key))
         calls[f"query {key}"] = lambda params=params: client.post(
             f"/api/v1/entities/{ENTITY}/records/query", json={"query": params}, headers=headers)

@@ -1,0 +1,82 @@
+"""A record query's shaped count-and-page statement runs on the driver's cursor of the request's
+connection (app.db._driver_rows): engine cursor events still see it, a driver error is still
+SQLAlchemy's (a dead connection answers 503 and the pool reconnects), and JSON values decode as
+json.loads decodes them (app.db.json_loads)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from sqlalchemy import event, text
+
+from app.db import db, json_loads
+from tests.functional.entities_support import create_definition, create_record, org_headers, query
+
+
+def test_engine_cursor_events_see_the_driver_path_before_and_after(app):
+    client = app.test_client()
+    _org, headers = org_headers()
+    create_definition(client, headers)
+    create_record(client, headers, "items", {"name": "one", "fields": {"title": "x"}})
+    seen: list[tuple[str, str]] = []
+
+    def before(_conn, _cursor, statement, _parameters, _context, _executemany):
+        seen.append(("before", statement))
+
+    def after(_conn, cursor, statement, _parameters, _context, _executemany):
+        seen.append(("after", statement))
+        assert cursor.description is not None  # the statement ran on this cursor
+
+    with app.app_context():
+        engine = db.engine
+    query(client, headers, "items")  # the definition cached: the next query's only statement is its page
+    event.listen(engine, "before_cursor_execute", before)
+    event.listen(engine, "after_cursor_execute", after)
+    try:
+        resp = query(client, headers, "items", filters={"title": "x"})
+    finally:
+        event.remove(engine, "before_cursor_execute", before)
+        event.remove(engine, "after_cursor_execute", after)
+    assert resp.status_code == 200 and resp.get_json()["totalCount"] == 1
+    pages = [(when, sql) for when, sql in seen if "count(*)" in sql]
+    assert [when for when, _ in pages] == ["before", "after"], seen
+    assert pages[0][1] == pages[1][1]
+
+
+def test_a_connection_that_died_under_the_driver_path_costs_one_503_then_the_pool_reconnects(make_app, app):
+    busy = make_app(DB_POOL_SIZE=1, DB_PING_IDLE_SECONDS=3600)
+    client = busy.test_client()
+    _org, headers = org_headers()
+    create_definition(client, headers)
+    assert query(client, headers, "items").status_code == 200  # caches the definition
+    with busy.app_context():
+        pid = db.session.scalar(text("SELECT pg_backend_pid()"))
+    with app.app_context(), db.engine.connect() as conn:  # the main test app's pool, not the one under test
+        conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+    time.sleep(0.05)
+    first = query(client, headers, "items")
+    assert first.status_code == 503, first.get_json()
+    assert first.get_json()["error"]["code"] == "SERVICE_UNAVAILABLE"
+    second = query(client, headers, "items")
+    assert second.status_code == 200, second.get_json()
+    with busy.app_context():
+        assert db.session.scalar(text("SELECT pg_backend_pid()")) != pid
+
+
+@pytest.mark.parametrize("data", [
+    b'{"a": 1, "b": [1, 2.50, -0, 1e400, 123456789012345678901234567890]}', b' {"a":1}', b'{"a":1} ', b'\t[]\n',
+    '\ufeff{"a":1}'.encode(), '{"é": "\\u00e9\\ud83d\\ude00"}'.encode(), b'"x"', b"null", b"true", b"12",
+    b'{"a":', b"", b"{} {}", b'{"a": NaN}', b'\xff{"a":1}', b'{"a": 1, "a": 2}',
+])
+def test_json_values_decode_as_json_loads_decodes_them(data):
+    try:
+        expected = json.loads(data)
+    except ValueError as exc:
+        with pytest.raises(type(exc)):
+            json_loads(data)
+        return
+    got = json_loads(data)
+    assert got == expected or (got != got and expected != expected)
+    assert json.dumps(got) == json.dumps(expected)  # same types too (2.5 vs 2.50, big integers, -0)
