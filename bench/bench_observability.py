@@ -1,33 +1,54 @@
 """What observability costs a hot read: `GET /api/v1/entities/{name}/records/{id}` served by gunicorn as
-the Procfile runs it (docker/gunicorn.conf.py, WEB_CONCURRENCY=2), `wrk -t2 -c8`, three variants side by
-side in one run:
+the Procfile runs it (docker/gunicorn.conf.py), three variants side by side in one run:
 
 - off: METRICS_ENABLED=false (no request hooks, no metric files, the plain pool);
 - metrics: the default (multiprocess files under VAR_DIR/metrics, the request hooks, pool gauges);
 - metrics + tracing at 10 %: the same, with OpenTelemetry's standard environment (OTLP over HTTP to a
-  local sink this benchmark runs, answering 200; parent-based 10 % trace-id sampling). Tracing is
-  enabled from that environment by the tracing part of app.observability; a build without it shows
-  no tracing cost in that row.
+  local sink this benchmark runs, answering 200; parent-based 10 % trace-id sampling).
 
-The variants run interleaved (ROUNDS rounds of off, metrics, tracing) so that the machine's load drifts
-over all three alike; the table gives the median req/s of the rounds and the CPU time (user + system,
-from /proc) of every gunicorn process per request served, which depends far less on the shared
-machine's load than req/s does. `python -m bench observability` → bench/results/observability.md.
+Two measurements:
+
+1. Throughput: `wrk -t2 -c8` against each server (WEB_CONCURRENCY=2 workers), in ROUNDS short rounds
+   interleaved (off, metrics, tracing, then the next round in a rotated order) so that the machine's
+   load drifts over all three alike. Per variant: the median req/s of the rounds and their spread, and
+   the CPU time (user + system, from /proc) of every gunicorn process per request served, which depends
+   far less on the shared machine's load than req/s does.
+2. Instructions per request (BENCH_OBSERVABILITY_CALLGRIND=1, the default; needs valgrind): one server
+   per variant with one worker (4 threads) runs under `valgrind --tool=callgrind` with counting off; after
+   a warm-up, a window of CALLGRIND_REQUESTS sequential GETs on one keep-alive connection is counted
+   (bench.callgrind: signals to the worker start and dump the count). Instruction counts do not depend
+   on the machine's load, so this row settles a difference that the spread of req/s hides. The three
+   servers run at the same time (their counts do not depend on it).
+
+`python -m bench observability` → bench/results/observability.md, in about 5 minutes; every process it
+starts is stopped before it returns.
 """
 
 from __future__ import annotations
 
+import http.client
 import os
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import threading
+import time
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from bench.bench_records_http import cpu_seconds, free_port, http, start_gunicorn, stop, worker_pids, wrk
-from bench.common import bench_app, bench_token, table, write_result
+from bench import callgrind
+from bench.bench_records_http import cpu_seconds, free_port, stop, worker_pids, wrk
+from bench.bench_records_http import http as http_call
+from bench.common import BENCH_SECRET, ROOT, bench_app, bench_token, table, write_result
 
-DURATION, WARMUP = 10, 2
-ROUNDS = int(os.environ.get("BENCH_OBSERVABILITY_ROUNDS", "5"))  # interleaved rounds per variant
+DURATION = int(os.environ.get("BENCH_OBSERVABILITY_SECONDS", "3"))  # seconds of one wrk round
+ROUNDS = int(os.environ.get("BENCH_OBSERVABILITY_ROUNDS", "15"))  # interleaved rounds per variant
+CALLGRIND = os.environ.get("BENCH_OBSERVABILITY_CALLGRIND", "1") not in ("0", "false", "")
+CALLGRIND_REQUESTS = int(os.environ.get("BENCH_OBSERVABILITY_CALLGRIND_REQUESTS", "300"))
+CALLGRIND_WARMUP = 40
+CONNECTIONS = 8
 ORG = "bench-observability"
 ENTITY = "observed"
 
@@ -75,75 +96,229 @@ def _record(app) -> str:
     return resp.get_json()["id"]
 
 
-def _gunicorn_pids(master: int) -> list[int]:
-    return [master, *worker_pids(master)]
+def _environment(settings: dict[str, str], database_url: str, port: int, sink_url: str, **extra: str) -> dict:
+    """The server's environment: this process's, without any OTEL_* or metric directory of its own, plus the
+    variant's settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_") and k != "PROMETHEUS_MULTIPROC_DIR"}
+    env.update({"PORT": str(port), "DATABASE_URL": database_url, "JWT_SECRET": BENCH_SECRET, "LOG_LEVEL": "WARNING",
+                "REDIS_URL": "", "VAR_DIR": os.path.join(ROOT, "var", "bench"), **settings, **extra})
+    if "OTEL_TRACES_EXPORTER" in settings:
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = sink_url
+    return env
+
+
+LOGS = os.path.join(ROOT, "var", "bench", "observability-logs")
+
+
+def _start(cmd: list[str], env: dict, port: int, wait: float) -> subprocess.Popen:
+    """Start a server; its stderr goes to LOGS/<port>.log (a pipe nobody reads could fill and stall it)."""
+    os.makedirs(LOGS, exist_ok=True)
+    log_path = os.path.join(LOGS, f"{port}.log")
+    with open(log_path, "w") as log_file:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log_file,
+                                start_new_session=True)  # its own process group: `stop` ends all of it
+    deadline = time.time() + wait
+    while time.time() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5)
+            return proc
+        except OSError:
+            if proc.poll() is not None:
+                with open(log_path) as fh:
+                    raise RuntimeError(fh.read()[-2000:]) from None
+            time.sleep(0.5)
+    stop(proc)
+    raise RuntimeError(f"gunicorn did not start in {wait:.0f} s: {' '.join(cmd[:3])}")
+
+
+def _gunicorn(config: str, port: int) -> list[str]:
+    return [os.path.join(ROOT, ".venv", "bin", "python"), "-m", "gunicorn", "-c", os.path.join(ROOT, config),
+            "--bind", f"127.0.0.1:{port}", "--access-logfile", "/dev/null", "wsgi:app"]
+
+
+# -- 1. req/s and CPU per request ------------------------------------------------------------------------
+
+def throughput(database_url: str, path: str, token: str, sink_url: str) -> dict[str, dict]:
+    servers: dict[str, tuple] = {}
+    results = {label: {"rates": [], "cpu": [], "errors": 0} for label in VARIANTS}
+    try:
+        for label, settings in VARIANTS.items():
+            port = free_port()
+            proc = _start(_gunicorn("docker/gunicorn.conf.py", port),
+                          _environment(settings, database_url, port, sink_url), port, 90)
+            servers[label] = (proc, f"http://127.0.0.1:{port}{path}")
+            http_call("GET", servers[label][1], token)  # the record answers
+        for _proc, target in servers.values():
+            wrk(target, CONNECTIONS, token, 2)  # warm-up: every thread and connection made
+        labels = list(VARIANTS)
+        for round_ in range(ROUNDS):
+            for label in labels[round_ % 3:] + labels[:round_ % 3]:  # rotated: no variant always runs first
+                proc, target = servers[label]
+                pids = [proc.pid, *worker_pids(proc.pid)]
+                before = sum(cpu_seconds(p) for p in pids)
+                result = wrk(target, CONNECTIONS, token, DURATION)
+                used = sum(cpu_seconds(p) for p in pids) - before
+                results[label]["rates"].append(result["rate"])
+                results[label]["cpu"].append(1000 * used / (result["rate"] * DURATION))
+                results[label]["errors"] += result["errors"]
+            print(f"round {round_ + 1}/{ROUNDS}:",
+                  ", ".join(f"{label.split(' (')[0]} {results[label]['rates'][-1]:.0f}/s" for label in labels),
+                  flush=True)
+    finally:
+        for proc, _target in servers.values():
+            stop(proc)
+    return results
+
+
+# -- 2. instructions per request (callgrind) -------------------------------------------------------------
+
+def _get(conn: http.client.HTTPConnection, path: str, token: str) -> None:
+    conn.request("GET", path, headers={"Authorization": f"Bearer {token}"})
+    resp = conn.getresponse()
+    resp.read()
+    if resp.status != 200:
+        raise RuntimeError(f"GET {path}: {resp.status}")
+
+
+def _wait_for(path: str, seconds: float) -> None:
+    deadline = time.time() + seconds
+    while not os.path.exists(path):
+        if time.time() > deadline:
+            raise RuntimeError(f"{path} did not appear in {seconds:.0f} s")
+        time.sleep(0.2)
+
+
+def instructions(label: str, settings: dict, database_url: str, path: str, token: str, sink_url: str,
+                 workdir: str) -> float:
+    """Instructions one worker runs per request (callgrind), over CALLGRIND_REQUESTS requests after a warm-up."""
+    port = free_port()
+    out = os.path.join(workdir, f"callgrind-{port}")
+    marker = os.path.join(workdir, f"window-{port}")
+    cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}.%p",
+           *_gunicorn("bench/callgrind_gunicorn.py", port)]
+    env = _environment(settings, database_url, port, sink_url, WEB_CONCURRENCY="1", GUNICORN_THREADS="4",
+                       BENCH_CALLGRIND_MARKER=marker)
+    proc = _start(cmd, env, port, 240)
+    try:
+        worker = worker_pids(proc.pid)[0]
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        exports = _Sink.received
+        for _ in range(CALLGRIND_WARMUP):
+            _get(conn, path, token)
+        if "OTEL_TRACES_EXPORTER" in settings:
+            # until the first export is done: its one-time work (the exporter's imports, its HTTP session)
+            # is no request's cost
+            deadline = time.time() + 90
+            while _Sink.received == exports and time.time() < deadline:
+                _get(conn, path, token)
+                time.sleep(0.05)
+            time.sleep(1)
+        os.kill(worker, callgrind.SIGNAL_START)
+        _wait_for(marker + ".on", 60)
+        for _ in range(CALLGRIND_REQUESTS):
+            _get(conn, path, token)
+        os.kill(worker, callgrind.SIGNAL_DUMP)
+        _wait_for(marker + ".dumped", 120)
+        conn.close()
+        total = callgrind.total_instructions(f"{out}.{worker}.1")
+    finally:
+        stop(proc)
+    print(f"callgrind {label}: {total / CALLGRIND_REQUESTS:,.0f} instructions per request", flush=True)
+    return total / CALLGRIND_REQUESTS
+
+
+def all_instructions(database_url: str, path: str, token: str, sink_url: str) -> dict[str, float]:
+    found: dict[str, float] = {}
+    failures: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="bench-callgrind-") as workdir:
+        def run(label: str, settings: dict) -> None:
+            try:
+                found[label] = instructions(label, settings, database_url, path, token, sink_url, workdir)
+            except Exception as exc:  # reported in the table; the req/s part still stands
+                failures.append(f"{label}: {type(exc).__name__}: {exc}")
+
+        threads = [threading.Thread(target=run, args=item) for item in VARIANTS.items()]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    for failure in failures:
+        print("callgrind failed:", failure, flush=True)
+    return found
+
+
+def _ensure_wrk() -> None:
+    if shutil.which("wrk") is None:  # the Debian package, as `make bench-tools` installs it
+        subprocess.run(["make", "-s", "bench-tools"], cwd=ROOT, check=True)
 
 
 def main() -> str:
+    _ensure_wrk()
+    started = time.time()
     app = bench_app(METRICS_ENABLED=False)
-    url = app.config["DATABASE_URL"]
-    record_id = _record(app)
+    database_url = app.config["DATABASE_URL"]
+    path = f"/api/v1/entities/{ENTITY}/records/{_record(app)}"
     token = bench_token(ORG)
     sink = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
     threading.Thread(target=sink.serve_forever, daemon=True).start()
     sink_url = f"http://127.0.0.1:{sink.server_address[1]}"
-    servers: dict[str, tuple] = {}
-    saved = dict(os.environ)
+    use_callgrind = CALLGRIND and shutil.which("valgrind") is not None and callgrind.available()
     try:
-        for label, settings in VARIANTS.items():
-            port = free_port()
-            os.environ.update(settings)
-            os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
-            if "OTEL_TRACES_EXPORTER" in settings:
-                os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = sink_url
-            else:
-                for name in [n for n in os.environ if n.startswith("OTEL_")]:
-                    del os.environ[name]
-            proc = start_gunicorn(url, port)
-            servers[label] = (proc, f"http://127.0.0.1:{port}/api/v1/entities/{ENTITY}/records/{record_id}")
-            http("GET", servers[label][1], token)  # the record answers
-            os.environ.clear()
-            os.environ.update(saved)
-        rates: dict[str, list[float]] = {label: [] for label in VARIANTS}
-        cpu: dict[str, list[float]] = {label: [] for label in VARIANTS}
-        errors: dict[str, int] = {label: 0 for label in VARIANTS}
-        for _round in range(ROUNDS):
-            for label, (proc, target) in servers.items():
-                wrk(target, 8, token, WARMUP)
-                pids = _gunicorn_pids(proc.pid)
-                before = sum(cpu_seconds(p) for p in pids)
-                result = wrk(target, 8, token, DURATION)
-                used = sum(cpu_seconds(p) for p in pids) - before
-                rates[label].append(result["rate"])
-                cpu[label].append(1000 * used / (result["rate"] * DURATION))
-                errors[label] += result["errors"]
-                print(label, result, flush=True)
+        counts = all_instructions(database_url, path, token, sink_url) if use_callgrind else {}
+        results = throughput(database_url, path, token, sink_url)
     finally:
-        for proc, _target in servers.values():
-            stop(proc)
         sink.shutdown()
-        os.environ.clear()
-        os.environ.update(saved)
-    base_rate = statistics.median(rates[next(iter(VARIANTS))])
-    base_cpu = statistics.median(cpu[next(iter(VARIANTS))])
+    base = next(iter(VARIANTS))
+    base_rate = statistics.median(results[base]["rates"])
+    base_cpu = statistics.median(results[base]["cpu"])
+
+    def versus(value: float, reference: float) -> str:
+        return f"{100 * (value / reference - 1):+.1f} %"
+
     rows = []
     for label in VARIANTS:
-        rate, cpu_ms = statistics.median(rates[label]), statistics.median(cpu[label])
-        rows.append([label, rate, f"{100 * (rate / base_rate - 1):+.1f} %", cpu_ms,
-                     f"{100 * (cpu_ms / base_cpu - 1):+.1f} %", " / ".join(f"{r:.0f}" for r in rates[label]),
-                     errors[label]])
-    body = table(["variant", "req/s (median)", "vs off", "CPU ms per request (median)", "vs off",
-                  f"req/s of the {ROUNDS} rounds", "non-2xx"], rows)
+        rates, cpu = results[label]["rates"], results[label]["cpu"]
+        rate, cpu_ms = statistics.median(rates), statistics.median(cpu)
+        row = [label, f"{rate:.0f}", versus(rate, base_rate), f"{min(rates):.0f}–{max(rates):.0f}",
+               f"{cpu_ms:.3f}", versus(cpu_ms, base_cpu), f"{min(cpu):.3f}–{max(cpu):.3f}"]
+        if label in counts and base in counts:
+            row += [f"{counts[label] / 1e6:.3f}", versus(counts[label], counts[base])]
+        elif use_callgrind:
+            row += ["failed", ""]
+        rows.append(row + [results[label]["errors"]])
+    headers = ["variant", "req/s (median)", "vs off", f"req/s range ({ROUNDS} rounds)", "CPU ms per request "
+               "(median)", "vs off", "CPU ms range"]
+    if use_callgrind:
+        headers += ["million instructions per request (callgrind)", "vs off"]
+    body = table([*headers, "non-2xx"], rows)
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    notes = (f"OTLP exports received by the local sink during the run: {_Sink.received} (0 when this build "
-             "does not trace).\n\n"
-             f"Machine load average (1/5/15 min) at the end: {load}. gunicorn -c docker/gunicorn.conf.py "
-             "(gthread, WEB_CONCURRENCY=2 workers) on 127.0.0.1, wrk 4.1 (Debian) `-t2 -c8 "
-             f"-d{DURATION}s` after a {WARMUP} s warm-up, {ROUNDS} interleaved rounds per variant, one record "
-             "of one org, same machine (2 cores shared by server, PostgreSQL, wrk and other work). CPU per "
-             "request: user + system time of the master and workers from /proc over a round, divided by "
-             "the requests served.")
+    callgrind_note = (
+        f"Instructions: `valgrind --tool=callgrind` (valgrind {_valgrind_version()}) of one gunicorn worker "
+        f"(WEB_CONCURRENCY=1, 4 threads) per variant, counting only a window of {CALLGRIND_REQUESTS} sequential "
+        f"GETs on one keep-alive connection after {CALLGRIND_WARMUP} uncounted ones (the whole worker: "
+        "gunicorn's parsing and polling, the app, psycopg, the span export thread). The count is the same "
+        "under any machine load. With tracing the sampler keeps about one request in ten at random, so "
+        f"the window holds {CALLGRIND_REQUESTS // 10} ± {(CALLGRIND_REQUESTS * 0.09) ** 0.5:.0f} traced "
+        "requests, and the batch span processor exports every 5 s of wall time, which is more often per "
+        "request under callgrind's slowdown than at full speed: the tracing row is a slight over-estimate."
+        if use_callgrind else
+        "Instructions: not measured (BENCH_OBSERVABILITY_CALLGRIND=0, or valgrind is not installed).")
+    notes = (f"OTLP exports received by the local sink during the run: {_Sink.received}.\n\n"
+             f"Throughput: gunicorn -c docker/gunicorn.conf.py (gthread, WEB_CONCURRENCY=2 workers) on "
+             f"127.0.0.1, wrk 4.1 `-t2 -c{CONNECTIONS} -d{DURATION}s`, {ROUNDS} rounds per variant "
+             "interleaved (the order rotated each round) after a 2 s warm-up of each, one record of one org, "
+             "same machine (server, PostgreSQL and wrk share the cores). CPU per request: user + system "
+             "time of the master and workers from /proc over a round, divided by the requests served; median "
+             f"and range over the rounds. Machine load average (1/5/15 min) at the end: {load}.\n\n"
+             f"{callgrind_note}\n\nWall time of the benchmark: {time.time() - started:.0f} s.")
     return write_result("observability", "Cost of metrics and tracing on a record GET (gunicorn + wrk)", body, notes)
+
+
+def _valgrind_version() -> str:
+    try:
+        return subprocess.run(["valgrind", "--version"], capture_output=True, text=True).stdout.strip().split("-")[-1]
+    except OSError:
+        return "?"
 
 
 if __name__ == "__main__":

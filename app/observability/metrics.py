@@ -28,6 +28,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -49,7 +50,8 @@ _TASK_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0,
 HTTP_DURATION = Histogram(
     "gateway_http_request_duration_seconds", "Time from the first to the last hook of a request, by route "
     "template, method and status", ["route", "method", "status"], buckets=_LATENCY_BUCKETS, registry=REGISTRY)
-HTTP_IN_FLIGHT = Gauge("gateway_http_requests_in_flight", "Requests being handled now",
+HTTP_IN_FLIGHT = Gauge("gateway_http_requests_in_flight", "Requests being handled now (each process's count "
+                       "as of the last second)",
                        multiprocess_mode="livesum", registry=REGISTRY)
 HTTP_REFUSALS = Counter("gateway_http_refusals_total", "429, 413 and 415 answers by status and route group "
                         "(the Flask blueprint of the route)", ["status", "group"], registry=REGISTRY)
@@ -70,7 +72,8 @@ EMBEDDING = Histogram("gateway_embedding_request_duration_seconds", "One embeddi
                       buckets=_LATENCY_BUCKETS, registry=REGISTRY)
 
 # -- PostgreSQL and Redis --------------------------------------------------------------------------------
-DB_POOL_IN_USE = Gauge("gateway_db_pool_connections_in_use", "Pooled PostgreSQL connections checked out",
+DB_POOL_IN_USE = Gauge("gateway_db_pool_connections_in_use", "Pooled PostgreSQL connections checked out (each "
+                       "process's count as of the last second)",
                        multiprocess_mode="livesum", registry=REGISTRY)
 DB_POOL_WAITING = Gauge("gateway_db_pool_waiting", "Threads waiting for a pooled PostgreSQL connection (the "
                         "pool is exhausted)", multiprocess_mode="livesum", registry=REGISTRY)
@@ -168,11 +171,6 @@ def count_rate_limited(group: str) -> None:
         RATE_LIMITED.labels(group).inc()
 
 
-def pool_in_use(count: int) -> None:
-    if _state["enabled"]:
-        DB_POOL_IN_USE.set(count)
-
-
 def pool_waiting(delta: int) -> None:
     if _state["enabled"]:
         DB_POOL_WAITING.inc(delta)
@@ -197,12 +195,85 @@ def _preset(kinds: Iterable[str]) -> None:
         LEASE_REAPS.labels(kind)
 
 
+# -- live gauges: counted in memory, written once a second -------------------------------------------------
+# Requests in flight and pooled connections in use change twice per request. Writing each change to the
+# metric files (a lock, a pid check and an mmap write per change, ~9 000 instructions) was a third of what
+# metrics cost a record GET, so each process counts them in memory and a daemon thread (`_Sampler`) writes
+# the current values every SAMPLE_SECONDS, and a scrape writes its own process's before it reads. A
+# scrape thus sees every other process's values as of the last second: a gauge is a sample anyway.
+SAMPLE_SECONDS = 1.0
+
+
+class _Sampler:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.in_flight = 0
+        self.engines: weakref.WeakSet = weakref.WeakSet()  # this process's metered engines
+        self.thread: threading.Thread | None = None
+        self.written: tuple[int, int] | None = None
+
+    def ensure_running(self) -> None:
+        """Start this process's writer thread (once per process: a forked child starts its own)."""
+        if self.thread is not None:
+            return
+        with self.lock:
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="metrics-live-gauges", daemon=True)
+                self.thread.start()
+
+    def _run(self) -> None:
+        me = threading.current_thread()
+        while self.thread is me:  # a fork leaves the old thread behind (gone) and starts another
+            time.sleep(SAMPLE_SECONDS)
+            try:
+                self.write()
+            except Exception:  # a gauge write never kills the process's metrics thread
+                log.warning("metrics: writing the live gauges failed", exc_info=True)
+
+    def write(self, force: bool = False) -> None:
+        """Write this process's in-flight and in-use counts (when they changed, or `force`)."""
+        in_use = 0
+        for engine in list(self.engines):
+            in_use += engine.pool.checkedout()
+        values = (self.in_flight, in_use)
+        if force or values != self.written:
+            HTTP_IN_FLIGHT.set(values[0])
+            DB_POOL_IN_USE.set(values[1])
+            self.written = values
+
+    def after_fork(self) -> None:
+        """In a forked child: its own counts, lock and thread (the parent's thread does not exist here)."""
+        self.lock = threading.Lock()
+        self.in_flight = 0
+        self.thread = None
+        self.written = None
+
+
+_live = _Sampler()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_live.after_fork)
+
+
+def watch_pool(engine) -> None:
+    """Count `engine`'s checked-out connections in gateway_db_pool_connections_in_use (app.db, with
+    METRICS_ENABLED): read once a second by the live-gauge thread, nothing per checkout."""
+    _live.engines.add(engine)
+
+
 # -- HTTP hooks ------------------------------------------------------------------------------------------
+# (route, method, status) → the histogram's child: a dict lookup instead of labels() on every request;
+# bounded like the labels (route templates × methods × statuses)
+_http_children: dict[tuple, Any] = {}
+
 
 def _request_started() -> None:
     g._metrics_started = time.perf_counter()
+    live = _live
+    with live.lock:
+        live.in_flight += 1
     g._metrics_in_flight = True
-    HTTP_IN_FLIGHT.inc()
+    if live.thread is None:
+        live.ensure_running()
 
 
 def _request_finished(response):
@@ -211,8 +282,12 @@ def _request_finished(response):
         rule = request.url_rule
         method = request.method if request.method in _METHODS else "other"
         status = response.status_code
-        HTTP_DURATION.labels(rule.rule if rule is not None else "unmatched", method,
-                             str(status)).observe(time.perf_counter() - started)
+        key = (rule.rule if rule is not None else "unmatched", method, status)
+        child = _http_children.get(key)
+        if child is None:
+            child = HTTP_DURATION.labels(key[0], method, str(status))
+            _http_children[key] = child
+        child.observe(time.perf_counter() - started)
         if status in REFUSAL_STATUSES:
             HTTP_REFUSALS.labels(str(status), request.blueprint or "none").inc()
     return response
@@ -220,7 +295,9 @@ def _request_finished(response):
 
 def _request_torn_down(_exc=None) -> None:
     if g.pop("_metrics_in_flight", False):
-        HTTP_IN_FLIGHT.dec()
+        live = _live
+        with live.lock:
+            live.in_flight -= 1
 
 
 # -- Celery signals --------------------------------------------------------------------------------------
@@ -228,6 +305,8 @@ _task_started: dict[str, float] = {}
 
 
 def _task_prerun(task_id=None, task=None, **_kwargs) -> None:
+    if _live.thread is None and _live.engines and _state["enabled"]:
+        _live.ensure_running()  # a pool process's connections in use
     if task_id:
         _task_started[task_id] = time.perf_counter()
 
@@ -396,6 +475,7 @@ def _metrics_view():
     if not token_accepted(expected, request.headers.get("X-Internal-Token"), request.headers.get("Authorization")):
         raise Unauthorized("X-Internal-Token (or Authorization: Bearer) with the internal token is required.")
     collector = current_app.extensions.get("metrics_deployment")
+    _live.write(force=True)  # this process's live gauges as of now (the others': as of the last second)
     body = generate_latest(_registry([collector] if collector is not None else []))
     return Response(body, headers={"Content-Type": CONTENT_TYPE_LATEST, "Cache-Control": "no-store"})
 
@@ -441,6 +521,7 @@ def serve_worker(app: Flask):
         if not token_accepted(expected, environ.get("HTTP_X_INTERNAL_TOKEN"), environ.get("HTTP_AUTHORIZATION")):
             start_response("401 Unauthorized", [("Content-Type", "text/plain")])
             return [b"the internal token is required (INTERNAL_API_TOKEN)\n"]
+        _live.write(force=True)
         body = generate_latest(_registry())
         start_response("200 OK", [("Content-Type", CONTENT_TYPE_LATEST), ("Content-Length", str(len(body)))])
         return [body]

@@ -196,7 +196,13 @@ class ServerSpans:
         from opentelemetry.util.http import get_excluded_urls
 
         self.tracer = trace.get_tracer("app.observability.tracing", tracer_provider=_provider)
-        self.excluded = get_excluded_urls("FLASK")
+        excluded = get_excluded_urls("FLASK")
+        # None when no URL is excluded: `request.url` (built from the environ) is not computed per request
+        self.excluded = excluded if excluded._excluded_urls else None
+        # the WSGI names of the headers the propagators read (traceparent, tracestate, baggage): a request
+        # that carries none of them has no remote parent, and extraction is skipped
+        fields = propagate.get_global_textmap().fields
+        self._carried = tuple("HTTP_" + name.upper().replace("-", "_") for name in fields)
         # bound once: these run on every request
         self._extract, self._attach, self._detach = propagate.extract, context.attach, context.detach
         self._in_context, self._set_value = trace.set_span_in_context, context.set_value
@@ -210,14 +216,18 @@ class ServerSpans:
     def start(self) -> None:
         if self.excluded is not None and self.excluded.url_disabled(request.url):
             return
-        parent = self._extract(request.headers)
+        environ = request.environ
+        parent = None  # the current context: a request thread's is empty
+        for name in self._carried:
+            if name in environ:
+                parent = self._extract(request.headers)
+                break
         rule = request.url_rule
         route = rule.rule if rule is not None else None
         span = self.tracer.start_span(f"{request.method} {route}" if route else request.method, context=parent,
                                       kind=self._server)
         current = self._in_context(span, parent)
         if span.is_recording():
-            environ = request.environ
             attributes = {"http.request.method": request.method, "url.path": request.path,
                           "url.scheme": request.scheme, "server.address": request.host,
                           "client.address": environ.get("REMOTE_ADDR", ""),
