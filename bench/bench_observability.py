@@ -26,6 +26,7 @@ starts is stopped before it returns.
 
 from __future__ import annotations
 
+import gzip
 import http.client
 import os
 import shutil
@@ -65,10 +66,12 @@ class _Sink(BaseHTTPRequestHandler):
     """An OTLP/HTTP collector stand-in: reads the export and answers 200 (an empty protobuf response)."""
 
     received = 0
+    server_spans = 0  # the requests traced (one SERVER span each)
 
     def do_POST(self):  # noqa: N802
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         type(self).received += 1
+        type(self).server_spans += _server_spans(body)
         self.send_response(200)
         self.send_header("Content-Type", "application/x-protobuf")
         self.send_header("Content-Length", "0")
@@ -76,6 +79,17 @@ class _Sink(BaseHTTPRequestHandler):
 
     def log_message(self, *args):
         pass
+
+
+def _server_spans(body: bytes) -> int:
+    if body[:2] == b"\x1f\x8b":  # OTEL_EXPORTER_OTLP_COMPRESSION=gzip
+        body = gzip.decompress(body)
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+    request = ExportTraceServiceRequest.FromString(body)
+    return sum(1 for resource in request.resource_spans for scope in resource.scope_spans for span in scope.spans
+               if span.kind == Span.SpanKind.SPAN_KIND_SERVER)
 
 
 def _record(app) -> str:
@@ -189,46 +203,44 @@ def _wait_for(path: str, seconds: float) -> None:
 
 
 def instructions(label: str, settings: dict, database_url: str, path: str, token: str, sink_url: str,
-                 workdir: str) -> float:
+                 workdir: str) -> tuple[float, int]:
     """Instructions one worker runs per request (callgrind), over CALLGRIND_REQUESTS requests after a warm-up."""
     port = free_port()
     out = os.path.join(workdir, f"callgrind-{port}")
     marker = os.path.join(workdir, f"window-{port}")
     cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}.%p",
            *_gunicorn("bench/callgrind_gunicorn.py", port)]
+    # Spans are exported when the window starts (what the warm-up left) and when it ends (the window's
+    # spans: one export, counted), never on the batch processor's timer: under callgrind's slowdown the
+    # 5 s timer would export every few requests, where at full speed one export carries hundreds.
     env = _environment(settings, database_url, port, sink_url, WEB_CONCURRENCY="1", GUNICORN_THREADS="4",
-                       BENCH_CALLGRIND_MARKER=marker)
+                       BENCH_CALLGRIND_MARKER=marker, OTEL_BSP_SCHEDULE_DELAY="3600000")
     proc = _start(cmd, env, port, 240)
     try:
         worker = worker_pids(proc.pid)[0]
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-        exports = _Sink.received
         for _ in range(CALLGRIND_WARMUP):
             _get(conn, path, token)
-        if "OTEL_TRACES_EXPORTER" in settings:
-            # until the first export is done: its one-time work (the exporter's imports, its HTTP session)
-            # is no request's cost
-            deadline = time.time() + 90
-            while _Sink.received == exports and time.time() < deadline:
-                _get(conn, path, token)
-                time.sleep(0.05)
-            time.sleep(1)
         os.kill(worker, callgrind.SIGNAL_START)
-        _wait_for(marker + ".on", 60)
+        _wait_for(marker + ".on", 120)
+        traced = _Sink.server_spans  # (one tracing server at a time sends spans here)
         for _ in range(CALLGRIND_REQUESTS):
             _get(conn, path, token)
         os.kill(worker, callgrind.SIGNAL_DUMP)
-        _wait_for(marker + ".dumped", 120)
+        _wait_for(marker + ".dumped", 300)
+        traced = _Sink.server_spans - traced
         conn.close()
         total = callgrind.total_instructions(f"{out}.{worker}.1")
     finally:
         stop(proc)
-    print(f"callgrind {label}: {total / CALLGRIND_REQUESTS:,.0f} instructions per request", flush=True)
-    return total / CALLGRIND_REQUESTS
+    print(f"callgrind {label}: {total / CALLGRIND_REQUESTS:,.0f} instructions per request, {traced} traced",
+          flush=True)
+    return total / CALLGRIND_REQUESTS, traced
 
 
-def all_instructions(database_url: str, path: str, token: str, sink_url: str) -> dict[str, float]:
-    found: dict[str, float] = {}
+def all_instructions(database_url: str, path: str, token: str, sink_url: str) -> dict[str, tuple[float, int]]:
+    """{variant: (instructions per request, requests traced in the window)}"""
+    found: dict[str, tuple[float, int]] = {}
     failures: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-callgrind-") as workdir:
         def run(label: str, settings: dict) -> None:
@@ -282,14 +294,15 @@ def main() -> str:
         row = [label, f"{rate:.0f}", versus(rate, base_rate), f"{min(rates):.0f}–{max(rates):.0f}",
                f"{cpu_ms:.3f}", versus(cpu_ms, base_cpu), f"{min(cpu):.3f}–{max(cpu):.3f}"]
         if label in counts and base in counts:
-            row += [f"{counts[label] / 1e6:.3f}", versus(counts[label], counts[base])]
+            traced = f"{counts[label][1]} of {CALLGRIND_REQUESTS}" if "OTEL_TRACES_EXPORTER" in VARIANTS[label] else "–"
+            row += [f"{counts[label][0] / 1e6:.3f}", versus(counts[label][0], counts[base][0]), traced]
         elif use_callgrind:
-            row += ["failed", ""]
+            row += ["failed", "", ""]
         rows.append(row + [results[label]["errors"]])
     headers = ["variant", "req/s (median)", "vs off", f"req/s range ({ROUNDS} rounds)", "CPU ms per request "
                "(median)", "vs off", "CPU ms range"]
     if use_callgrind:
-        headers += ["million instructions per request (callgrind)", "vs off"]
+        headers += ["million instructions per request (callgrind)", "vs off", "requests traced in the window"]
     body = table([*headers, "non-2xx"], rows)
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     callgrind_note = (
@@ -297,10 +310,13 @@ def main() -> str:
         f"(WEB_CONCURRENCY=1, 4 threads) per variant, counting only a window of {CALLGRIND_REQUESTS} sequential "
         f"GETs on one keep-alive connection after {CALLGRIND_WARMUP} uncounted ones (the whole worker: "
         "gunicorn's parsing and polling, the app, psycopg, the span export thread). The count is the same "
-        "under any machine load. With tracing the sampler keeps about one request in ten at random, so "
-        f"the window holds {CALLGRIND_REQUESTS // 10} ± {(CALLGRIND_REQUESTS * 0.09) ** 0.5:.0f} traced "
-        "requests, and the batch span processor exports every 5 s of wall time, which is more often per "
-        "request under callgrind's slowdown than at full speed: the tracing row is a slight over-estimate."
+        "under any machine load; objects made before the window are frozen (gc.freeze) so that a full "
+        "garbage collection falling due inside a short window does not weigh on one variant alone. With "
+        "tracing the sampler keeps about one request in ten at random (the count of the window is given: "
+        f"{CALLGRIND_REQUESTS // 10} ± {(CALLGRIND_REQUESTS * 0.09) ** 0.5:.0f} by chance); the spans are "
+        "exported when the window starts (the warm-up's) and when it ends (the window's, counted, in one "
+        "export), not on the batch processor's 5 s timer, which under callgrind's slowdown would export "
+        "every few requests where at full speed one export carries hundreds of spans."
         if use_callgrind else
         "Instructions: not measured (BENCH_OBSERVABILITY_CALLGRIND=0, or valgrind is not installed).")
     notes = (f"OTLP exports received by the local sink during the run: {_Sink.received}.\n\n"

@@ -15,4 +15,12 @@ _shipped_post_worker_init = globals().get("post_worker_init")
 def post_worker_init(worker):  # noqa: F811
     if _shipped_post_worker_init is not None:
         _shipped_post_worker_init(worker)
-    callgrind.install_signals(os.environ.get("BENCH_CALLGRIND_MARKER"))
+    # the spans of the requests before the window are exported before it, the window's own in it
+    callgrind.install_signals(os.environ.get("BENCH_CALLGRIND_MARKER"), flush=_export_spans)
+
+
+def _export_spans():
+    from app.observability import tracing
+
+    if tracing.ENABLED and tracing._provider is not None:
+        tracing._provider.force_flush(120_000)  # callgrind is slow: far beyond the 5 s of a worker's exit

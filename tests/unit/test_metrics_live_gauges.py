@@ -31,7 +31,7 @@ def _wait_until(predicate, seconds: float = 30.0) -> bool:
 
 
 def test_the_thread_writes_this_processes_counts_and_a_fork_starts_afresh():
-    sampler = metrics._Sampler()
+    sampler = metrics._Recorder()
     engines = [_Engine(2), _Engine(3)]
     for engine in engines:
         sampler.engines.add(engine)
