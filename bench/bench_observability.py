@@ -17,11 +17,16 @@ Two measurements:
    per variant with one worker (4 threads) runs under `valgrind --tool=callgrind` with counting off; after
    a warm-up, a window of CALLGRIND_REQUESTS sequential GETs on one keep-alive connection is counted
    (bench.callgrind: signals to the worker start and dump the count). Instruction counts do not depend
-   on the machine's load, so this row settles a difference that the spread of req/s hides. The three
-   servers run at the same time (their counts do not depend on it).
+   on the machine's load, so this table settles a difference that the spread of req/s hides. Tracing is
+   also counted at 0 % and 100 % sampling: the cost of a request the sampler leaves out and of one it
+   keeps, hence the expected cost at 10 % without the luck of the draw. The servers run at the same
+   time (their counts do not depend on it), before the wrk rounds.
 
-`python -m bench observability` → bench/results/observability.md, in about 5 minutes; every process it
-starts is stopped before it returns.
+Settings: BENCH_OBSERVABILITY_ROUNDS (12), BENCH_OBSERVABILITY_SECONDS (3, one wrk round),
+BENCH_OBSERVABILITY_CALLGRIND (1), BENCH_OBSERVABILITY_CALLGRIND_REQUESTS (200).
+
+`python -m bench observability` → bench/results/observability.md, in about 5 minutes (wrk is installed by
+`make bench-tools` when missing); every process it starts is stopped before it returns.
 """
 
 from __future__ import annotations
@@ -45,9 +50,9 @@ from bench.bench_records_http import http as http_call
 from bench.common import BENCH_SECRET, ROOT, bench_app, bench_token, table, write_result
 
 DURATION = int(os.environ.get("BENCH_OBSERVABILITY_SECONDS", "3"))  # seconds of one wrk round
-ROUNDS = int(os.environ.get("BENCH_OBSERVABILITY_ROUNDS", "15"))  # interleaved rounds per variant
+ROUNDS = int(os.environ.get("BENCH_OBSERVABILITY_ROUNDS", "12"))  # interleaved rounds per variant
 CALLGRIND = os.environ.get("BENCH_OBSERVABILITY_CALLGRIND", "1") not in ("0", "false", "")
-CALLGRIND_REQUESTS = int(os.environ.get("BENCH_OBSERVABILITY_CALLGRIND_REQUESTS", "300"))
+CALLGRIND_REQUESTS = int(os.environ.get("BENCH_OBSERVABILITY_CALLGRIND_REQUESTS", "200"))
 CALLGRIND_WARMUP = 40
 CONNECTIONS = 8
 ORG = "bench-observability"
@@ -65,13 +70,10 @@ VARIANTS = {
 class _Sink(BaseHTTPRequestHandler):
     """An OTLP/HTTP collector stand-in: reads the export and answers 200 (an empty protobuf response)."""
 
-    received = 0
-    server_spans = 0  # the requests traced (one SERVER span each)
-
     def do_POST(self):  # noqa: N802
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        type(self).received += 1
-        type(self).server_spans += _server_spans(body)
+        self.server.received += 1
+        self.server.server_spans += _server_spans(body)  # the requests traced (one SERVER span each)
         self.send_response(200)
         self.send_header("Content-Type", "application/x-protobuf")
         self.send_header("Content-Length", "0")
@@ -79,6 +81,13 @@ class _Sink(BaseHTTPRequestHandler):
 
     def log_message(self, *args):
         pass
+
+
+def _start_sink() -> ThreadingHTTPServer:
+    sink = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
+    sink.received = sink.server_spans = 0
+    threading.Thread(target=sink.serve_forever, daemon=True).start()
+    return sink
 
 
 def _server_spans(body: bytes) -> int:
@@ -202,9 +211,19 @@ def _wait_for(path: str, seconds: float) -> None:
         time.sleep(0.2)
 
 
-def instructions(label: str, settings: dict, database_url: str, path: str, token: str, sink_url: str,
-                 workdir: str) -> tuple[float, int]:
-    """Instructions one worker runs per request (callgrind), over CALLGRIND_REQUESTS requests after a warm-up."""
+def instructions(label: str, settings: dict, database_url: str, path: str, token: str, workdir: str
+                 ) -> tuple[float, int]:
+    """(instructions one worker runs per request (callgrind), over CALLGRIND_REQUESTS requests after a
+    warm-up; the requests of the window that were traced)"""
+    sink = _start_sink()  # this server's own: the count of traced requests is the window's
+    sink_url = f"http://127.0.0.1:{sink.server_address[1]}"
+    try:
+        return _instructions(label, settings, database_url, path, token, sink, sink_url, workdir)
+    finally:
+        sink.shutdown()
+
+
+def _instructions(label, settings, database_url, path, token, sink, sink_url, workdir) -> tuple[float, int]:
     port = free_port()
     out = os.path.join(workdir, f"callgrind-{port}")
     marker = os.path.join(workdir, f"window-{port}")
@@ -223,12 +242,12 @@ def instructions(label: str, settings: dict, database_url: str, path: str, token
             _get(conn, path, token)
         os.kill(worker, callgrind.SIGNAL_START)
         _wait_for(marker + ".on", 120)
-        traced = _Sink.server_spans  # (one tracing server at a time sends spans here)
+        traced = sink.server_spans
         for _ in range(CALLGRIND_REQUESTS):
             _get(conn, path, token)
         os.kill(worker, callgrind.SIGNAL_DUMP)
         _wait_for(marker + ".dumped", 300)
-        traced = _Sink.server_spans - traced
+        traced = sink.server_spans - traced
         conn.close()
         total = callgrind.total_instructions(f"{out}.{worker}.1")
     finally:
@@ -238,18 +257,28 @@ def instructions(label: str, settings: dict, database_url: str, path: str, token
     return total / CALLGRIND_REQUESTS, traced
 
 
-def all_instructions(database_url: str, path: str, token: str, sink_url: str) -> dict[str, tuple[float, int]]:
+def _sampled(ratio: str) -> dict[str, str]:
+    return {**VARIANTS[TRACED], "OTEL_TRACES_SAMPLER_ARG": ratio}
+
+
+TRACED = "metrics + tracing 10 %"
+# counted too: what tracing costs a request the sampler leaves out, and one it keeps
+CALLGRIND_VARIANTS = {**VARIANTS, "metrics + tracing 0 % (no request kept)": _sampled("0"),
+                      "metrics + tracing 100 % (every request kept)": _sampled("1")}
+
+
+def all_instructions(database_url: str, path: str, token: str) -> dict[str, tuple[float, int]]:
     """{variant: (instructions per request, requests traced in the window)}"""
     found: dict[str, tuple[float, int]] = {}
     failures: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-callgrind-") as workdir:
         def run(label: str, settings: dict) -> None:
             try:
-                found[label] = instructions(label, settings, database_url, path, token, sink_url, workdir)
+                found[label] = instructions(label, settings, database_url, path, token, workdir)
             except Exception as exc:  # reported in the table; the req/s part still stands
                 failures.append(f"{label}: {type(exc).__name__}: {exc}")
 
-        threads = [threading.Thread(target=run, args=item) for item in VARIANTS.items()]
+        threads = [threading.Thread(target=run, args=item) for item in CALLGRIND_VARIANTS.items()]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -271,63 +300,84 @@ def main() -> str:
     database_url = app.config["DATABASE_URL"]
     path = f"/api/v1/entities/{ENTITY}/records/{_record(app)}"
     token = bench_token(ORG)
-    sink = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
-    threading.Thread(target=sink.serve_forever, daemon=True).start()
-    sink_url = f"http://127.0.0.1:{sink.server_address[1]}"
     use_callgrind = CALLGRIND and shutil.which("valgrind") is not None and callgrind.available()
+    counts = all_instructions(database_url, path, token) if use_callgrind else {}
+    sink = _start_sink()
     try:
-        counts = all_instructions(database_url, path, token, sink_url) if use_callgrind else {}
-        results = throughput(database_url, path, token, sink_url)
+        results = throughput(database_url, path, token, f"http://127.0.0.1:{sink.server_address[1]}")
     finally:
         sink.shutdown()
     base = next(iter(VARIANTS))
-    base_rate = statistics.median(results[base]["rates"])
-    base_cpu = statistics.median(results[base]["cpu"])
 
     def versus(value: float, reference: float) -> str:
         return f"{100 * (value / reference - 1):+.1f} %"
 
+    base_rate, base_cpu = statistics.median(results[base]["rates"]), statistics.median(results[base]["cpu"])
+    metrics_rate, metrics_cpu = (statistics.median(results["metrics"]["rates"]),
+                                 statistics.median(results["metrics"]["cpu"]))
     rows = []
     for label in VARIANTS:
         rates, cpu = results[label]["rates"], results[label]["cpu"]
         rate, cpu_ms = statistics.median(rates), statistics.median(cpu)
-        row = [label, f"{rate:.0f}", versus(rate, base_rate), f"{min(rates):.0f}–{max(rates):.0f}",
-               f"{cpu_ms:.3f}", versus(cpu_ms, base_cpu), f"{min(cpu):.3f}–{max(cpu):.3f}"]
-        if label in counts and base in counts:
-            traced = f"{counts[label][1]} of {CALLGRIND_REQUESTS}" if "OTEL_TRACES_EXPORTER" in VARIANTS[label] else "–"
-            row += [f"{counts[label][0] / 1e6:.3f}", versus(counts[label][0], counts[base][0]), traced]
-        elif use_callgrind:
-            row += ["failed", "", ""]
-        rows.append(row + [results[label]["errors"]])
-    headers = ["variant", "req/s (median)", "vs off", f"req/s range ({ROUNDS} rounds)", "CPU ms per request "
-               "(median)", "vs off", "CPU ms range"]
-    if use_callgrind:
-        headers += ["million instructions per request (callgrind)", "vs off", "requests traced in the window"]
-    body = table([*headers, "non-2xx"], rows)
+        traced = label == TRACED
+        rows.append([label, f"{rate:.0f}", versus(rate, base_rate), versus(rate, metrics_rate) if traced else "–",
+                     f"{min(rates):.0f}–{max(rates):.0f}", f"{cpu_ms:.3f}", versus(cpu_ms, base_cpu),
+                     versus(cpu_ms, metrics_cpu) if traced else "–", f"{min(cpu):.3f}–{max(cpu):.3f}",
+                     results[label]["errors"]])
+    body = table(["variant", "req/s (median)", "vs off", "vs metrics", f"req/s range ({ROUNDS} rounds)",
+                  "CPU ms per request (median)", "vs off", "vs metrics", "CPU ms range", "non-2xx"], rows)
+    if counts:
+        body += "\n\nInstructions per request (callgrind; the same under any load):\n\n" + _instruction_table(counts)
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     callgrind_note = (
         f"Instructions: `valgrind --tool=callgrind` (valgrind {_valgrind_version()}) of one gunicorn worker "
         f"(WEB_CONCURRENCY=1, 4 threads) per variant, counting only a window of {CALLGRIND_REQUESTS} sequential "
         f"GETs on one keep-alive connection after {CALLGRIND_WARMUP} uncounted ones (the whole worker: "
-        "gunicorn's parsing and polling, the app, psycopg, the span export thread). The count is the same "
-        "under any machine load; objects made before the window are frozen (gc.freeze) so that a full "
-        "garbage collection falling due inside a short window does not weigh on one variant alone. With "
-        "tracing the sampler keeps about one request in ten at random (the count of the window is given: "
-        f"{CALLGRIND_REQUESTS // 10} ± {(CALLGRIND_REQUESTS * 0.09) ** 0.5:.0f} by chance); the spans are "
-        "exported when the window starts (the warm-up's) and when it ends (the window's, counted, in one "
-        "export), not on the batch processor's 5 s timer, which under callgrind's slowdown would export "
-        "every few requests where at full speed one export carries hundreds of spans."
-        if use_callgrind else
+        "gunicorn's parsing and polling, the app, psycopg, the metrics writer and span export threads). "
+        "Objects made before the window are frozen (gc.freeze), so that a full garbage collection falling "
+        "due inside a short window does not weigh on one variant alone. The spans are exported when the "
+        "window starts (the warm-up's) and when it ends (the window's, in one export, counted), not on the "
+        "batch processor's 5 s timer, which under callgrind's slowdown would export every few requests "
+        "where at full speed one export carries hundreds of spans. The sampler keeps about one request in "
+        f"ten at random ({CALLGRIND_REQUESTS // 10} ± {(CALLGRIND_REQUESTS * 0.09) ** 0.5:.0f} of "
+        f"{CALLGRIND_REQUESTS} by chance); the 0 % and 100 % servers give the cost of a request left out and "
+        "of one kept, and the \"10 % expected\" row is the 0 % row plus a tenth of the difference."
+        if counts else
         "Instructions: not measured (BENCH_OBSERVABILITY_CALLGRIND=0, or valgrind is not installed).")
-    notes = (f"OTLP exports received by the local sink during the run: {_Sink.received}.\n\n"
-             f"Throughput: gunicorn -c docker/gunicorn.conf.py (gthread, WEB_CONCURRENCY=2 workers) on "
+    notes = (f"Throughput: gunicorn -c docker/gunicorn.conf.py (gthread, WEB_CONCURRENCY=2 workers) on "
              f"127.0.0.1, wrk 4.1 `-t2 -c{CONNECTIONS} -d{DURATION}s`, {ROUNDS} rounds per variant "
              "interleaved (the order rotated each round) after a 2 s warm-up of each, one record of one org, "
              "same machine (server, PostgreSQL and wrk share the cores). CPU per request: user + system "
              "time of the master and workers from /proc over a round, divided by the requests served; median "
-             f"and range over the rounds. Machine load average (1/5/15 min) at the end: {load}.\n\n"
+             f"and range over the rounds. OTLP exports received by the local sink: {sink.received}. Machine "
+             f"load average (1/5/15 min) at the end: {load}.\n\n"
              f"{callgrind_note}\n\nWall time of the benchmark: {time.time() - started:.0f} s.")
     return write_result("observability", "Cost of metrics and tracing on a record GET (gunicorn + wrk)", body, notes)
+
+
+def _instruction_table(counts: dict[str, tuple[float, int]]) -> str:
+    base = next(iter(VARIANTS))
+    none_kept, all_kept = list(CALLGRIND_VARIANTS)[len(VARIANTS):]
+    rows: list[list] = []
+
+    def row(label: str, value: float, traced: str) -> None:
+        off = counts.get(base, (0, 0))[0]
+        metered = counts.get("metrics", (0, 0))[0]
+        rows.append([label, f"{value / 1e6:.3f}", f"{100 * (value / off - 1):+.1f} %" if off else "",
+                     f"{100 * (value / metered - 1):+.1f} %" if metered and label != base else "–", traced])
+
+    for label in CALLGRIND_VARIANTS:
+        if label in counts:
+            value, traced = counts[label]
+            row(label, value, f"{traced} of {CALLGRIND_REQUESTS}" if "OTEL_TRACES_EXPORTER" in
+                CALLGRIND_VARIANTS[label] else "–")
+        else:
+            rows.append([label, "failed", "", "", ""])
+    if none_kept in counts and all_kept in counts:
+        low, high = counts[none_kept][0], counts[all_kept][0]
+        row("metrics + tracing 10 % expected (0 % + a tenth of the 100 % extra)", low + 0.1 * (high - low),
+            f"{CALLGRIND_REQUESTS // 10} of {CALLGRIND_REQUESTS}")
+    return table(["variant", "million instructions per request", "vs off", "vs metrics", "requests traced"], rows)
 
 
 def _valgrind_version() -> str:
