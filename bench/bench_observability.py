@@ -364,7 +364,7 @@ def _instruction_table(counts: dict[str, tuple[float, int]]) -> str:
         off = counts.get(base, (0, 0))[0]
         metered = counts.get("metrics", (0, 0))[0]
         rows.append([label, f"{value / 1e6:.3f}", f"{100 * (value / off - 1):+.1f} %" if off else "",
-                     f"{100 * (value / metered - 1):+.1f} %" if metered and label != base else "–", traced])
+                     f"{100 * (value / metered - 1):+.1f} %" if metered and label not in (base, "metrics") else "–", traced])
 
     for label in CALLGRIND_VARIANTS:
         if label in counts:
