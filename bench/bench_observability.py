@@ -363,8 +363,9 @@ def _instruction_table(counts: dict[str, tuple[float, int]]) -> str:
     def row(label: str, value: float, traced: str) -> None:
         off = counts.get(base, (0, 0))[0]
         metered = counts.get("metrics", (0, 0))[0]
+        versus_metrics = f"{100 * (value / metered - 1):+.1f} %" if metered and label not in (base, "metrics") else "–"
         rows.append([label, f"{value / 1e6:.3f}", f"{100 * (value / off - 1):+.1f} %" if off else "",
-                     f"{100 * (value / metered - 1):+.1f} %" if metered and label not in (base, "metrics") else "–", traced])
+                     versus_metrics, traced])
 
     for label in CALLGRIND_VARIANTS:
         if label in counts:
