@@ -746,14 +746,8 @@ def make_engine(url: str, config: dict, *, connect_timeout: int = 5) -> Engine:
         except Exception as exc:  # the pool retries the checkout with a new connection
             raise DisconnectionError(f"stale pooled connection: {exc}") from exc
 
-    if metered:  # after the ping: only a checkout that succeeded counts (gateway_db_pool_connections_in_use)
-        @event.listens_for(engine, "checkout")
-        def _count_checkout(_dbapi_conn, _record, _proxy):
-            metrics.pool_in_use(engine.pool.checkedout())
-
-        @event.listens_for(engine, "checkin")
-        def _count_checkin(_dbapi_conn, _record):  # fired before the pool takes the connection back
-            metrics.pool_in_use(max(0, engine.pool.checkedout() - 1))
+    if metered:  # gateway_db_pool_connections_in_use: the pool's count, read once a second (not per checkout)
+        metrics.watch_pool(engine)
 
     @event.listens_for(engine, "connect")
     def _set_timeouts(dbapi_conn, _record):  # every pooled connection gets the request budget

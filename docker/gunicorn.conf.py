@@ -66,7 +66,9 @@ def post_fork(server, worker):
 
 
 def worker_exit(server, worker):
-    """Export the spans still buffered before the worker process exits."""
-    from app.observability import tracing
+    """Write the samples the worker counted in memory since the last second, and export the spans still
+    buffered, before the worker process exits."""
+    from app.observability import metrics, tracing
 
+    metrics.write_process_samples()
     tracing.shutdown()

@@ -23,11 +23,13 @@ WORKER_METRICS_PORT (`serve_worker`). Both answer only callers that present INTE
 
 from __future__ import annotations
 
+import bisect
 import hmac
 import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -49,7 +51,8 @@ _TASK_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0,
 HTTP_DURATION = Histogram(
     "gateway_http_request_duration_seconds", "Time from the first to the last hook of a request, by route "
     "template, method and status", ["route", "method", "status"], buckets=_LATENCY_BUCKETS, registry=REGISTRY)
-HTTP_IN_FLIGHT = Gauge("gateway_http_requests_in_flight", "Requests being handled now",
+HTTP_IN_FLIGHT = Gauge("gateway_http_requests_in_flight", "Requests being handled now (each process's count "
+                       "as of the last second)",
                        multiprocess_mode="livesum", registry=REGISTRY)
 HTTP_REFUSALS = Counter("gateway_http_refusals_total", "429, 413 and 415 answers by status and route group "
                         "(the Flask blueprint of the route)", ["status", "group"], registry=REGISTRY)
@@ -70,7 +73,8 @@ EMBEDDING = Histogram("gateway_embedding_request_duration_seconds", "One embeddi
                       buckets=_LATENCY_BUCKETS, registry=REGISTRY)
 
 # -- PostgreSQL and Redis --------------------------------------------------------------------------------
-DB_POOL_IN_USE = Gauge("gateway_db_pool_connections_in_use", "Pooled PostgreSQL connections checked out",
+DB_POOL_IN_USE = Gauge("gateway_db_pool_connections_in_use", "Pooled PostgreSQL connections checked out (each "
+                       "process's count as of the last second)",
                        multiprocess_mode="livesum", registry=REGISTRY)
 DB_POOL_WAITING = Gauge("gateway_db_pool_waiting", "Threads waiting for a pooled PostgreSQL connection (the "
                         "pool is exhausted)", multiprocess_mode="livesum", registry=REGISTRY)
@@ -172,11 +176,6 @@ def count_rate_limited(group: str) -> None:
         RATE_LIMITED.labels(group).inc()
 
 
-def pool_in_use(count: int) -> None:
-    if _state["enabled"]:
-        DB_POOL_IN_USE.set(count)
-
-
 def pool_waiting(delta: int) -> None:
     if _state["enabled"]:
         DB_POOL_WAITING.inc(delta)
@@ -212,30 +211,138 @@ def _preset(kinds: Iterable[str]) -> None:
         LEASE_REAPS.labels(kind)
 
 
+# -- what a request records: counted in memory, written once a second ---------------------------------------
+# A request changes the in-flight gauge twice, the pool's in-use gauge twice (checkout, checkin) and the
+# duration histogram once (its sum and one bucket). Writing each change to the metric files costs a lock,
+# a pid check and an mmap write (~9 000 instructions each), and Flask's `g`/`request` proxies cost a few
+# thousand per access: together ~6 % of a record GET. So each process counts in memory (one lock, a
+# few integer additions per request) and a daemon thread (`_Recorder`) writes what changed every
+# SAMPLE_SECONDS; a scrape first writes its own process's, and a gunicorn worker writes its last counts
+# when it exits. A scrape thus sees every other process's samples as of the last second: the gauges are
+# samples anyway, and the histogram's counters reach Prometheus at most a second late.
+SAMPLE_SECONDS = 1.0
+_BOUNDS = HTTP_DURATION._upper_bounds  # the histogram's bucket bounds, +Inf last
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.in_flight = 0
+        # (route, method, status) → [sum of seconds, count of bucket 0, bucket 1, …] since the last write
+        self.pending: dict[tuple, list] = {}
+        self.engines: weakref.WeakSet = weakref.WeakSet()  # this process's metered engines
+        self.thread: threading.Thread | None = None
+        self.written: tuple[int, int] | None = None
+
+    def ensure_running(self) -> None:
+        """Start this process's writer thread (once per process: a forked child starts its own)."""
+        if self.thread is not None:
+            return
+        with self.lock:
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="metrics-writer", daemon=True)
+                self.thread.start()
+
+    def _run(self) -> None:
+        me = threading.current_thread()
+        while self.thread is me:  # after a fork the child has another (or none)
+            time.sleep(SAMPLE_SECONDS)
+            try:
+                self.write()
+            except Exception:  # a failed write never ends the process's metrics thread
+                log.warning("metrics: writing this process's samples failed", exc_info=True)
+
+    def observe(self, key: tuple, seconds: float) -> None:
+        index = bisect.bisect_left(_BOUNDS, seconds)  # the first bucket whose bound is >= seconds
+        with self.lock:
+            slot = self.pending.get(key)
+            if slot is None:
+                slot = self.pending[key] = [0.0] + [0] * len(_BOUNDS)
+            slot[0] += seconds
+            slot[index + 1] += 1
+
+    def write(self, force: bool = False) -> None:
+        """Write the durations observed since the last write and the in-flight and in-use counts (when
+        they changed, or `force`)."""
+        with self.lock:
+            pending, self.pending = self.pending, {}
+        for key, slot in pending.items():
+            child = _http_children.get(key)
+            if child is None:
+                child = _http_children[key] = HTTP_DURATION.labels(key[0], key[1], str(key[2]))
+            child._sum.inc(slot[0])  # what Histogram.observe does, for many observations at once
+            for index, count in enumerate(slot[1:]):
+                if count:
+                    child._buckets[index].inc(count)
+        in_use = 0
+        for engine in list(self.engines):
+            in_use += engine.pool.checkedout()
+        values = (self.in_flight, in_use)
+        if force or values != self.written:
+            HTTP_IN_FLIGHT.set(values[0])
+            DB_POOL_IN_USE.set(values[1])
+            self.written = values
+
+    def after_fork(self) -> None:
+        """In a forked child: its own counts, lock and thread (the parent's thread does not exist here)."""
+        self.lock = threading.Lock()
+        self.in_flight = 0
+        self.pending = {}
+        self.thread = None
+        self.written = None
+
+
+_recorder = _Recorder()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_recorder.after_fork)
+# (route, method, status) → the histogram's child (bounded like the labels)
+_http_children: dict[tuple, Any] = {}
+
+
+def write_process_samples() -> None:
+    """Write what this process counted in memory now (a scrape; a gunicorn worker that exits)."""
+    if _state["enabled"]:
+        _recorder.write(force=True)
+
+
+def watch_pool(engine) -> None:
+    """Count `engine`'s checked-out connections in gateway_db_pool_connections_in_use (app.db, with
+    METRICS_ENABLED): read once a second by the writer thread, nothing per checkout."""
+    _recorder.engines.add(engine)
+
+
 # -- HTTP hooks ------------------------------------------------------------------------------------------
+_KEY = "_metrics_started"
+
 
 def _request_started() -> None:
-    g._metrics_started = time.perf_counter()
-    g._metrics_in_flight = True
-    HTTP_IN_FLIGHT.inc()
+    setattr(g, _KEY, time.perf_counter())
+    recorder = _recorder
+    with recorder.lock:
+        recorder.in_flight += 1
+    if recorder.thread is None:
+        recorder.ensure_running()
 
 
 def _request_finished(response):
-    started = g.pop("_metrics_started", None)
+    started = getattr(g, _KEY, None)
     if started is not None:
-        rule = request.url_rule
-        method = request.method if request.method in _METHODS else "other"
+        req = request._get_current_object()  # one proxy lookup for the attributes below
+        rule = req.url_rule
+        method = req.method
         status = response.status_code
-        HTTP_DURATION.labels(rule.rule if rule is not None else "unmatched", method,
-                             str(status)).observe(time.perf_counter() - started)
+        _recorder.observe((rule.rule if rule is not None else "unmatched", method if method in _METHODS else "other",
+                           status), time.perf_counter() - started)
         if status in REFUSAL_STATUSES:
-            HTTP_REFUSALS.labels(str(status), request.blueprint or "none").inc()
+            HTTP_REFUSALS.labels(str(status), req.blueprint or "none").inc()
     return response
 
 
 def _request_torn_down(_exc=None) -> None:
-    if g.pop("_metrics_in_flight", False):
-        HTTP_IN_FLIGHT.dec()
+    if g.pop(_KEY, None) is not None:  # (the request was counted in flight by this app's hook)
+        recorder = _recorder
+        with recorder.lock:
+            recorder.in_flight -= 1
 
 
 # -- Celery signals --------------------------------------------------------------------------------------
@@ -243,6 +350,8 @@ _task_started: dict[str, float] = {}
 
 
 def _task_prerun(task_id=None, task=None, **_kwargs) -> None:
+    if _recorder.thread is None and _recorder.engines and _state["enabled"]:
+        _recorder.ensure_running()  # a pool process's connections in use
     if task_id:
         _task_started[task_id] = time.perf_counter()
 
@@ -421,6 +530,7 @@ def _metrics_view():
     if not token_accepted(expected, request.headers.get("X-Internal-Token"), request.headers.get("Authorization")):
         raise Unauthorized("X-Internal-Token (or Authorization: Bearer) with the internal token is required.")
     collector = current_app.extensions.get("metrics_deployment")
+    _recorder.write(force=True)  # this process's samples as of now (the others': as of the last second)
     body = generate_latest(_registry([collector] if collector is not None else []))
     return Response(body, headers={"Content-Type": CONTENT_TYPE_LATEST, "Cache-Control": "no-store"})
 
@@ -466,6 +576,7 @@ def serve_worker(app: Flask):
         if not token_accepted(expected, environ.get("HTTP_X_INTERNAL_TOKEN"), environ.get("HTTP_AUTHORIZATION")):
             start_response("401 Unauthorized", [("Content-Type", "text/plain")])
             return [b"the internal token is required (INTERNAL_API_TOKEN)\n"]
+        _recorder.write(force=True)
         body = generate_latest(_registry())
         start_response("200 OK", [("Content-Type", CONTENT_TYPE_LATEST), ("Content-Length", str(len(body)))])
         return [body]

@@ -196,7 +196,13 @@ class ServerSpans:
         from opentelemetry.util.http import get_excluded_urls
 
         self.tracer = trace.get_tracer("app.observability.tracing", tracer_provider=_provider)
-        self.excluded = get_excluded_urls("FLASK")
+        excluded = get_excluded_urls("FLASK")
+        # None when no URL is excluded: `request.url` (built from the environ) is not computed per request
+        self.excluded = excluded if excluded._excluded_urls else None
+        # the WSGI names of the headers the propagators read (traceparent, tracestate, baggage): a request
+        # that carries none of them has no remote parent, and extraction is skipped
+        fields = propagate.get_global_textmap().fields
+        self._carried = tuple("HTTP_" + name.upper().replace("-", "_") for name in fields)
         # bound once: these run on every request
         self._extract, self._attach, self._detach = propagate.extract, context.attach, context.detach
         self._in_context, self._set_value = trace.set_span_in_context, context.set_value
@@ -208,30 +214,35 @@ class ServerSpans:
         app.teardown_request(self.end)
 
     def start(self) -> None:
-        if self.excluded is not None and self.excluded.url_disabled(request.url):
+        req = request._get_current_object()  # one proxy lookup: this runs on every request
+        if self.excluded is not None and self.excluded.url_disabled(req.url):
             return
-        parent = self._extract(request.headers)
-        rule = request.url_rule
+        environ = req.environ
+        parent = None  # the current context: a request thread's is empty
+        for name in self._carried:
+            if name in environ:
+                parent = self._extract(req.headers)
+                break
+        rule = req.url_rule
         route = rule.rule if rule is not None else None
-        span = self.tracer.start_span(f"{request.method} {route}" if route else request.method, context=parent,
-                                      kind=self._server)
+        method = req.method
+        span = self.tracer.start_span(f"{method} {route}" if route else method, context=parent, kind=self._server)
         current = self._in_context(span, parent)
-        if span.is_recording():
-            environ = request.environ
-            attributes = {"http.request.method": request.method, "url.path": request.path,
-                          "url.scheme": request.scheme, "server.address": request.host,
-                          "client.address": environ.get("REMOTE_ADDR", ""),
+        recording = span.is_recording()
+        if recording:
+            attributes = {"http.request.method": method, "url.path": req.path, "url.scheme": req.scheme,
+                          "server.address": req.host, "client.address": environ.get("REMOTE_ADDR", ""),
                           "user_agent.original": environ.get("HTTP_USER_AGENT", "")}
             if route:
                 attributes["http.route"] = route
             span.set_attributes(attributes)
         else:
             current = self._set_value(self._suppress, True, current)
-        setattr(g, self._KEY, (span, self._attach(current)))
+        setattr(g, self._KEY, (span, self._attach(current), recording))
 
     def respond(self, response):
         found = g.get(self._KEY)
-        if found is not None and found[0].is_recording():
+        if found is not None and found[2]:
             span = found[0]
             span.set_attribute("http.response.status_code", response.status_code)
             if response.status_code >= 500:
@@ -242,11 +253,12 @@ class ServerSpans:
         found = g.pop(self._KEY, None)
         if found is None:
             return
-        span, token = found
-        if exc is not None and span.is_recording():
-            span.record_exception(exc)
-            span.set_status(self._status(self._error.status_code, type(exc).__name__))
-        span.end()
+        span, token, recording = found
+        if recording:  # (a span the sampler left out records nothing: ending it does nothing)
+            if exc is not None:
+                span.record_exception(exc)
+                span.set_status(self._status(self._error.status_code, type(exc).__name__))
+            span.end()
         self._detach(token)
 
 

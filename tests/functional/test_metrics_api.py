@@ -123,6 +123,21 @@ def test_the_deployment_gauges_are_read_at_scrape_time(metrics_client):
     assert ("gateway_db_pool_connections_in_use", ()) in samples
 
 
+def test_pooled_connections_in_use_are_this_processes_count_when_scraped(make_app):
+    app = make_app(INTERNAL_API_TOKEN=TOKEN)
+    client = app.test_client()
+    engine = app.extensions["db"].engine
+    before = value(scrape(client), "gateway_db_pool_connections_in_use")
+    held = [engine.connect(), engine.connect()]
+    try:
+        # the scrape writes its own process's count before it reads (the others' are written each second)
+        assert value(scrape(client), "gateway_db_pool_connections_in_use") == before + 2
+    finally:
+        for connection in held:
+            connection.close()
+    assert value(scrape(client), "gateway_db_pool_connections_in_use") == before
+
+
 def test_an_image_provider_call_is_timed_by_provider_model_family_and_outcome(make_app, auth):
     from tests.images_fakes import FakeAzureImages, Reply
 

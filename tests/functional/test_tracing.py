@@ -178,3 +178,25 @@ def test_an_outbox_task_sent_later_by_a_worker_keeps_the_requests_trace(make_app
                                                  (request.name, "SERVER")]
     assert chain[1].span_id == outbox_span_id and chain[-1] == request
     assert _sql_under(run, spans)
+
+
+def test_a_callers_traceparent_parents_the_request_span_and_excluded_urls_are_not_traced(make_app, auth, traced,
+                                                                                          monkeypatch):
+    client = make_app().test_client()
+    headers = auth()
+    trace_id, caller_span = uuid.uuid4().hex, uuid.uuid4().hex[:16]
+    resp = client.get("/api/v1/me", headers={**headers, "traceparent": f"00-{trace_id}-{caller_span}-01"})
+    assert resp.status_code == 200
+    span = _request_span(traced, "GET", "/me")
+    assert (span.trace_id, span.parent_id) == (trace_id, caller_span)  # the caller's trace continues
+    traced.clear()
+    assert client.get("/api/v1/me", headers=headers).status_code == 200
+    span = _request_span(traced, "GET", "/me")
+    assert span.parent_id is None and span.trace_id != trace_id  # no traceparent: a trace of its own
+    # OTEL_PYTHON_FLASK_EXCLUDED_URLS (regular expressions on the URL) leave those requests untraced
+    monkeypatch.setenv("OTEL_PYTHON_FLASK_EXCLUDED_URLS", "/health")
+    excluding = make_app().test_client()
+    traced.clear()
+    assert excluding.get("/health").status_code == 200
+    assert excluding.get("/api/v1/me", headers=headers).status_code == 200
+    assert [s.name for s in _memory_spans(traced) if s.kind == "SERVER"] == ["GET /api/v1/me"]
