@@ -36,6 +36,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import select
 import time
 import traceback
 from collections.abc import Iterator, Mapping
@@ -94,6 +95,9 @@ DEFAULT_MAX_BODY = 100 * 1024 * 1024
 
 
 STOPPING_READ_SECONDS = 5.0  # how long a refused connection may take to send its request head
+# How long a worker thread waits, after an answer that keeps the connection, for the client's next request
+# before handing the connection back to gunicorn's poller (EnvelopeThreadWorker.handle); 0: never waits
+KEEPALIVE_LINGER_SECONDS = float(os.environ.get("GUNICORN_KEEPALIVE_LINGER_MS") or 2) / 1000
 
 
 def stopping_response() -> bytes:
@@ -207,11 +211,36 @@ class EnvelopeThreadWorker(ThreadWorker):
     def handle(self, conn):
         """A connection whose request has not started when the server stops gets a 503 (a kept-alive
         connection's next request is served, with `Connection: close`, as gunicorn does; so is every
-        accepted request when only this worker is replaced)."""
+        accepted request when only this worker is replaced).
+
+        A kept-alive connection whose next request arrives within KEEPALIVE_LINGER_SECONDS is served
+        by the same thread (see `_next_request_soon`): gunicorn hands each kept-alive connection back
+        to the main thread's poller after every answer (a callback through its method queue, an epoll
+        register, then an unregister and a thread-pool submit when the next request arrives), work of
+        the same order as the app's own for a small answer."""
         if self._refusing and not conn.initialized:
             self._refuse(conn)
             return False
-        return super().handle(conn)
+        while True:
+            keepalive = super().handle(conn)
+            if keepalive is not True or not self._next_request_soon(conn):
+                return keepalive
+
+    def _next_request_soon(self, conn) -> bool:
+        """Whether to serve the connection's next request on this thread: the worker is not stopping,
+        the connection is a plain HTTP/1 socket, and its next request's bytes are buffered already
+        or arrive within KEEPALIVE_LINGER_SECONDS (a thread waits that long at most, in poll(): no CPU).
+        Otherwise the connection goes back to gunicorn's poller, as before."""
+        if not self.alive or conn.is_http2 or self.cfg.is_ssl or KEEPALIVE_LINGER_SECONDS <= 0:
+            return False
+        if conn.parser.unreader.buf.getvalue():
+            return True  # read ahead (a pipelined request, or a drained body's tail)
+        try:
+            poller = select.poll()
+            poller.register(conn.sock, select.POLLIN)
+            return bool(poller.poll(KEEPALIVE_LINGER_SECONDS * 1000))
+        except (OSError, ValueError):
+            return False
 
     def _refuse(self, conn) -> None:
         sock = conn.sock
