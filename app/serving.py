@@ -44,6 +44,7 @@ from typing import Any
 
 from gunicorn import util
 from gunicorn.glogging import Logger
+from gunicorn.http import wsgi as gunicorn_wsgi
 from gunicorn.http.errors import NoMoreData, ParseException
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
@@ -139,6 +140,7 @@ class EnvelopeThreadWorker(ThreadWorker):
     def init_process(self) -> None:
         util.write_error = write_envelope_error
         util.http_date = http_date
+        gunicorn_wsgi.Response = OneWriteResponse  # what wsgi.create() builds for an HTTP/1 request
         super().init_process()
 
     def load_wsgi(self) -> None:
@@ -258,6 +260,71 @@ class EnvelopeThreadWorker(ThreadWorker):
             self.log.info("Worker stopping: refused %r from %s with 503", line, conn.client)
         except OSError:  # the client went away, or sent no request head in time
             return
+
+
+class _Captured:
+    """A stand-in socket that keeps what is written to it (OneWriteResponse.send_headers)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self) -> None:
+        self.data = b""
+
+    def sendall(self, data: bytes) -> None:
+        self.data += data
+
+
+# A body up to this size goes out in the same write as the head (copied once); a larger one after it
+ONE_WRITE_MAX_BODY = 256 * 1024
+
+
+class OneWriteResponse(gunicorn_wsgi.Response):
+    """gunicorn's HTTP/1 response, whose head goes out in the same `sendall` as the first body bytes:
+    gunicorn writes the status line and headers, then the body, in two system calls (two TCP segments
+    for the client to take in), and a JSON answer of this API is one body string. The head is made by
+    gunicorn's own `send_headers` (the same bytes) and held until the body's first write, `close()`
+    (an answer without body bytes) or a `sendfile`, which sends it first. A chunked answer and a
+    body over ONE_WRITE_MAX_BODY are written as gunicorn writes them."""
+
+    _head: bytes | None = None
+    _unbuffered = False
+
+    def send_headers(self) -> None:
+        if self.headers_sent or self._unbuffered or self.chunked:
+            super().send_headers()
+            return
+        sock, captured = self.sock, _Captured()
+        self.sock = captured
+        try:
+            super().send_headers()
+        finally:
+            self.sock = sock
+        self._head = captured.data
+
+    def _send_head(self) -> None:
+        head, self._head = self._head, None
+        if head:
+            util.write(self.sock, head)
+
+    def _emit_body(self, data: bytes) -> None:
+        head = self._head
+        if head is not None and not self.chunked and len(data) <= ONE_WRITE_MAX_BODY:
+            self._head = None
+            util.write(self.sock, head + data)
+            return
+        self._send_head()
+        super()._emit_body(data)
+
+    def sendfile(self, respiter) -> bool:
+        self._send_head()
+        self._unbuffered = True  # sendfile() writes the head and then the file itself
+        return super().sendfile(respiter)
+
+    def close(self) -> None:
+        if not self.headers_sent:
+            self.send_headers()
+        self._send_head()
+        super().close()
 
 
 def closing_wsgi(app):

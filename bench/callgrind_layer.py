@@ -109,7 +109,8 @@ def main() -> None:
            f"--callgrind-out-file={OUT_DIR}/cg.%p", os.path.join(ROOT, ".venv", "bin", "python"),
            os.path.join(ROOT, ".venv", "bin", "gunicorn"), "-c", os.path.join(ROOT, "docker", "gunicorn.conf.py"),
            "--bind", f"127.0.0.1:{port}", "--access-logfile", "/dev/null", "--timeout", "600", "wsgi:app"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=open(os.path.join(OUT_DIR, "gunicorn.log"), "w"),
+    log = open(os.path.join(OUT_DIR, "gunicorn.log"), "w")  # noqa: SIM115 (valgrind's own lines)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log,
                             start_new_session=True)
     try:
         deadline = time.time() + 600
