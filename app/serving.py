@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import select
 import time
@@ -474,6 +475,41 @@ class AccessLogger(Logger):
                 self.access_log.info("%s %s %s", fields.get("method"), fields.get("path"), fields.get("status"),
                                      extra={"access": fields})
                 return
-            self.access_log.info(self.cfg.access_log_format, LazyAtoms(self, resp, req, environ, request_time))
+            atoms = LazyAtoms(self, resp, req, environ, request_time)
+            streams = self._plain_streams()
+            if streams is None:
+                self.access_log.info(self.cfg.access_log_format, atoms)
+                return
+            line = self.cfg.access_log_format % atoms
+            for handler in streams:
+                handler.acquire()
+                try:
+                    handler.stream.write(line + handler.terminator)
+                    handler.flush()
+                finally:
+                    handler.release()
         except Exception:
             self.error(traceback.format_exc())
+
+    def _plain_streams(self) -> list | None:
+        """The access log's handlers when writing the line to them is all that `logging` would do: the
+        logger takes INFO and has no filters, and every handler is a StreamHandler or an open
+        FileHandler with no filters, a level up to INFO and gunicorn's message-only formatter (what
+        gunicorn's setup makes of `accesslog`). Then `access` writes the formatted line (and the
+        handler's terminator) to each under the handler's lock, as `StreamHandler.emit` does, without
+        a LogRecord, its formatting and the logging module's dispatch. Anything else (syslog, a
+        handler or filter added by someone else): None, and the line goes through `logging`."""
+        log = self.access_log
+        if log.disabled or log.filters or not log.isEnabledFor(logging.INFO):
+            return None
+        handlers = log.handlers
+        for handler in handlers:
+            kind = type(handler)
+            if (kind is not logging.StreamHandler and kind is not logging.FileHandler) or handler.filters \
+                    or handler.level > logging.INFO or getattr(handler, "stream", None) is None:
+                return None
+            formatter = handler.formatter
+            if type(formatter) is not logging.Formatter or formatter._fmt != self.access_fmt \
+                    or formatter._style.__class__ is not logging.PercentStyle:
+                return None
+        return handlers
