@@ -88,7 +88,7 @@ def test_the_access_line_written_to_gunicorns_own_handler_is_the_line_logging_wr
             assert logger._plain_streams() is not None  # the direct write was taken
             handler = logger.access_log.handlers[0]
             seen = []
-            handler.addFilter(lambda record: seen.append(record) or True)
+            handler.addFilter(lambda record, seen=seen: seen.append(record) or True)
             assert logger._plain_streams() is None
             logger.access(*_exchange())
             assert len(seen) == 1  # through logging: the filter saw the record
