@@ -2,7 +2,10 @@
 valgrind's callgrind: deterministic, blind to the machine's load (wall and CPU time are not, on a shared
 2-core machine).
 
-    .venv/bin/python -m bench.callgrind_layer [N] [--connections C] [--route me|get|count|page]...
+    .venv/bin/python -m bench.callgrind_layer [N] [--connections C] [--route me|get|count|page]... [--tree DIR]
+
+`--tree DIR`: serve the code of another source tree (e.g. `git archive <commit> | tar -x -C DIR`), for
+a before/after comparison on the same data.
 
 gunicorn as configured (docker/gunicorn.conf.py), one worker, run under `valgrind --tool=callgrind` with
 instrumentation off until the worker is warm; then, per route: instrumentation on, N requests sent
@@ -102,15 +105,17 @@ def main() -> None:
     os.makedirs(OUT_DIR, exist_ok=True)
     for old in glob.glob(os.path.join(OUT_DIR, "cg.*")):
         os.remove(old)
+    tree = _arg("--tree", ROOT)
     port = free_port()
-    env = {**os.environ, "PORT": str(port), "DATABASE_URL": url, "JWT_SECRET": BENCH_SECRET, "LOG_LEVEL": "WARNING",
-           "REDIS_URL": "", "VAR_DIR": os.path.join(ROOT, "var", "bench"), "WEB_CONCURRENCY": "1"}
+    env = {**os.environ, "PYTHONPATH": tree, "PORT": str(port), "DATABASE_URL": url, "JWT_SECRET": BENCH_SECRET,
+           "LOG_LEVEL": "WARNING", "REDIS_URL": "", "VAR_DIR": os.path.join(ROOT, "var", "bench"),
+           "WEB_CONCURRENCY": "1"}
     cmd = ["valgrind", "--tool=callgrind", "--trace-children=yes", "--instr-atstart=no",
            f"--callgrind-out-file={OUT_DIR}/cg.%p", os.path.join(ROOT, ".venv", "bin", "python"),
-           os.path.join(ROOT, ".venv", "bin", "gunicorn"), "-c", os.path.join(ROOT, "docker", "gunicorn.conf.py"),
+           os.path.join(ROOT, ".venv", "bin", "gunicorn"), "-c", os.path.join(tree, "docker", "gunicorn.conf.py"),
            "--bind", f"127.0.0.1:{port}", "--access-logfile", "/dev/null", "--timeout", "600", "wsgi:app"]
     log = open(os.path.join(OUT_DIR, "gunicorn.log"), "w")  # noqa: SIM115 (valgrind's own lines)
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log,
+    proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=log,
                             start_new_session=True)
     try:
         deadline = time.time() + 600
