@@ -13,6 +13,8 @@ import importlib
 import logging
 import os
 import re
+from inspect import iscoroutinefunction
+from types import FunctionType, MethodType
 from typing import Any
 
 from flask import Flask, current_app, g, request
@@ -52,9 +54,33 @@ API_INFO = {
 }
 
 
+class GatewayFlask(Flask):
+    """Flask, whose `ensure_sync` remembers its answer per function body: Flask asks
+    `inspect.iscoroutinefunction` of the view and of every request hook (15 of them) on every request.
+    The answer depends only on the code object's flags (a plain function, or a bound method's
+    function): it is remembered per code object, which the closures made from one `def` share, so
+    the cache holds one entry per function written in the code, not per request. Anything else (a
+    partial, a callable object, a function marked as a coroutine function by hand) is asked as
+    Flask asks."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._coroutine_code: dict[Any, bool] = {}
+
+    def ensure_sync(self, func):
+        target = func.__func__ if func.__class__ is MethodType else func
+        if target.__class__ is not FunctionType or "_is_coroutine_marker" in target.__dict__:
+            return super().ensure_sync(func)
+        code = target.__code__
+        is_async = self._coroutine_code.get(code)
+        if is_async is None:
+            is_async = self._coroutine_code[code] = iscoroutinefunction(func)
+        return self.async_to_sync(func) if is_async else func
+
+
 def create_app(overrides: dict[str, Any] | None = None) -> Flask:
     """Build the Flask app. `overrides` replace configuration values (tests)."""
-    app = Flask(__name__)
+    app = GatewayFlask(__name__)
     # here, not at module level: see the module docstring
     from app.jsonbody import SafeJSONProvider, refuse_nul_in_url
 
@@ -219,24 +245,39 @@ def _assign_request_id() -> None:
 def _finish_response(response):
     response = _refuse_oversized(response)
     response.headers["X-Request-ID"] = g.get("request_id") or new_request_id()
-    origins = [o.strip() for o in (_current_config("CORS_ORIGINS") or "").split(",") if o.strip()]
     origin = request.headers.get("Origin")
-    if origin and (origin in origins or "*" in origins):
-        response.headers["Access-Control-Allow-Origin"] = origin
-        response.headers["Access-Control-Allow-Headers"] = ("Authorization, Content-Type, X-Request-ID, "
-                                                            "Idempotency-Key, If-Match, If-None-Match")
-        response.headers["Access-Control-Expose-Headers"] = "ETag, Idempotent-Replayed, Location, Retry-After"
-        response.headers["Access-Control-Allow-Methods"] = "GET, POST, PUT, DELETE, OPTIONS"
-        response.headers["Vary"] = "Origin"
+    if origin:
+        origins = _cors_origins(_current_config("CORS_ORIGINS") or "")
+        if origin in origins or "*" in origins:
+            response.headers["Access-Control-Allow-Origin"] = origin
+            response.headers["Access-Control-Allow-Headers"] = ("Authorization, Content-Type, X-Request-ID, "
+                                                                "Idempotency-Key, If-Match, If-None-Match")
+            response.headers["Access-Control-Expose-Headers"] = "ETag, Idempotent-Replayed, Location, Retry-After"
+            response.headers["Access-Control-Allow-Methods"] = "GET, POST, PUT, DELETE, OPTIONS"
+            response.headers["Vary"] = "Origin"
     return response
+
+
+_CORS_PARSED: dict[str, frozenset[str]] = {}
+
+
+def _cors_origins(setting: str) -> frozenset[str]:
+    """The CORS_ORIGINS setting as a set of origins (parsed once per distinct value)."""
+    origins = _CORS_PARSED.get(setting)
+    if origins is None:
+        if len(_CORS_PARSED) > 64:
+            _CORS_PARSED.clear()
+        origins = _CORS_PARSED[setting] = frozenset(o.strip() for o in setting.split(",") if o.strip())
+    return origins
 
 
 def _refuse_oversized(response):
     """A JSON answer above MAX_RESPONSE_BYTES (e.g. a page of huge records) is replaced by a 413 that
     says how to ask for less, instead of shipping hundreds of megabytes."""
     limit = _current_config("MAX_RESPONSE_BYTES")
-    if (not limit or response.direct_passthrough or response.is_streamed or response.mimetype != "application/json"
-            or (response.content_length or 0) <= limit):
+    # the cheap tests first (every answer but a huge one stops at its Content-Length)
+    if (not limit or (response.content_length or 0) <= limit or response.direct_passthrough or response.is_streamed
+            or response.mimetype != "application/json"):
         return response
     log.warning("response of %s bytes to %s refused (MAX_RESPONSE_BYTES %s)", response.content_length,
                 request.path, limit)

@@ -35,7 +35,9 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
+import select
 import time
 import traceback
 from collections.abc import Iterator, Mapping
@@ -43,6 +45,7 @@ from typing import Any
 
 from gunicorn import util
 from gunicorn.glogging import Logger
+from gunicorn.http import wsgi as gunicorn_wsgi
 from gunicorn.http.errors import NoMoreData, ParseException
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
@@ -94,6 +97,9 @@ DEFAULT_MAX_BODY = 100 * 1024 * 1024
 
 
 STOPPING_READ_SECONDS = 5.0  # how long a refused connection may take to send its request head
+# How long a worker thread waits, after an answer that keeps the connection, for the client's next request
+# before handing the connection back to gunicorn's poller (EnvelopeThreadWorker.handle); 0: never waits
+KEEPALIVE_LINGER_SECONDS = float(os.environ.get("GUNICORN_KEEPALIVE_LINGER_MS") or 2) / 1000
 
 
 def stopping_response() -> bytes:
@@ -135,6 +141,7 @@ class EnvelopeThreadWorker(ThreadWorker):
     def init_process(self) -> None:
         util.write_error = write_envelope_error
         util.http_date = http_date
+        gunicorn_wsgi.Response = OneWriteResponse  # what wsgi.create() builds for an HTTP/1 request
         super().init_process()
 
     def load_wsgi(self) -> None:
@@ -207,11 +214,36 @@ class EnvelopeThreadWorker(ThreadWorker):
     def handle(self, conn):
         """A connection whose request has not started when the server stops gets a 503 (a kept-alive
         connection's next request is served, with `Connection: close`, as gunicorn does; so is every
-        accepted request when only this worker is replaced)."""
+        accepted request when only this worker is replaced).
+
+        A kept-alive connection whose next request arrives within KEEPALIVE_LINGER_SECONDS is served
+        by the same thread (see `_next_request_soon`): gunicorn hands each kept-alive connection back
+        to the main thread's poller after every answer (a callback through its method queue, an epoll
+        register, then an unregister and a thread-pool submit when the next request arrives), work of
+        the same order as the app's own for a small answer."""
         if self._refusing and not conn.initialized:
             self._refuse(conn)
             return False
-        return super().handle(conn)
+        while True:
+            keepalive = super().handle(conn)
+            if keepalive is not True or not self._next_request_soon(conn):
+                return keepalive
+
+    def _next_request_soon(self, conn) -> bool:
+        """Whether to serve the connection's next request on this thread: the worker is not stopping,
+        the connection is a plain HTTP/1 socket, and its next request's bytes are buffered already
+        or arrive within KEEPALIVE_LINGER_SECONDS (a thread waits that long at most, in poll(): no CPU).
+        Otherwise the connection goes back to gunicorn's poller, as before."""
+        if not self.alive or conn.is_http2 or self.cfg.is_ssl or KEEPALIVE_LINGER_SECONDS <= 0:
+            return False
+        if conn.parser.unreader.buf.getvalue():
+            return True  # read ahead (a pipelined request, or a drained body's tail)
+        try:
+            poller = select.poll()
+            poller.register(conn.sock, select.POLLIN)
+            return bool(poller.poll(KEEPALIVE_LINGER_SECONDS * 1000))
+        except (OSError, ValueError):
+            return False
 
     def _refuse(self, conn) -> None:
         sock = conn.sock
@@ -229,6 +261,71 @@ class EnvelopeThreadWorker(ThreadWorker):
             self.log.info("Worker stopping: refused %r from %s with 503", line, conn.client)
         except OSError:  # the client went away, or sent no request head in time
             return
+
+
+class _Captured:
+    """A stand-in socket that keeps what is written to it (OneWriteResponse.send_headers)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self) -> None:
+        self.data = b""
+
+    def sendall(self, data: bytes) -> None:
+        self.data += data
+
+
+# A body up to this size goes out in the same write as the head (copied once); a larger one after it
+ONE_WRITE_MAX_BODY = 256 * 1024
+
+
+class OneWriteResponse(gunicorn_wsgi.Response):
+    """gunicorn's HTTP/1 response, whose head goes out in the same `sendall` as the first body bytes:
+    gunicorn writes the status line and headers, then the body, in two system calls (two TCP segments
+    for the client to take in), and a JSON answer of this API is one body string. The head is made by
+    gunicorn's own `send_headers` (the same bytes) and held until the body's first write, `close()`
+    (an answer without body bytes) or a `sendfile`, which sends it first. A chunked answer and a
+    body over ONE_WRITE_MAX_BODY are written as gunicorn writes them."""
+
+    _head: bytes | None = None
+    _unbuffered = False
+
+    def send_headers(self) -> None:
+        if self.headers_sent or self._unbuffered or self.chunked:
+            super().send_headers()
+            return
+        sock, captured = self.sock, _Captured()
+        self.sock = captured
+        try:
+            super().send_headers()
+        finally:
+            self.sock = sock
+        self._head = captured.data
+
+    def _send_head(self) -> None:
+        head, self._head = self._head, None
+        if head:
+            util.write(self.sock, head)
+
+    def _emit_body(self, data: bytes) -> None:
+        head = self._head
+        if head is not None and not self.chunked and len(data) <= ONE_WRITE_MAX_BODY:
+            self._head = None
+            util.write(self.sock, head + data)
+            return
+        self._send_head()
+        super()._emit_body(data)
+
+    def sendfile(self, respiter) -> bool:
+        self._send_head()
+        self._unbuffered = True  # sendfile() writes the head and then the file itself
+        return super().sendfile(respiter)
+
+    def close(self) -> None:
+        if not self.headers_sent:
+            self.send_headers()
+        self._send_head()
+        super().close()
 
 
 def closing_wsgi(app):
@@ -378,6 +475,41 @@ class AccessLogger(Logger):
                 self.access_log.info("%s %s %s", fields.get("method"), fields.get("path"), fields.get("status"),
                                      extra={"access": fields})
                 return
-            self.access_log.info(self.cfg.access_log_format, LazyAtoms(self, resp, req, environ, request_time))
+            atoms = LazyAtoms(self, resp, req, environ, request_time)
+            streams = self._plain_streams()
+            if streams is None:
+                self.access_log.info(self.cfg.access_log_format, atoms)
+                return
+            line = self.cfg.access_log_format % atoms
+            for handler in streams:
+                handler.acquire()
+                try:
+                    handler.stream.write(line + handler.terminator)
+                    handler.flush()
+                finally:
+                    handler.release()
         except Exception:
             self.error(traceback.format_exc())
+
+    def _plain_streams(self) -> list | None:
+        """The access log's handlers when writing the line to them is all that `logging` would do: the
+        logger takes INFO and has no filters, and every handler is a StreamHandler or an open
+        FileHandler with no filters, a level up to INFO and gunicorn's message-only formatter (what
+        gunicorn's setup makes of `accesslog`). Then `access` writes the formatted line (and the
+        handler's terminator) to each under the handler's lock, as `StreamHandler.emit` does, without
+        a LogRecord, its formatting and the logging module's dispatch. Anything else (syslog, a
+        handler or filter added by someone else): None, and the line goes through `logging`."""
+        log = self.access_log
+        if log.disabled or log.filters or not log.isEnabledFor(logging.INFO):
+            return None
+        handlers = log.handlers
+        for handler in handlers:
+            kind = type(handler)
+            if (kind is not logging.StreamHandler and kind is not logging.FileHandler) or handler.filters \
+                    or handler.level > logging.INFO or getattr(handler, "stream", None) is None:
+                return None
+            formatter = handler.formatter
+            if type(formatter) is not logging.Formatter or formatter._fmt != self.access_fmt \
+                    or formatter._style.__class__ is not logging.PercentStyle:
+                return None
+        return handlers

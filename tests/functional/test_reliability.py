@@ -378,3 +378,38 @@ def test_a_body_the_app_did_not_read_is_drained_and_the_connection_kept(database
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_a_kept_alive_connection_is_served_however_its_next_request_comes(database_url):
+    """After an answer, a worker thread waits briefly for the connection's next request
+    (app.serving: KEEPALIVE_LINGER_SECONDS) and otherwise hands the connection back to gunicorn's
+    poller: a next request sent at once, after a pause beyond that wait, or pipelined behind another
+    is answered, and with two threads, three kept-alive connections taking turns are all served."""
+    proc, port = start_gunicorn(database_url, GUNICORN_THREADS="2")
+    request = b"GET /health HTTP/1.1\r\nHost: gateway\r\n\r\n"
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=20) as conn:
+            for pause in (0, 0.05, 0, 0.3, 0):
+                time.sleep(pause)
+                conn.sendall(request)
+                answer = _read_http_response(conn)
+                assert answer.startswith(b"HTTP/1.1 200 ") and b'"status":"ok"' in answer, answer[:300]
+            conn.sendall(request * 3)
+            data = b""
+            while data.count(b"HTTP/1.1 200 ") < 3 or not data.endswith(b"}\n"):
+                chunk = conn.recv(65536)
+                assert chunk, data
+                data += chunk
+            assert data.count(b"HTTP/1.1 ") == 3
+        conns = [socket.create_connection(("127.0.0.1", port), timeout=20) for _ in range(3)]
+        try:
+            for _turn in range(3):
+                for conn in conns:
+                    conn.sendall(request)
+                    assert _read_http_response(conn).startswith(b"HTTP/1.1 200 ")
+        finally:
+            for conn in conns:
+                conn.close()
+    finally:
+        proc.terminate()
+        proc.wait(30)

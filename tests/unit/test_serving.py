@@ -12,7 +12,7 @@ from gunicorn.glogging import Logger, SafeAtoms
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.serving import AccessLogger, LazyAtoms
+from app.serving import ONE_WRITE_MAX_BODY, AccessLogger, LazyAtoms, OneWriteResponse
 
 
 def _exchange(status="200 OK", sent=1234, extra_environ=None):
@@ -68,6 +68,38 @@ def test_the_configured_access_line_is_gunicorns_line():
         logger.access(*_exchange())
     assert lines[0] == lines[1]
     assert lines[1].startswith('10.0.0.7 "GET /api/v1/me?a=\\"b\\" HTTP/1.1" 200 1234 2345ms rid=rid-42 wrk - ')
+
+
+def test_the_access_line_written_to_gunicorns_own_handler_is_the_line_logging_writes(tmp_path):
+    """gunicorn's own access handler (a file here, stdout with `accesslog = "-"`) gets the line from
+    AccessLogger's direct write: the same bytes as gunicorn's Logger through `logging`, request after
+    request; a handler gunicorn did not set up (a filter on it) sends the line through `logging`."""
+    fmt = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms rid=%({x-request-id}o)s %(a)s %(t)s %({x-quote}i)s'
+    written = {}
+    for cls in (Logger, AccessLogger):
+        path = tmp_path / f"{cls.__name__}.log"
+        logger = _logger(cls)
+        logger.cfg.set("access_log_format", fmt)
+        logger.cfg.set("accesslog", str(path))
+        logger.setup(logger.cfg)
+        for exchange in (_exchange(), _exchange(status=404, sent=None)):
+            logger.access(*exchange)
+        if cls is AccessLogger:
+            assert logger._plain_streams() is not None  # the direct write was taken
+            handler = logger.access_log.handlers[0]
+            seen = []
+            handler.addFilter(lambda record, seen=seen: seen.append(record) or True)
+            assert logger._plain_streams() is None
+            logger.access(*_exchange())
+            assert len(seen) == 1  # through logging: the filter saw the record
+            handler.filters.clear()
+        for handler in logger.access_log.handlers:
+            handler.close()
+        logger.access_log.handlers.clear()
+        written[cls] = path.read_text()
+    lines = written[AccessLogger].splitlines()
+    assert written[Logger].splitlines() == lines[:2] and lines[2] == lines[0]
+    assert lines[1].startswith('10.0.0.7 "GET /api/v1/me?a=\\"b\\" HTTP/1.1" 404 - 2345ms rid=rid-42 wrk ')
 
 
 def test_the_date_header_is_gunicorns_for_every_second(monkeypatch):
@@ -189,3 +221,49 @@ def test_the_drain_bound_follows_the_apps_max_content_length(monkeypatch):
         raise InvalidChunkSize(b"ZZ")
 
     assert worker._keepalive_after(SimpleNamespace(parser=SimpleNamespace(finish_body=malformed)), True) is False
+
+
+class _Sock:
+    def __init__(self):
+        self.writes = []
+
+    def sendall(self, data):
+        self.writes.append(bytes(data))
+
+
+def _answer(cls, method="GET", status="200 OK", headers=(("Content-Type", "application/json"),), body=(b"{}",),
+            version=(1, 1)):
+    from gunicorn.http.wsgi import Response
+
+    assert issubclass(cls, Response)
+    req = SimpleNamespace(version=version, method=method, should_close=lambda: False)
+    sock = _Sock()
+    resp = cls(req, sock, Config())
+    resp.start_response(status, list(headers))
+    for chunk in body:
+        resp.write(chunk)
+    resp.close()
+    return sock.writes
+
+
+@pytest.mark.parametrize("case", [
+    {},  # the usual JSON answer: head and body in one write
+    {"headers": (("Content-Length", "2"),)},
+    {"body": ()},  # no body bytes at all: the head on close
+    {"method": "HEAD", "headers": (("Content-Length", "2"),)},  # no body permitted
+    {"status": "304 Not Modified", "body": (b"",)},
+    {"body": (b"[", b"1", b"]")},  # several writes: the head with the first
+    {"body": (b"x" * (ONE_WRITE_MAX_BODY + 1),)},  # a large body after the head, as gunicorn does
+    {"version": (1, 1), "headers": (("Content-Type", "text/plain"),), "body": (b"a", b"bc")},  # chunked
+    {"version": (1, 0)},
+])
+def test_a_response_sends_gunicorns_bytes_with_the_head_in_the_first_body_write(case, monkeypatch):
+    from gunicorn import util
+    from gunicorn.http.wsgi import Response
+
+    monkeypatch.setattr(util, "http_date", lambda *a: "Thu, 26 Nov 2026 10:00:00 GMT")
+    theirs, ours = _answer(Response, **case), _answer(OneWriteResponse, **case)
+    assert b"".join(ours) == b"".join(theirs)
+    chunked = b"Transfer-Encoding: chunked" in theirs[0]
+    if not chunked and len(b"".join(theirs)) - len(theirs[0]) <= ONE_WRITE_MAX_BODY:
+        assert len(ours) == max(1, len(theirs) - 1)  # the head joined the first body write
