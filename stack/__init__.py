@@ -309,7 +309,9 @@ def prepare_nodes(stack: Stack) -> str:
             probe = (f"exec {shlex.quote(sys.executable)} -c 'import urllib.request as u; "
                      f"u.urlopen(\"http://127.0.0.1:{node.port}/health\", timeout=3)' 2>/dev/null")
         else:
-            probe = (f"cd {shlex.quote(ROOT)} && ENV_FILE={shlex.quote(stack.env_file)} "
+            # `env -i`: the probe reads the stack's settings file and nothing of its caller's environment
+            # (an operator's or a test run's REDIS_URL would send the ping to another broker)
+            probe = (f"cd {shlex.quote(ROOT)} && exec env -i PATH=\"$PATH\" ENV_FILE={shlex.quote(stack.env_file)} "
                      f"{shlex.quote(os.path.join(bin_dir, 'celery'))} -A app.celery_probe inspect ping --timeout 2 "
                      f"-d {node.celery_prefix}\"$(hostname)\" >/dev/null 2>&1")
         _write_script(os.path.join(node.service_dir, "check"), f"#!/bin/sh\n{probe}\n")
