@@ -26,7 +26,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -41,6 +40,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from bench.bench_records_http import cpu_seconds
 from bench.common import BENCH_SECRET, ROOT, bench_token, table, write_result
+from stack import free_port
 
 DURATION, WARMUP = 10, 2
 PACE_MS, PACED_CONNECTIONS, PHASE_SECONDS, ROUNDS = 10, 8, 8, 4
@@ -129,30 +129,6 @@ def _serve(released, count, hold: float, pipe) -> None:
 
 # -- the stack ----------------------------------------------------------------------------------------------
 
-def _free_api_port() -> int:
-    """A free port p with p + 1, p + 100 and p + 101 free too (API processes, image-pool processes)."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port + 101 > 65535:
-            continue
-        try:
-            for other in (port + 1, port + 100, port + 101):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", other))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no free ports")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class BenchStack:
     def __init__(self, upstream_url: str) -> None:
         from app.config import SETTINGS
@@ -169,9 +145,9 @@ class BenchStack:
         drop = (set(SETTINGS) | set(STACK_SETTINGS) | set(SECRETS) | {"PORT", "CELERY_KEY_PREFIX"}) - keep
         env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("FLOWER_")}
         env.update({
-            "STACK_DIR": STACK_DIR, "STACK_PORT": str(_free_port()), "STACK_API_PORT": str(_free_api_port()),
-            "STACK_PG_PORT": str(_free_port()), "STACK_REDIS_PORT": str(_free_port()),
-            "FLOWER_PORT": str(_free_port()), "ENV_FILE": "", "JWT_SECRET": BENCH_SECRET, "LOG_LEVEL": "WARNING",
+            "STACK_DIR": STACK_DIR, "STACK_PORT": str(free_port()), "STACK_API_PORT": str(free_port(pair=True)),
+            "STACK_PG_PORT": str(free_port()), "STACK_REDIS_PORT": str(free_port()),
+            "FLOWER_PORT": str(free_port()), "ENV_FILE": "", "JWT_SECRET": BENCH_SECRET, "LOG_LEVEL": "WARNING",
             "STACK_PARENT_PID": str(os.getpid()), "STACK_MAX_SECONDS": "1200",
             "PROVIDER_A_ENDPOINT": upstream_url, "PROVIDER_A_API_KEY": API_KEY,
         })

@@ -113,6 +113,36 @@ class Stack:
         return f"http://127.0.0.1:{self.port}"
 
 
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as fh:
+            return int(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_port(pair: bool = False) -> int:
+    """A free loopback port for a stack started by a test or a benchmark (with pair=True: one whose
+    successor is free too, and the two 100 above them: the stack's API processes and its image pool's, as
+    honcho numbers them), below the kernel's ephemeral range: a port of that range is also what a readiness
+    probe's own connections come from, and a probe of a port nothing listens on yet can then connect to
+    itself (TCP self-connect), hold the port and echo the request back."""
+    import random
+    import socket
+
+    low = _ephemeral_low()
+    for _ in range(500):
+        port = random.randrange(max(1024, low - 12000), low - 120)
+        try:
+            for candidate in (port, port + 1, port + 100, port + 101) if pair else (port,):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", candidate))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free port below the ephemeral range")
+
+
 def read_env_file(path: str) -> dict[str, str]:
     """NAME=value lines, as python-dotenv (app.config) and honcho's -e read them."""
     if not os.path.exists(path):

@@ -10,11 +10,9 @@ import base64
 import http.client
 import json
 import os
-import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +21,7 @@ import urllib.request
 
 import pytest
 
+from stack import free_port
 from tests.conftest import REQUIRE_SERVICES, ROOT
 
 BIN = os.path.dirname(sys.executable)
@@ -46,34 +45,6 @@ def pytest_collection_modifyitems(config, items):
         block.sort(key=lambda item: item.get_closest_marker("stops_stack") is not None)
         for i, item in zip(mine, block, strict=True):
             items[i] = item
-
-
-def _ephemeral_ports() -> tuple[int, int]:
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as fh:
-            low, high = map(int, fh.read().split())
-        return low, high
-    except (OSError, ValueError):
-        return 32768, 60999
-
-
-def _free_port(pair: bool = False) -> int:
-    """A free loopback port (with pair=True: one whose successor is free too, and the two 100 above them:
-    the stack's API processes and its image pool's, as honcho numbers them), below the kernel's ephemeral
-    range: a port of that range is also what the readiness probe's own connections come from, and a probe
-    of a port nothing listens on yet can then connect to itself (TCP self-connect), hold the port and echo
-    the request back."""
-    low = _ephemeral_ports()[0]
-    for _ in range(500):
-        port = random.randrange(max(1024, low - 12000), low - 120)
-        try:
-            for candidate in (port, port + 1, port + 100, port + 101) if pair else (port,):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", candidate))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no free port (pair)")
 
 
 def _scrubbed_environ() -> dict[str, str]:
@@ -251,13 +222,13 @@ def stack(fake_images):
     env = {
         **_scrubbed_environ(),
         "STACK_DIR": directory,
-        "STACK_PORT": str(_free_port()),
-        "STACK_API_PORT": str(_free_port(pair=True)),
+        "STACK_PORT": str(free_port()),
+        "STACK_API_PORT": str(free_port(pair=True)),
         "STACK_API_PROCESSES": "2",
         "STACK_WORKER_NODES": "2",
-        "STACK_PG_PORT": str(_free_port()),
-        "STACK_REDIS_PORT": str(_free_port()),
-        "FLOWER_PORT": str(_free_port()),
+        "STACK_PG_PORT": str(free_port()),
+        "STACK_REDIS_PORT": str(free_port()),
+        "FLOWER_PORT": str(free_port()),
         "ENV_FILE": "",  # not the developer's .env: the test stack has only its own settings
         "STACK_PARENT_PID": str(os.getpid()),
         "STACK_MAX_SECONDS": str(STACK_LIFETIME_SECONDS),

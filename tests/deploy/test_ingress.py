@@ -14,8 +14,9 @@ import urllib.request
 
 import pytest
 
+from stack import free_port
 from tests.conftest import ROOT
-from tests.deploy.conftest import _free_port, _need_tools
+from tests.deploy.conftest import _need_tools
 
 
 @pytest.fixture()
@@ -25,8 +26,8 @@ def lone_ingress():
 
     directory = os.path.join(ROOT, "var", "test", f"ingress-{os.getpid()}")
     shutil.rmtree(directory, ignore_errors=True)
-    stack = Stack.from_env({"STACK_DIR": directory, "STACK_PORT": str(_free_port()),
-                            "STACK_API_PORT": str(_free_port(pair=True)), "STACK_API_PROCESSES": "2"})
+    stack = Stack.from_env({"STACK_DIR": directory, "STACK_PORT": str(free_port()),
+                            "STACK_API_PORT": str(free_port(pair=True)), "STACK_API_PROCESSES": "2"})
     prepare(stack, {"ENV_FILE": ""})
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     proc = subprocess.Popen([nginx, "-c", os.path.join(directory, "nginx", "nginx.conf"), "-e", "stderr"],
