@@ -89,10 +89,10 @@ def submit_many(events: list[dict[str, Any]]) -> None:
     if client is not None:
         try:
             pipe = client.pipeline(transaction=False)
-            pipe.rpush(key("buffer"), *[json.dumps(e, separators=(",", ":")) for e in events])
-            pipe.set(key("buffer-since"), f"{time.time():.3f}", nx=True)  # buffer_backlog: the wait so far
+            received = f"{time.time():.3f}\t"  # each line carries its receive time (buffer_backlog)
+            pipe.rpush(key("buffer"), *[received + json.dumps(e, separators=(",", ":")) for e in events])
             pipe.set(key("flush-pending"), "1", nx=True, ex=_config("ANALYTICS_FLUSH_TTL_SECONDS"))
-            _, _, scheduled = pipe.execute()
+            _, scheduled = pipe.execute()
         except Exception:  # Redis down: store them now rather than lose them
             metrics.count_redis_error("analytics_buffer")
             log.warning("analytics buffer unavailable; writing %s event(s) inline", len(events), exc_info=True)
@@ -117,29 +117,49 @@ def _schedule_flush(client) -> None:
 
 def buffer_backlog() -> tuple[int, float]:
     """(events waiting in the buffer or in flight, seconds the oldest of them has waited) for /metrics;
-    (0, 0) without Redis. The buffer's wait runs from its first push into an empty buffer (`buffer-since`),
-    so it is an upper bound; an in-flight batch waits since it was taken."""
+    (0, 0) without Redis. Each buffered line starts with its receive time (`submit_many`), and the oldest
+    waiting line is the head of the buffer (pushed at the tail, taken from the head; a re-queued batch
+    goes back to the head with its own times) or of an in-flight batch."""
     client = redis_client()
     if client is None:
         return 0, 0.0
     pipe = client.pipeline(transaction=False)
     pipe.llen(key("buffer"))
-    pipe.get(key("buffer-since"))
-    pipe.zrange(key("inflight"), 0, 0, withscores=True)
+    pipe.lindex(key("buffer"), 0)
     pipe.zrange(key("inflight"), 0, -1)
-    waiting, since, oldest_batch, batches = pipe.execute()
-    inflight = 0
+    waiting, head, batches = pipe.execute()
+    inflight, heads = 0, [head]
     if batches:
         counting = client.pipeline(transaction=False)
         for batch in batches[:100]:
             counting.llen(batch)
-        inflight = sum(counting.execute())
+            counting.lindex(batch, 0)
+        found = counting.execute()
+        inflight = sum(found[0::2])
+        heads.extend(found[1::2])
     now, ages = time.time(), [0.0]
-    if waiting and since:
-        ages.append(now - float(since))
-    if oldest_batch:
-        ages.append(now - float(oldest_batch[0][1]))
+    for line in heads:
+        received = received_at(line) if line else None
+        if received is not None:
+            ages.append(now - received)
     return int(waiting) + int(inflight), max(ages)
+
+
+def received_at(line: bytes) -> float | None:
+    """The receive time a buffered line starts with (`<unix time>\t<event JSON>`); None for a line
+    without one (pushed by an older release, or straight into the buffer)."""
+    stamp, tab, _ = line.partition(b"\t")
+    if not tab or not stamp[:1].isdigit():
+        return None
+    try:
+        return float(stamp)
+    except ValueError:
+        return None
+
+
+def event_line(line: bytes) -> bytes:
+    """A buffered line without its receive time: the event's JSON."""
+    return line.split(b"\t", 1)[1] if received_at(line) is not None else line
 
 
 def write_inline(events: list[dict[str, Any]]) -> int:
@@ -213,20 +233,19 @@ def flush_once(client, batch_size: int, on_backlog=None) -> int:
     `on_backlog(client)` is called when at least another batch is waiting behind this one."""
     batch_key = key(f"batch:{uuid.uuid4().hex}")
     remaining, items = client.eval(_TAKE, 3, key("buffer"), batch_key, key("inflight"), batch_size, time.time())
-    if not remaining:  # the buffer is empty: what comes next starts a new wait (buffer_backlog)
-        client.delete(key("buffer-since"))
     if not items:
         return 0
     if on_backlog is not None and remaining >= batch_size:
         on_backlog(client)
     dead: list[bytes] = []
+    lines = [event_line(item) for item in items]
     try:
-        _, dead = write_lines_by_product(items)
+        _, dead = write_lines_by_product(lines)
     except (OperationalError, DBAPIError) as exc:
         if isinstance(exc, OperationalError) or getattr(exc, "connection_invalidated", False):
             client.eval(_REQUEUE, 3, key("buffer"), batch_key, key("inflight"))  # transient: retry later
             raise
-        dead.extend(items)  # an error the data itself causes: park the batch, keep the queue moving
+        dead.extend(lines)  # an error the data itself causes: park the batch, keep the queue moving
         log.exception("analytics: a batch of %s events could not be stored; parked in %s",
                       len(items), key("dead"))
     if dead:

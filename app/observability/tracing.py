@@ -29,12 +29,14 @@ reading `ENABLED`.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import os
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from flask import g, request
+from flask import request
 
 log = logging.getLogger(__name__)
 
@@ -159,10 +161,106 @@ def _instrument(provider) -> None:
     from opentelemetry.instrumentation.redis import RedisInstrumentor
     from opentelemetry.instrumentation.requests import RequestsInstrumentor
 
+    _lean_sql_spans()
     for instrumentor in (CeleryInstrumentor(), PsycopgInstrumentor(), RedisInstrumentor(), RequestsInstrumentor()):
         if not instrumentor.is_instrumented_by_opentelemetry:
             instrumentor.instrument(tracer_provider=provider, skip_dep_check=True)
             _instrumentors.append(instrumentor)
+
+
+_LeanCursorTracer = None
+
+
+def _lean_sql_spans() -> None:
+    """The psycopg instrumentation, with a cheaper per-statement path (`_LeanCursorTracer`): installed in
+    its module before it instruments, so every cursor class it makes uses it."""
+    global _LeanCursorTracer
+    from opentelemetry.instrumentation import psycopg as instrumented
+
+    if _LeanCursorTracer is None:
+        _LeanCursorTracer = _lean_cursor_tracer(instrumented.CursorTracer)
+    instrumented.CursorTracer = _LeanCursorTracer
+
+
+def _lean_cursor_tracer(base):
+    """A subclass of the psycopg instrumentation's CursorTracer that makes the same CLIENT span per
+    statement (same name, same attributes, same error status and event) for less work:
+
+    - a statement under a span the sampler left out, or with instrumentation suppressed (a request the
+      sampler left out: `ServerSpans`), runs with no span at all, where the SDK would make and discard a
+      non-recording one (a parent-based sampler drops every child of a dropped parent);
+    - the attributes that do not change for a connection (database system and name, server address and
+      port, user) are built once per connection, not per statement, and given to the span as it starts;
+    - the span is made current without the SDK's context-manager layers.
+
+    Whatever it does not cover (sql comments, captured parameters, the new database semantic conventions
+    with their duration metrics, a sampler that is not parent-based) goes through the instrumentation's
+    own path unchanged."""
+    from opentelemetry import context, trace
+    from opentelemetry.instrumentation._semconv import _report_new, _set_db_name, _set_db_statement, _set_db_system
+    from opentelemetry.instrumentation.utils import _SUPPRESS_INSTRUMENTATION_KEY_PLAIN
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+    from opentelemetry.trace.propagation import _SPAN_KEY
+
+    suppress, suppress_plain = context._SUPPRESS_INSTRUMENTATION_KEY, _SUPPRESS_INSTRUMENTATION_KEY_PLAIN
+    get_current, attach, detach, Context = context.get_current, context.attach, context.detach, context.Context
+    client, sdk_span = SpanKind.CLIENT, trace.Span
+
+    class LeanCursorTracer(base):
+        _plain = None  # the per-connection settings, decided at the first statement (see _decide)
+
+        def _decide(self):
+            integration = self._db_api_integration
+            tracer = integration._tracer
+            sampler = getattr(tracer, "sampler", None)
+            mode = integration._sem_conv_opt_in_mode_db
+            lean = (not self._commenter_enabled and not integration.capture_parameters and not _report_new(mode)
+                    and isinstance(sampler, ParentBased) and sampler._local_parent_not_sampled is ALWAYS_OFF
+                    and sampler._remote_parent_not_sampled is ALWAYS_OFF)
+            constant: dict = {}
+            _set_db_system(constant, integration.database_system, mode)
+            _set_db_name(constant, integration.database, mode)
+            probe: dict = {}
+            _set_db_statement(probe, "?", mode)
+            self._plain = (lean, tracer, constant, tuple(probe), dict(integration.span_attributes))
+            return self._plain
+
+        def traced_execution(self, cursor, query_method, *args, **kwargs):
+            current = get_current()
+            if current.get(suppress) or current.get(suppress_plain):
+                return query_method(*args, **kwargs)
+            lean, tracer, constant, statement_keys, connection = self._plain or self._decide()
+            if not lean:
+                return super().traced_execution(cursor, query_method, *args, **kwargs)
+            parent = current.get(_SPAN_KEY)
+            if parent is not None:
+                found = parent.get_span_context()
+                if found.is_valid and not found.trace_flags.sampled:  # the sampler drops it: no span
+                    return query_method(*args, **kwargs)
+            name = self.get_operation_name(cursor, args) or (
+                self._db_api_integration.database or self._db_api_integration.name)
+            attributes = dict(constant)
+            statement = self.get_statement(cursor, args)
+            for key in statement_keys:
+                attributes[key] = statement
+            attributes.update(connection)
+            span = tracer.start_span(name, context=current, kind=client, attributes=attributes)
+            values = dict(current)
+            values[_SPAN_KEY] = span
+            token = attach(Context(values))
+            try:
+                return query_method(*args, **kwargs)
+            except Exception as exc:  # as the SDK's start_as_current_span records it
+                if isinstance(span, sdk_span) and span.is_recording():
+                    span.record_exception(exc)
+                    span.set_status(Status(status_code=StatusCode.ERROR, description=f"{type(exc).__name__}: {exc}"))
+                raise
+            finally:
+                detach(token)
+                span.end()
+
+    return LeanCursorTracer
 
 
 def instrument_app(app) -> None:
@@ -188,8 +286,6 @@ class ServerSpans:
     Redis and HTTP calls would make spans nobody keeps); a task it writes to the outbox still carries
     its unsampled context, so the task is left out too."""
 
-    _KEY = "_otel_server_span"
-
     def __init__(self, app) -> None:
         from opentelemetry import context, propagate, trace
         from opentelemetry.trace import Status, StatusCode
@@ -209,6 +305,9 @@ class ServerSpans:
         self._suppress, self._server = context._SUPPRESS_INSTRUMENTATION_KEY, trace.SpanKind.SERVER
         self._error = Status(StatusCode.ERROR)
         self._status = Status
+        self._get_current, self._context = context.get_current, context.Context
+        self._span_key = trace.propagation._SPAN_KEY
+        self._root = _RootSampling(self.tracer)
         app.before_request(self.start)
         app.after_request(self.respond)
         app.teardown_request(self.end)
@@ -223,6 +322,17 @@ class ServerSpans:
             if name in environ:
                 parent = self._extract(req.headers)
                 break
+        if parent is None and self._root.fast:
+            current = self._get_current()
+            if current.get(self._span_key) is None:  # a root span: the sampler's decision is taken here
+                span = self._root.dropped()
+                if span is not None:  # left out: a context with no span made, instrumentation suppressed
+                    values = dict(current)
+                    values[self._span_key] = span
+                    values[self._suppress] = True
+                    _REQUEST_SPAN.set((span, self._attach(self._context(values)), False))
+                    return
+                # kept: the SDK makes the span below, with the trace id drawn for the decision
         rule = req.url_rule
         route = rule.rule if rule is not None else None
         method = req.method
@@ -238,10 +348,10 @@ class ServerSpans:
             span.set_attributes(attributes)
         else:
             current = self._set_value(self._suppress, True, current)
-        setattr(g, self._KEY, (span, self._attach(current), recording))
+        _REQUEST_SPAN.set((span, self._attach(current), recording))
 
     def respond(self, response):
-        found = g.get(self._KEY)
+        found = _REQUEST_SPAN.get()
         if found is not None and found[2]:
             span = found[0]
             span.set_attribute("http.response.status_code", response.status_code)
@@ -250,9 +360,10 @@ class ServerSpans:
         return response
 
     def end(self, exc=None) -> None:
-        found = g.pop(self._KEY, None)
+        found = _REQUEST_SPAN.get()
         if found is None:
             return
+        _REQUEST_SPAN.set(None)
         span, token, recording = found
         if recording:  # (a span the sampler left out records nothing: ending it does nothing)
             if exc is not None:
@@ -260,6 +371,84 @@ class ServerSpans:
                 span.set_status(self._status(self._error.status_code, type(exc).__name__))
             span.end()
         self._detach(token)
+
+
+# (span, context token, recording) of the request this thread serves, from `ServerSpans.start` to its `end`
+_REQUEST_SPAN: contextvars.ContextVar[tuple | None] = contextvars.ContextVar("otel_server_span", default=None)
+
+
+class _RootSampling:
+    """The sampler's decision for a root span, taken before the SDK is asked to make one.
+
+    The SDK's `start_span` for a span the sampler leaves out draws ids, asks the sampler, builds the
+    sampling result, trace flags and span context, and returns a non-recording span: most of what an
+    unsampled request costs. For a root span (no caller's `traceparent`, no current span) the decision
+    of the standard samplers depends on the trace id alone: `traceidratio` (alone or as the root of
+    `parentbased_*`) keeps an id whose low 64 bits fall under its bound, `always_on` / `always_off`
+    keep all or none. Here the trace id is drawn first; a dropped request gets the non-recording span
+    the SDK would have made (same trace id, a span id, the trace flags without `sampled`, so the trace
+    context still propagates: an outbox row of that request carries it, and its task is left out too);
+    a kept one is made by the SDK, which draws the same trace id (`_DrawnTraceIds`) and takes the same
+    decision. Any other sampler: no fast path, the SDK decides as before."""
+
+    def __init__(self, tracer) -> None:
+        from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased, TraceIdRatioBased
+        from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+        self.fast = False
+        sampler = getattr(tracer, "sampler", None)
+        ids = getattr(tracer, "id_generator", None)
+        if sampler is None or ids is None:
+            return
+        if isinstance(ids, _DrawnTraceIds):  # the tracer is the provider's, shared by every app of the process
+            ids = ids._ids
+        root = sampler._root if isinstance(sampler, ParentBased) else sampler
+        if isinstance(root, TraceIdRatioBased):
+            self._bound, self._mask = root.bound, TraceIdRatioBased.TRACE_ID_LIMIT
+        elif root is ALWAYS_ON:
+            self._bound, self._mask = 1 << 64, 0
+        elif root is ALWAYS_OFF:
+            self._bound, self._mask = 0, 0
+        else:
+            return
+        self._ids = ids
+        self._drawn = _DrawnTraceIds(ids)
+        tracer.id_generator = self._drawn  # this tracer's only: the server spans'
+        flags = TraceFlags.DEFAULT | (TraceFlags.RANDOM_TRACE_ID if ids.is_trace_id_random() else 0)
+        self._flags = TraceFlags(flags)
+        self._span, self._span_context = NonRecordingSpan, SpanContext
+        self.fast = True
+
+    def dropped(self):
+        """A non-recording root span when the sampler leaves the new trace out; None when it keeps it
+        (the trace id is then the next one the SDK draws in this thread)."""
+        trace_id = self._ids.generate_trace_id()
+        if trace_id & self._mask < self._bound:
+            self._drawn.local.trace_id = trace_id
+            return None
+        return self._span(self._span_context(trace_id, self._ids.generate_span_id(), False, self._flags))
+
+
+class _DrawnTraceIds:
+    """The id generator of the server spans' tracer: the trace id `_RootSampling` drew for its decision
+    when it set one in this thread (once), otherwise a new one."""
+
+    def __init__(self, ids) -> None:
+        self._ids = ids
+        self.local = threading.local()
+
+    def generate_trace_id(self) -> int:
+        drawn = getattr(self.local, "trace_id", None)
+        if drawn is None:
+            return self._ids.generate_trace_id()
+        self.local.trace_id = None
+        return drawn
+
+    def generate_span_id(self) -> int:
+        return self._ids.generate_span_id()
+
+    def is_trace_id_random(self) -> bool:
+        return self._ids.is_trace_id_random()
 
 
 def shutdown() -> None:
@@ -285,12 +474,19 @@ def stop() -> None:
 
 def outbox_context(task_name: str, message_id: str) -> dict[str, str] | None:
     """The W3C trace context a task written to the outbox carries: the context of an `outbox <task>` span,
-    child of the current span (the request's, or the task's that chains another). None when tracing is
-    off."""
+    child of the current span (the request's, or the task's that chains another); under a span the sampler
+    left out, that span's own context (not sampled). None when tracing is off."""
     if not ENABLED:
         return None
     from opentelemetry import propagate, trace
 
+    parent = trace.get_current_span().get_span_context()
+    if parent.is_valid and not parent.trace_flags.sampled:
+        # a request or task the sampler left out: its own context, unsampled, is what the row carries (the
+        # outbox span would be dropped; its task is left out as well)
+        own: dict[str, str] = {}
+        propagate.inject(own)
+        return own or None
     tracer = trace.get_tracer(__name__, tracer_provider=_provider)
     with tracer.start_as_current_span(f"outbox {task_name}", kind=trace.SpanKind.PRODUCER,
                                       attributes={"messaging.system": "celery",

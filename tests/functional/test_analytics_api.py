@@ -3,6 +3,7 @@ global and per-channel roll-ups, date windows, isolation by org and product."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import UTC, datetime
 
@@ -575,5 +576,42 @@ def test_a_dead_flush_and_a_lost_flush_message_are_recovered_without_new_traffic
             assert scheduled == [1] and client.exists(tasks.key("flush-pending"))
             assert tasks.reap_stalled_buffer() == 0  # a flush is due now: not scheduled twice
             assert scheduled == [1]
+        finally:
+            client.delete(*client.keys(f"{prefix}*"))
+
+
+def test_the_age_of_the_oldest_waiting_event_stays_bounded_under_steady_ingest(make_app, redis_url, monkeypatch):
+    """Events arrive every second and a flush every 5 s takes a batch of 5, so the buffer never empties
+    (2 events stay behind each take) but nothing waits long: the age reported for /metrics and the lag
+    alert is the real wait of the oldest event still buffered, at most a flush period and a batch's
+    spread, however long the traffic lasts (a wait counted from the first push into an empty buffer grew
+    without end)."""
+    import types
+
+    from app.analytics import tasks
+
+    clock = [1_000_000.0]
+    monkeypatch.setattr(tasks, "time", types.SimpleNamespace(time=lambda: clock[0], monotonic=lambda: clock[0]))
+    stored: list[bytes] = []
+    monkeypatch.setattr(tasks, "write_lines_by_product", lambda lines: (stored.extend(lines), (len(lines), []))[1])
+    prefix = f"test-age-{uuid.uuid4().hex[:8]}:"
+    app = make_app(REDIS_URL=redis_url, CELERY_KEY_PREFIX=prefix)
+    with app.app_context():
+        client = tasks.redis_client()
+        client.set(tasks.key("flush-pending"), "1", ex=600)  # no flush task sent: this test flushes
+        try:
+            sent = [{"product": "default", "eventId": f"e{i}"} for i in range(200)]
+            tasks.submit_many(sent[:2])
+            ages = []
+            for second in range(2, 200):
+                clock[0] += 1
+                tasks.submit_many([sent[second]])
+                if second % 5 == 0:
+                    assert tasks.flush_once(client, 5) == 5
+                    assert client.llen(tasks.key("buffer")) > 0  # never emptied
+                ages.append(tasks.buffer_backlog()[1])
+            assert max(ages) <= 5 + 2 + 1, ages[-10:]
+            assert ages[-1] >= 1  # still waiting events: a real age, not 0
+            assert [json.loads(line) for line in stored] == sent[:len(stored)]  # the events, in order
         finally:
             client.delete(*client.keys(f"{prefix}*"))

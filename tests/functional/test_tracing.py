@@ -200,3 +200,120 @@ def test_a_callers_traceparent_parents_the_request_span_and_excluded_urls_are_no
     assert excluding.get("/health").status_code == 200
     assert excluding.get("/api/v1/me", headers=headers).status_code == 200
     assert [s.name for s in _memory_spans(traced) if s.kind == "SERVER"] == ["GET /api/v1/me"]
+
+
+@pytest.fixture()
+def sample_ratio(traced):
+    """sample_ratio(r): this process's provider samples like OTEL_TRACES_SAMPLER=parentbased_traceidratio
+    at r (the provider is made once per process, with the sampler of the first test that made it), for
+    apps built afterwards; restored at the end."""
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+    from app.observability import tracing
+
+    provider = tracing._provider
+    saved = provider.sampler, {scope: tracer.sampler for scope, tracer in provider._tracers.items()}
+
+    def choose(ratio: float):
+        sampler = ParentBased(TraceIdRatioBased(ratio))
+        provider.sampler = sampler
+        for tracer in provider._tracers.values():
+            tracer.sampler = sampler
+        return sampler
+
+    yield choose
+    provider.sampler = saved[0]
+    for scope, tracer in provider._tracers.items():
+        tracer.sampler = saved[1].get(scope, saved[0])
+
+
+def test_a_request_the_sampler_leaves_out_exports_nothing_and_its_task_is_left_out_too(make_app, auth, traced,
+                                                                                        sample_ratio):
+    """At 0 %: no span of the request (server, SQL, outbox, Celery publish) is exported, yet its trace
+    context still goes into the outbox row it writes, without the sampled flag, so the task's spans are
+    left out as well."""
+    from sqlalchemy import select
+
+    from app.db import db
+    from app.platform_models import OutboxMessage
+
+    sample_ratio(0.0)
+    app = make_app(REDIS_URL="redis://127.0.0.1:9/0")  # nothing listens: the row stays in the outbox
+    client, headers = app.test_client(), auth()
+    create_definition(client, headers, "notes", SCHEMA)
+    job_id = _bulk_async(client, headers, 0)
+    assert client.get("/api/v1/me", headers=headers).status_code == 200
+    assert traced.get_finished_spans() == ()
+    with app.app_context(), db.engine.connect() as conn:
+        row = conn.execute(select(OutboxMessage.trace_context).where(
+            OutboxMessage.task_name == TASK, OutboxMessage.args.op("->>")(0) == job_id)).one()
+    version, trace_id, span_id, flags = row.trace_context["traceparent"].split("-")
+    assert version == "00" and int(trace_id, 16) and int(span_id, 16)  # a valid context…
+    assert not int(flags, 16) & 1  # …that is not sampled
+
+
+def test_a_sampled_request_exports_its_span_and_every_sql_span_under_it(make_app, auth, traced, sample_ratio):
+    """At 100 % (the root decision taken before the SDK makes the span, with the same trace id): the
+    server span and one CLIENT span per SQL statement, children of it, with the database attributes;
+    a statement that fails ends its span in error with the exception recorded."""
+    sample_ratio(1.0)
+    app = make_app()
+    client, headers = app.test_client(), auth()
+    create_definition(client, headers, "notes", SCHEMA)
+    resp = client.post(f"{BASE}/notes/records", headers=headers, json={"name": "n", "fields": {"body": "b", "n": 1}})
+    assert resp.status_code == 201, resp.get_json()
+    traced.clear()
+    assert client.get(f"{BASE}/notes/records/{resp.get_json()['id']}", headers=headers).status_code == 200
+    spans = _memory_spans(traced)
+    server = _request_span(traced, "GET", "/records/<string:recordId>")
+    sql = [s for s in spans if s.kind == "CLIENT"]
+    assert sql and {s.parent_id for s in sql} == {server.span_id} and {s.trace_id for s in sql} == {server.trace_id}
+    assert len(spans) == len(sql) + 1
+    for span in sql:
+        assert span.attributes["db.system"] == "postgresql" and span.attributes["db.statement"]
+        assert span.name and span.name in span.attributes["db.statement"]
+
+    from opentelemetry import trace
+    from sqlalchemy import text
+    from sqlalchemy.exc import ProgrammingError
+
+    from app.db import db
+
+    traced.clear()
+    tracer = trace.get_tracer("test")
+    with app.app_context(), tracer.start_as_current_span("parent"), db.engine.connect() as conn:
+        with pytest.raises(ProgrammingError):
+            conn.execute(text("SELECT no_such_column FROM no_such_table"))
+    failed = [s for s in traced.get_finished_spans() if s.kind.name == "CLIENT"]
+    assert len(failed) == 1 and failed[0].status.status_code.name == "ERROR"
+    assert [e.name for e in failed[0].events] == ["exception"]
+
+
+def test_the_root_decision_taken_before_the_sdk_matches_the_samplers():
+    """`_RootSampling` draws the trace id and decides as the trace-id-ratio sampler would; a kept trace
+    is then made by the SDK with that same id (so its sampler keeps it too)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+    from app.observability.tracing import _RootSampling
+
+    sampler = TraceIdRatioBased(0.5)
+    tracer = TracerProvider(sampler=ParentBased(sampler)).get_tracer("test")
+    root = _RootSampling(tracer)
+    assert root.fast
+    kept = dropped = 0
+    for _ in range(300):
+        span = root.dropped()
+        if span is None:
+            drawn = root._drawn.local.trace_id
+            made = tracer.start_span("kept")
+            context = made.get_span_context()
+            assert context.trace_id == drawn and context.trace_flags.sampled and made.is_recording()
+            kept += 1
+        else:
+            context = span.get_span_context()
+            assert context.is_valid and not context.trace_flags.sampled and not span.is_recording()
+            assert context.trace_id & TraceIdRatioBased.TRACE_ID_LIMIT >= sampler.bound
+            dropped += 1
+    assert kept and dropped
+    assert tracer.start_span("next").get_span_context().trace_id != drawn  # the drawn id is used once
