@@ -110,7 +110,7 @@ def configure(service: str, *, exporter=None) -> bool:
     exporter given by a test, e.g. InMemorySpanExporter, whose spans are exported as they end).
     `service` is the service name when neither OTEL_SERVICE_NAME nor OTEL_RESOURCE_ATTRIBUTES names one.
     Idempotent in a process. Returns whether tracing is on."""
-    global ENABLED, _configured_pid, _provider
+    global ENABLED, _configured_pid, _provider, _BoundedAttributes
     if ENABLED and _configured_pid == os.getpid() and exporter is None:
         return True
     otel = otel_environment()
@@ -137,6 +137,9 @@ def configure(service: str, *, exporter=None) -> bool:
         for name in names:
             provider.add_span_processor(BatchSpanProcessor(_exporter(name)))
     _provider = provider
+    from opentelemetry.attributes import BoundedAttributes
+
+    _BoundedAttributes = BoundedAttributes
     _instrument(provider)
     _configured_pid = os.getpid()
     ENABLED = True
@@ -190,7 +193,8 @@ def _lean_cursor_tracer(base):
       sampler left out: `ServerSpans`), runs with no span at all, where the SDK would make and discard a
       non-recording one (a parent-based sampler drops every child of a dropped parent);
     - the attributes that do not change for a connection (database system and name, server address and
-      port, user) are built once per connection, not per statement, and given to the span as it starts;
+      port, user) are built once per connection, not per statement, and stored as they are
+      (`_plain_attributes`);
     - the span is made current without the SDK's context-manager layers.
 
     Whatever it does not cover (sql comments, captured parameters, the new database semantic conventions
@@ -223,7 +227,11 @@ def _lean_cursor_tracer(base):
             _set_db_name(constant, integration.database, mode)
             probe: dict = {}
             _set_db_statement(probe, "?", mode)
-            self._plain = (lean, tracer, constant, tuple(probe), dict(integration.span_attributes))
+            connection = dict(integration.span_attributes)
+            plain = (str, int, float, bool)  # what `_plain_attributes` may store as it is
+            lean = lean and all(isinstance(key, str) and key and type(value) in plain
+                                for key, value in {**constant, **connection}.items())
+            self._plain = (lean, tracer, constant, tuple(probe), connection)
             return self._plain
 
         def traced_execution(self, cursor, query_method, *args, **kwargs):
@@ -245,7 +253,9 @@ def _lean_cursor_tracer(base):
             for key in statement_keys:
                 attributes[key] = statement
             attributes.update(connection)
-            span = tracer.start_span(name, context=current, kind=client, attributes=attributes)
+            span = tracer.start_span(name, context=current, kind=client)
+            if span.is_recording():
+                _plain_attributes(span, attributes)
             values = dict(current)
             values[_SPAN_KEY] = span
             token = attach(Context(values))
@@ -345,7 +355,7 @@ class ServerSpans:
                           "user_agent.original": environ.get("HTTP_USER_AGENT", "")}
             if route:
                 attributes["http.route"] = route
-            span.set_attributes(attributes)
+            _plain_attributes(span, attributes)
         else:
             current = self._set_value(self._suppress, True, current)
         _REQUEST_SPAN.set((span, self._attach(current), recording))
@@ -354,7 +364,7 @@ class ServerSpans:
         found = _REQUEST_SPAN.get()
         if found is not None and found[2]:
             span = found[0]
-            span.set_attribute("http.response.status_code", response.status_code)
+            _plain_attributes(span, {"http.response.status_code": response.status_code})
             if response.status_code >= 500:
                 span.set_status(self._error)
         return response
@@ -449,6 +459,29 @@ class _DrawnTraceIds:
 
     def is_trace_id_random(self) -> bool:
         return self._ids.is_trace_id_random()
+
+
+def _plain_attributes(span, attributes: dict) -> None:
+    """Add `attributes` (non-empty string keys; str, int, float or bool values) to a recording SDK span.
+
+    The SDK's `set_attributes` checks and copies every value (sequences become tuples, strings are cut to
+    OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT) under two locks: about a fifth of what a kept request's spans cost.
+    The values given here need neither, so when no length limit is set and the attribute count limit
+    leaves room (the SDK's checks would change nothing), they are stored as they are; any other case,
+    or an SDK whose span keeps its attributes differently, goes through `set_attributes`. Only for spans
+    this module makes or the SQL spans (`_lean_cursor_tracer`), before they end and before another thread
+    can see them."""
+    bounded = getattr(span, "_attributes", None)
+    stored = getattr(bounded, "_dict", None)
+    if (type(bounded) is _BoundedAttributes and type(stored) is dict and bounded.max_value_len is None
+            and not bounded._immutable and (bounded.maxlen is None or len(stored) + len(attributes) <= bounded.maxlen)
+            and getattr(span, "_end_time", True) is None):
+        stored.update(attributes)
+    else:
+        span.set_attributes(attributes)
+
+
+_BoundedAttributes = None  # opentelemetry.attributes.BoundedAttributes, set by `configure`
 
 
 def shutdown() -> None:

@@ -269,6 +269,10 @@ def test_a_sampled_request_exports_its_span_and_every_sql_span_under_it(make_app
     sql = [s for s in spans if s.kind == "CLIENT"]
     assert sql and {s.parent_id for s in sql} == {server.span_id} and {s.trace_id for s in sql} == {server.trace_id}
     assert len(spans) == len(sql) + 1
+    assert {k: server.attributes.get(k) for k in ("http.request.method", "http.route", "http.response.status_code",
+                                                 "url.scheme")} == {
+        "http.request.method": "GET", "http.route": "/api/v1/entities/<string:entityName>/records/<string:recordId>",
+        "http.response.status_code": 200, "url.scheme": "http"}
     for span in sql:
         assert span.attributes["db.system"] == "postgresql" and span.attributes["db.statement"]
         assert span.name and span.name in span.attributes["db.statement"]
