@@ -242,6 +242,10 @@ def _instructions(label, settings, database_url, path, token, sink, sink_url, wo
             _get(conn, path, token)
         os.kill(worker, callgrind.SIGNAL_START)
         _wait_for(marker + ".on", 120)
+        # the export of the warm-up's spans (under callgrind, on a loaded machine) can outlast gunicorn's
+        # 5 s keep-alive: the window starts on a new connection (one accept in 600 requests)
+        conn.close()
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
         traced = sink.server_spans
         for _ in range(CALLGRIND_REQUESTS):
             _get(conn, path, token)
