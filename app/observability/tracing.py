@@ -23,7 +23,9 @@ request, or a worker's `dispatch_outbox` seconds or hours later) sends it under 
 task run → SQL, one trace.
 
 When tracing is off nothing of the SDK is imported, and the only cost on a request or an enqueue is
-reading `ENABLED`.
+reading `ENABLED`. When it is on, a request the sampler leaves out costs little: the root decision is
+taken before the SDK is asked for a span (`_RootSampling`), and its SQL runs with no span made
+(`_lean_cursor_tracer`).
 """
 
 from __future__ import annotations
