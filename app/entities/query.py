@@ -401,7 +401,12 @@ def _counted_page(P, count_where: list, where: list, order: list, keyset, offset
             page = (select(*picked, *keys, *extra).where(*where).order_by(*_ordered(order))
                     .limit(_LIMIT).offset(_OFFSET).subquery("page"))
         joined = counts.outerjoin(page, true())
-        if projected:  # the page's records by primary key
+        if projected and RECORD_JSON:  # each page row's record by primary key, a subquery per row: the
+            # planner plans it on its own (a join of entity_records to the page is planned with every
+            # order and method of joining it: ~0.1 ms more per statement, for the same 20 index probes)
+            record = select(_record_json(T.c)).where(T.c.id == page.c.pid).scalar_subquery()
+            columns = [record.label("record"), page.c.pid.label("id")]
+        elif projected:  # the page's records by primary key
             columns = _record_columns(T.c)
             joined = joined.outerjoin(T, T.c.id == page.c.pid)
         else:
@@ -421,8 +426,12 @@ def _counted_page(P, count_where: list, where: list, order: list, keyset, offset
         named["definition_token_id"] = token_of
     rows = db.execute_shaped(db.session, shape, build, sources, named).all()
     first = rows[0]._mapping
+    # no page row: the count's row alone (id NULL); a record subquery finds its row in the same snapshot
+    # (the projection holds exactly the active records), else the row is left out as the join would
+    by_subquery = projected and RECORD_JSON
     return (int(first["total"] or 0), first["row_token"] if token_of is not None else None,
-            [row for row in rows if row._mapping["id"] is not None])
+            [row for row in rows if row._mapping["id"] is not None
+             and not (by_subquery and row._mapping["record"] is None)])
 
 
 # `createdAt`/`updatedAt` as app.wire.iso writes them: UTC, milliseconds (truncated), Z

@@ -582,6 +582,22 @@ def test_substring_matches_read_the_folded_column_with_ilikes_answers(projected,
     assert got["totalCount"] == expected["totalCount"]
 
 
+def test_folded_columns_get_the_raised_statistics_target(projected):
+    """The folded text columns are analyzed with a larger histogram (FOLDED_STATISTICS), so that a
+    substring match's estimate does not drop to the 0.01 % floor whenever the sample's histogram
+    happens to hold no entry with the term; the other columns keep the server's default."""
+    from app.db import db
+
+    app, _client, _headers, _definition_id, plan = projected
+    with app.app_context(), db.engine.connect() as conn:
+        targets = dict(conn.execute(text(
+            "SELECT attname, attstattarget FROM pg_attribute WHERE attrelid = to_regclass(:t) AND attnum > 0"),
+            {"t": f"{SCHEMA}.{plan.name}"}).all())
+    folded = {f.folded for f in plan.fields if f.folded is not None}
+    assert folded and all(targets[c] == projection.FOLDED_STATISTICS for c in folded), targets
+    assert all(t is None or t < 0 for c, t in targets.items() if c not in folded), targets
+
+
 @pytest.mark.parametrize("params, once", [
     (dict(filters={"$search": "hello"}, pageSize=1), True),
     (dict(filters={"$search": "hello"}, pageSize=1, page=2), True),

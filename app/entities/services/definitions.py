@@ -83,8 +83,9 @@ def find_definition(name: str, *, include_inactive: bool = False, lock: bool = F
 _D = EntityDefinition.__table__
 # What identifies one committed version of a definition row: its xmin (the transaction that wrote this
 # row version: every UPDATE by any path, the projection pointer's too, writes a new one) and its
-# version. A deleted row has none. Compared as text (DefinitionCache).
-ROW_TOKEN = literal_column("entity_definitions.xmin::text || ':' || entity_definitions.version", Text)
+# version. A deleted row has none. Compared as text (DefinitionCache). Both operands cast to text: `text ||
+# integer` is textanycat, an SQL-language function the planner inlines by parsing its body on every plan.
+ROW_TOKEN = literal_column("entity_definitions.xmin::text || ':' || entity_definitions.version::text", Text)
 # What a cached copy of the row holds, roughly (DefinitionCache weighs its entries by it): the characters
 # of its unbounded columns (a schema of MAX_PROPERTIES described properties; `metadata`, any JSON up to
 # the body limit), counted by the server beside the read (only a cache miss reads the row)
