@@ -52,6 +52,10 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
                                            "get 409 meanwhile); after it, a process that died mid-request is "
                                            "assumed dead and a retry runs. Above any request's run time "
                                            "(image calls: IMAGE_TIMEOUT_SECONDS)"),
+    "IDEMPOTENCY_MAX_ANSWER_BYTES": (1024 * 1024, int, "Largest answer body stored for an `Idempotency-Key` "
+                                                       "replay, bytes; a larger one keeps only its status, "
+                                                       "headers, size and sha256, and a retry gets 409 "
+                                                       "IDEMPOTENCY_ANSWER_NOT_STORED (it ran; look it up)"),
     # Metrics (Prometheus; docs/operations.md, "Metrics")
     "METRICS_ENABLED": (True, bool, "Record Prometheus metrics and serve them on /metrics (API) and "
                                     "WORKER_METRICS_PORT (workers), to INTERNAL_API_TOKEN holders only"),

@@ -389,7 +389,9 @@ def _document_http_semantics(doc: dict, method: str, idempotent: bool, condition
         extra["parameters"].append(_IDEMPOTENCY_KEY_PARAMETER)
         extra["headers"]["Idempotent-Replayed"] = _REPLAYED_HEADER
         _add_response(responses, 409, "IDEMPOTENCY_KEY_IN_USE: a request with this Idempotency-Key is still "
-                                      "running (Retry-After)")
+                                      "running (Retry-After); IDEMPOTENCY_ANSWER_NOT_STORED: it ran, but its "
+                                      "answer was above IDEMPOTENCY_MAX_ANSWER_BYTES (details: originalStatus, "
+                                      "location): look the result up")
         _add_response(responses, 422, "IDEMPOTENCY_KEY_REUSED: this Idempotency-Key was used for another request")
     if conditional:
         if method != "delete":  # a deleted resource has no current version to tag
