@@ -200,6 +200,9 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     # Agent registry
     "REGISTRY_MAX_DOCUMENT_BYTES": (1024 * 1024, int, "Largest stored agent, catalog skill, tool definition, "
                                                       "sub-agent or widget as JSON, bytes (400 above)"),
+    "ENTITY_LIST_DEFAULT_LIMIT": (100, int, "Items per page of the entity definition and view lists when `limit` "
+                                            "is not given"),
+    "ENTITY_LIST_MAX_LIMIT": (1000, int, "Largest `limit` of the entity definition and view lists (400 above)"),
     "REGISTRY_LIST_DEFAULT_LIMIT": (100, int, "Items per page of an agent-registry list when `limit` is not given"),
     "REGISTRY_LIST_MAX_LIMIT": (1000, int, "Largest `limit` of an agent-registry list (400 above)"),
     "REGISTRY_LIST_MAX_BYTES": (8 * 1024 * 1024, int, "A page of an agent-registry list ends before the item that "

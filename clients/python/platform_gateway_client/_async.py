@@ -551,9 +551,15 @@ class AsyncWidgets(AsyncResource):
 
 class AsyncDefinitions(AsyncResource):
     async def list(self, *, module: str | None = None, status: str | None = None) -> builtins.list[Definition]:
-        answer = await self._client.request(Call("GET", "/api/v1/entities/definitions",
-                                                 params={"module": module, "status": status}))
-        return cast("list[Definition]", answer["definitions"])
+        """Every definition (optionally of one `module` / `status`), all pages."""
+        return [item async for item in self.iter(module=module, status=status)]
+
+    async def iter(self, *, module: str | None = None, status: str | None = None,
+                   page_size: int | None = None) -> AsyncIterator[Definition]:
+        pages = self._pages("GET", "/api/v1/entities/definitions", "definitions",
+                            {"module": module, "status": status, "limit": page_size})
+        async for item in pages:
+            yield cast(Definition, item)
 
     async def get(self, name: str) -> Definition:
         answer = await self._client.request(Call("GET", "/api/v1/entities/definitions/{entityName}",
@@ -591,9 +597,14 @@ class AsyncDefinitions(AsyncResource):
 
 class AsyncViews(AsyncResource):
     async def list(self, entity: str) -> builtins.list[View]:
-        answer = await self._client.request(Call("GET", "/api/v1/entities/definitions/{entityName}/views",
-                                                 {"entityName": entity}))
-        return cast("list[View]", answer["views"])
+        """Every view of the definition, all pages."""
+        return [item async for item in self.iter(entity)]
+
+    async def iter(self, entity: str, *, page_size: int | None = None) -> AsyncIterator[View]:
+        pages = self._pages("GET", "/api/v1/entities/definitions/{entityName}/views", "views",
+                            {"limit": page_size}, {"entityName": entity})
+        async for item in pages:
+            yield cast(View, item)
 
     async def create(self, entity: str, view: Mapping[str, Any], *, idempotency_key: str | None = None) -> str:
         """Create a view (ViewCreate); its id."""

@@ -536,9 +536,15 @@ class Widgets(Resource):
 
 class Definitions(Resource):
     def list(self, *, module: str | None = None, status: str | None = None) -> builtins.list[Definition]:
-        answer = self._client.request(Call("GET", "/api/v1/entities/definitions",
-                                           params={"module": module, "status": status}))
-        return cast("list[Definition]", answer["definitions"])
+        """Every definition (optionally of one `module` / `status`), all pages."""
+        return [item for item in self.iter(module=module, status=status)]
+
+    def iter(self, *, module: str | None = None, status: str | None = None,
+             page_size: int | None = None) -> Iterator[Definition]:
+        pages = self._pages("GET", "/api/v1/entities/definitions", "definitions",
+                            {"module": module, "status": status, "limit": page_size})
+        for item in pages:
+            yield cast(Definition, item)
 
     def get(self, name: str) -> Definition:
         answer = self._client.request(Call("GET", "/api/v1/entities/definitions/{entityName}",
@@ -576,9 +582,14 @@ class Definitions(Resource):
 
 class Views(Resource):
     def list(self, entity: str) -> builtins.list[View]:
-        answer = self._client.request(Call("GET", "/api/v1/entities/definitions/{entityName}/views",
-                                           {"entityName": entity}))
-        return cast("list[View]", answer["views"])
+        """Every view of the definition, all pages."""
+        return [item for item in self.iter(entity)]
+
+    def iter(self, entity: str, *, page_size: int | None = None) -> Iterator[View]:
+        pages = self._pages("GET", "/api/v1/entities/definitions/{entityName}/views", "views",
+                            {"limit": page_size}, {"entityName": entity})
+        for item in pages:
+            yield cast(View, item)
 
     def create(self, entity: str, view: Mapping[str, Any], *, idempotency_key: str | None = None) -> str:
         """Create a view (ViewCreate); its id."""
