@@ -52,6 +52,10 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
                                            "get 409 meanwhile); after it, a process that died mid-request is "
                                            "assumed dead and a retry runs. Above any request's run time "
                                            "(image calls: IMAGE_TIMEOUT_SECONDS)"),
+    "IDEMPOTENCY_MAX_ANSWER_BYTES": (1024 * 1024, int, "Largest answer body stored for an `Idempotency-Key` "
+                                                       "replay, bytes; a larger one keeps only its status, "
+                                                       "headers, size and sha256, and a retry gets 409 "
+                                                       "IDEMPOTENCY_ANSWER_NOT_STORED (it ran; look it up)"),
     # Metrics (Prometheus; docs/operations.md, "Metrics")
     "METRICS_ENABLED": (True, bool, "Record Prometheus metrics and serve them on /metrics (API) and "
                                     "WORKER_METRICS_PORT (workers), to INTERNAL_API_TOKEN holders only"),
@@ -196,6 +200,9 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     # Agent registry
     "REGISTRY_MAX_DOCUMENT_BYTES": (1024 * 1024, int, "Largest stored agent, catalog skill, tool definition, "
                                                       "sub-agent or widget as JSON, bytes (400 above)"),
+    "ENTITY_LIST_DEFAULT_LIMIT": (100, int, "Items per page of the entity definition and view lists when `limit` "
+                                            "is not given"),
+    "ENTITY_LIST_MAX_LIMIT": (1000, int, "Largest `limit` of the entity definition and view lists (400 above)"),
     "REGISTRY_LIST_DEFAULT_LIMIT": (100, int, "Items per page of an agent-registry list when `limit` is not given"),
     "REGISTRY_LIST_MAX_LIMIT": (1000, int, "Largest `limit` of an agent-registry list (400 above)"),
     "REGISTRY_LIST_MAX_BYTES": (8 * 1024 * 1024, int, "A page of an agent-registry list ends before the item that "

@@ -132,6 +132,22 @@ def handle_api_error(exc: ApiError):
     return error_response(exc.status, exc.code, exc.message, exc.details, exc.headers)
 
 
+def _validation_message(details: dict[str, Any]) -> str:
+    """"Request validation failed.", or, when the query string names parameters the operation does not
+    take (app.extensions refuses them), which ones and what it takes."""
+    fields = details.get("fields")
+    if details.get("location") not in ("query", "querystring") or not isinstance(fields, dict):
+        return "Request validation failed."
+    unknown = sorted(name for name, problems in fields.items()
+                     if isinstance(problems, list) and problems and str(problems[0]).startswith("Unknown query"))
+    if not unknown:
+        return "Request validation failed."
+    names = ", ".join(f"'{name}'" for name in unknown)
+    takes = str(fields[unknown[0]][0]).split(" This operation takes: ", 1)
+    suffix = f"; this operation takes: {takes[1]}" if len(takes) == 2 else "."
+    return f"Unknown query parameter{'s' if len(unknown) > 1 else ''} {names}{suffix}"
+
+
 def handle_http_exception(exc: HTTPException):
     if isinstance(exc, ClientDisconnected):  # werkzeug's word for a body that ended early (or NoMoreData)
         return unreadable_body(exc)
@@ -140,8 +156,8 @@ def handle_http_exception(exc: HTTPException):
         messages = exc.data.get("messages", {})
         if _is_json_decode_error(messages):
             return error_response(400, "INVALID_INPUT", "Request body is not valid JSON.")
-        return error_response(400, "VALIDATION_ERROR", "Request validation failed.",
-                              _webargs_details(messages))
+        details = _webargs_details(messages)
+        return error_response(400, "VALIDATION_ERROR", _validation_message(details), details)
     code = _HTTP_CODES.get(status, "SYSTEM_ERROR" if status >= 500 else "INVALID_INPUT")
     messages = {
         404: "The requested resource was not found.",

@@ -9,7 +9,7 @@ from celery import Celery
 from flask import Blueprint as _FlaskBlueprint
 from flask_smorest import Api as _Api
 from flask_smorest import Blueprint as _Blueprint
-from marshmallow import Schema, fields
+from marshmallow import RAISE, Schema, fields
 from marshmallow.decorators import POST_DUMP, PRE_DUMP
 from webargs import core
 from webargs.flaskparser import FlaskParser
@@ -296,6 +296,9 @@ class Blueprint(_Blueprint, _UnitOfWorkAtTheEdge):
         no state on the schema, so one instance serves every request; OpenAPI names it the same."""
         if isinstance(schema, type):
             schema = schema()
+        if kwargs.get("location") == "query":
+            _refuse_unknown_query_parameters(schema)
+            kwargs.setdefault("unknown", RAISE)
         return super().arguments(schema, *args, **kwargs)
 
     def _store_endpoint_docs(self, endpoint, obj, parameters, tags, **options):
@@ -313,6 +316,18 @@ class Blueprint(_Blueprint, _UnitOfWorkAtTheEdge):
                              getattr(view, "_concurrency_group", None))
             _document_http_semantics(doc, method, bool(getattr(view, "_idempotent", False)),
                                      bool(getattr(view, "_conditional", False)))
+
+
+UNKNOWN_QUERY_PARAMETER = "Unknown query parameter."
+
+
+def _refuse_unknown_query_parameters(schema: Schema) -> None:
+    """A query parameter the operation does not declare is a 400 naming it (a typo such as `limt` would
+    otherwise be ignored and answer as if it had not been sent); the message lists what it takes."""
+    taken = sorted(field.data_key or name for name, field in schema.load_fields.items())
+    listed = ", ".join(taken) if taken else "none"
+    schema.error_messages = {**schema.error_messages,
+                             "unknown": f"{UNKNOWN_QUERY_PARAMETER} This operation takes: {listed}."}
 
 
 def path_param(name: str, description: str, example: str | None = None) -> dict:
@@ -389,7 +404,9 @@ def _document_http_semantics(doc: dict, method: str, idempotent: bool, condition
         extra["parameters"].append(_IDEMPOTENCY_KEY_PARAMETER)
         extra["headers"]["Idempotent-Replayed"] = _REPLAYED_HEADER
         _add_response(responses, 409, "IDEMPOTENCY_KEY_IN_USE: a request with this Idempotency-Key is still "
-                                      "running (Retry-After)")
+                                      "running (Retry-After); IDEMPOTENCY_ANSWER_NOT_STORED: it ran, but its "
+                                      "answer was above IDEMPOTENCY_MAX_ANSWER_BYTES (details: originalStatus, "
+                                      "location): look the result up")
         _add_response(responses, 422, "IDEMPOTENCY_KEY_REUSED: this Idempotency-Key was used for another request")
     if conditional:
         if method != "delete":  # a deleted resource has no current version to tag

@@ -22,6 +22,12 @@ pays one header lookup, nothing else). The semantics are Stripe's and those of t
   (IDEMPOTENCY_LOCK_SECONDS, longer than any request may run); after that, the next request with the
   key takes the claim over. The stored answer is written only by the claim's owner (`owner`), so a
   request whose claim was taken over cannot commit its effect a second time: it rolls back with 409.
+- An answer body larger than IDEMPOTENCY_MAX_ANSWER_BYTES is not stored: the row keeps its status, its
+  headers (Location, ETag…), its size and sha256, and a replay answers 409 IDEMPOTENCY_ANSWER_NOT_STORED
+  saying the request did run (with what status, where the result is) — never a second effect, never a
+  silently different body. The bound keeps one keyed bulk write from parking megabytes in the table. A
+  refusal that large (nothing happened: a 5 000-item bulk rejection) releases the key instead: the retry
+  runs and is refused again.
 - Rows live IDEMPOTENCY_TTL_SECONDS (24 h) from the first request; an expired row is as good as none,
   and the workers' maintenance loop deletes expired rows (`purge_expired`, app.tasks.run_maintenance).
 """
@@ -39,6 +45,7 @@ from sqlalchemy import (
     BigInteger,
     Column,
     DateTime,
+    Integer,
     LargeBinary,
     MetaData,
     SmallInteger,
@@ -78,7 +85,8 @@ keys = Table(
     Column("locked_until", DateTime(timezone=True)), Column("created_at", DateTime(timezone=True)),
     Column("expires_at", DateTime(timezone=True)),
     Column("response_status", SmallInteger), Column("response_headers", JSONB),
-    Column("response_body", LargeBinary),
+    Column("response_body", LargeBinary), Column("response_bytes", Integer),
+    Column("response_sha256", LargeBinary),
 )
 _SCOPE = ("org_id", "product", "subject", "method", "route", "idem_key")
 
@@ -87,6 +95,12 @@ class KeyInUse(ApiError):
     """The key's first request is still running."""
 
     status, code = 409, "IDEMPOTENCY_KEY_IN_USE"
+
+
+class AnswerNotStored(ApiError):
+    """The key's request ran, but its answer was larger than IDEMPOTENCY_MAX_ANSWER_BYTES: not replayable."""
+
+    status, code = 409, "IDEMPOTENCY_ANSWER_NOT_STORED"
 
 
 class KeyReused(ApiError):
@@ -143,7 +157,10 @@ def run_idempotent(view, args, kwargs) -> Response:
             raise
         # a refusal the same request would get again (Stripe keeps 4xx): stored after the rollback
         response = handle_api_error(exc) if isinstance(exc, ApiError) else handle_http_exception(exc)
-        _store_after_failure(claim, response)
+        if len(response.get_data()) > int(current_app.config["IDEMPOTENCY_MAX_ANSWER_BYTES"]):
+            _release(claim)  # nothing happened: a retry may run again (and be refused again) rather than 409
+        else:
+            _store_after_failure(claim, response)
         return response
     except BaseException:
         _release(claim)
@@ -213,7 +230,8 @@ def _claim(scope: dict[str, str], fingerprint: bytes) -> Claim | Response:
             if row_id is not None:
                 return Claim(row_id, owner)
             row = conn.execute(select(keys.c.id, keys.c.fingerprint, keys.c.state, keys.c.response_status,
-                                      keys.c.response_headers, keys.c.response_body,
+                                      keys.c.response_headers, keys.c.response_body, keys.c.response_bytes,
+                                      keys.c.response_sha256,
                                       (keys.c.expires_at <= func.now()).label("expired"),
                                       (keys.c.locked_until <= func.now()).label("lock_expired"),
                                       func.ceil(func.extract("epoch", keys.c.locked_until - func.now()))
@@ -224,7 +242,8 @@ def _claim(scope: dict[str, str], fingerprint: bytes) -> Claim | Response:
                 # a key past its lifetime is a new key: take the row over for this request
                 taken = conn.scalar(update(keys).where(keys.c.id == row.id, keys.c.expires_at <= func.now())
                                     .values(**running, created_at=func.now(), response_status=None,
-                                            response_headers=None, response_body=None).returning(keys.c.id))
+                                            response_headers=None, response_body=None, response_bytes=None,
+                                            response_sha256=None).returning(keys.c.id))
                 if taken is not None:
                     return Claim(taken, owner)
                 continue
@@ -251,9 +270,17 @@ def _claim(scope: dict[str, str], fingerprint: bytes) -> Claim | Response:
 
 
 def _answer(response: Response) -> dict[str, Any]:
+    """The row's answer columns. A body above IDEMPOTENCY_MAX_ANSWER_BYTES is replaced by its size and
+    sha256 (module docstring)."""
     headers = {name: response.headers[name] for name in KEPT_HEADERS if name in response.headers}
-    return {"state": "done", "response_status": response.status_code, "response_headers": headers,
-            "response_body": response.get_data()}
+    body = response.get_data()
+    stored: dict[str, Any] = {"state": "done", "response_status": response.status_code,
+                              "response_headers": headers, "response_bytes": len(body)}
+    if len(body) > int(current_app.config["IDEMPOTENCY_MAX_ANSWER_BYTES"]):
+        log.info("idempotency: the %d-byte answer of %s %s is not stored (IDEMPOTENCY_MAX_ANSWER_BYTES); a "
+                 "replay answers 409 IDEMPOTENCY_ANSWER_NOT_STORED", len(body), request.method, request.path)
+        return {**stored, "response_body": None, "response_sha256": hashlib.sha256(body).digest()}
+    return {**stored, "response_body": body, "response_sha256": None}
 
 
 def _store(claim: Claim, response: Response) -> None:
@@ -287,9 +314,32 @@ def _release(claim: Claim) -> None:
 
 
 def _replay(row) -> Response:
+    if row.response_body is None and row.response_sha256 is not None:
+        return _not_stored(row)
     response = Response(bytes(row.response_body or b""), status=row.response_status)
     for name, value in (row.response_headers or {}).items():
         response.headers[name] = value
+    response.headers[REPLAYED_HEADER] = "true"
+    return response
+
+
+def _not_stored(row) -> Response:
+    """The replay of an answer too large to have been kept: 409 naming what did happen (status, size,
+    sha256, Location), with the original's Location/ETag headers, so the client looks the result up."""
+    headers = dict(row.response_headers or {})
+    details: dict[str, Any] = {"header": HEADER, "originalStatus": row.response_status,
+                               "answerBytes": row.response_bytes,
+                               "answerSha256": bytes(row.response_sha256).hex(),
+                               "maxAnswerBytes": int(current_app.config["IDEMPOTENCY_MAX_ANSWER_BYTES"])}
+    if "Location" in headers:
+        details["location"] = headers["Location"]
+    response = handle_api_error(AnswerNotStored(
+        f"The request with this {HEADER} already ran (it answered {row.response_status}), but its answer "
+        f"({row.response_bytes} bytes) was too large to keep for replay; it was not run again. Look the "
+        "result up (Location, or list what you created) instead of retrying.", details))
+    for name in ("Location", "ETag"):
+        if name in headers:
+            response.headers[name] = headers[name]
     response.headers[REPLAYED_HEADER] = "true"
     return response
 
@@ -311,4 +361,5 @@ def purge_expired(batch: int = 1000, rounds: int = 10) -> int:
     return deleted
 
 
-__all__ = ["HEADER", "REPLAYED_HEADER", "KeyInUse", "KeyReused", "purge_expired", "run_idempotent", "wanted"]
+__all__ = ["HEADER", "REPLAYED_HEADER", "AnswerNotStored", "KeyInUse", "KeyReused", "purge_expired", "run_idempotent",
+           "wanted"]

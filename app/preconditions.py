@@ -1,9 +1,10 @@
 """Conditional requests (RFC 9110 §13) on versioned resources: `ETag`, `If-Match`, `If-None-Match`.
 
 A resource with a `version` (entity records and definitions) has the strong entity tag `"<version>"`:
-every write of the row bumps the version, so one version is one representation. An agent (no version
-column) has the tag of its representation: the md5 of its stored document's JSON text
-(app.agents.services.agents.etag_of). Strong tags, so `If-Match` can use them (RFC 9110 compares
+every write of the row bumps the version, so one version is one representation. A document of the
+agent registry (agents, catalog skills, tool definitions, sub-agents, widgets: no version column) has
+the tag of its representation: the md5 of the JSON text GET sends
+(app.agents.services.documents.DocumentStore.etag_of). Strong tags, so `If-Match` can use them (RFC 9110 compares
 If-Match strongly: a weak tag `W/"…"` never matches there).
 
 - Reads answer `ETag`; `If-None-Match` naming the current tag (or `*`) answers 304 with no body

@@ -7,10 +7,12 @@ without re-serialising 1 000 nested agents per request.
 
 from __future__ import annotations
 
+import json
+
 from flask.views import MethodView
 
 from app.agents import schemas as s
-from app.agents.services import agents, skills, subagents, tools, widgets
+from app.agents.services import agents, documents, skills, subagents, tools, widgets
 from app.agents.services.common import dumps
 from app.db import db
 from app.extensions import Blueprint, SuccessSchema, path_param
@@ -43,6 +45,20 @@ blueprints = [agents_blp, skills_blp, tools_blp, subagents_blp, widgets_blp]
 
 
 _json = json_text  # agent documents are JSON text in the database: the measured fast path (app.wire)
+
+
+def _tagged(body: str):
+    """A single document's read: its ETag (the md5 of these bytes), 304 for a current If-None-Match."""
+    return tagged(_json(body), documents.etag_of_text(body))
+
+
+def _written(body: str, store, tenant, object_id: str | None = None):
+    """A write's answer with the document's new ETag (computed by PostgreSQL: the tag the next GET answers).
+    `object_id` None: read from the answer (a skill is addressed by a name the write may change)."""
+    if object_id is None:
+        (doc,) = json.loads(body).values()
+        object_id = doc["id"]
+    return with_etag(_json(body), store.etag_of(db.session, tenant.org_id, object_id))
 
 
 # --------------------------------------------------------------------------- agents
@@ -290,6 +306,7 @@ class SkillByName(MethodView):
     @skills_blp.arguments(s.ByNameQuerySchema, location="query")
     @skills_blp.response(200, s.SkillEnvelopeSchema)
     @skills_blp.requires(READ)
+    @skills_blp.conditional
     def get(self, query):
         """Get a catalog skill by name
 
@@ -299,12 +316,13 @@ class SkillByName(MethodView):
 
         Example: `GET /api/v1/skills/by-name?name=order-help` → `{"skill": {"id": "…", "name": "order-help",
         …}}`"""
-        return _json(skills.get_skill_by_name(query["name"]))
+        return _tagged(skills.get_skill_by_name(query["name"]))
 
     @skills_blp.arguments(s.ByNameQuerySchema, location="query")
     @skills_blp.arguments(s.partial_of(s.SkillInputSchema), example=s.SKILL_UPDATE_EXAMPLE)
     @skills_blp.response(200, s.SkillEnvelopeSchema)
     @skills_blp.requires(WRITE)
+    @skills_blp.conditional
     def put(self, query, data):
         """Update a catalog skill by name
 
@@ -316,11 +334,14 @@ class SkillByName(MethodView):
 
         Example: `PUT /api/v1/skills/by-name?name=order-help` with the request example →
         `{"skill": {"title": "Order and refund help", …}}`"""
-        return _json(skills.update_skill(db.session, current_tenant(), query["name"], data))
+        tenant = current_tenant()
+        body = skills.update_skill(db.session, tenant, query["name"], data, if_match=if_match())
+        return _written(body, skills.store, tenant)
 
     @skills_blp.arguments(s.ByNameQuerySchema, location="query")
     @skills_blp.response(200, SuccessSchema)
     @skills_blp.requires(WRITE)
+    @skills_blp.conditional
     def delete(self, query):
         """Delete a catalog skill by name
 
@@ -329,13 +350,14 @@ class SkillByName(MethodView):
         Errors: 404 NOT_FOUND when the organization has no skill of that name.
 
         Example: `DELETE /api/v1/skills/by-name?name=order-help` → `{"success": true}`"""
-        return skills.delete_skill(db.session, current_tenant(), query["name"])
+        return skills.delete_skill(db.session, current_tenant(), query["name"], if_match=if_match())
 
 
 @skills_blp.route("/<string:skillId>", parameters=[SKILL_ID])
 class SkillById(MethodView):
     @skills_blp.response(200, s.SkillEnvelopeSchema)
     @skills_blp.requires(READ)
+    @skills_blp.conditional
     def get(self, skillId):
         """Get a catalog skill
 
@@ -344,7 +366,7 @@ class SkillById(MethodView):
         Errors: 404 NOT_FOUND for an unknown id.
 
         Example: `GET /api/v1/skills/{skillId}` → `{"skill": {"id": "…", "name": "order-help", …}}`"""
-        return _json(skills.get_skill(skillId))
+        return _tagged(skills.get_skill(skillId))
 
 
 # --------------------------------------------------------------------------- tool definitions
@@ -409,6 +431,7 @@ class ToolDefinitionsByIds(MethodView):
 class ToolDefinitionById(MethodView):
     @tools_blp.response(200, s.ToolDefinitionEnvelopeSchema)
     @tools_blp.requires(READ)
+    @tools_blp.conditional
     def get(self, toolDefId):
         """Get a tool definition
 
@@ -418,11 +441,12 @@ class ToolDefinitionById(MethodView):
 
         Example: `GET /api/v1/tool-definitions/{toolDefId}` → `{"toolDefinition": {"id": "…", "name":
         "lookup_order", …}}`"""
-        return _json(tools.get_tool_definition(toolDefId))
+        return _tagged(tools.get_tool_definition(toolDefId))
 
     @tools_blp.arguments(s.ToolDefinitionPatchBodySchema, example=s.TOOL_DEFINITION_UPDATE_EXAMPLE)
     @tools_blp.response(200, s.ToolDefinitionEnvelopeSchema)
     @tools_blp.requires(WRITE)
+    @tools_blp.conditional
     def put(self, body, toolDefId):
         """Update a tool definition
 
@@ -432,10 +456,14 @@ class ToolDefinitionById(MethodView):
 
         Example: the request example changes the description → `{"toolDefinition": {"description":
         "Find an order by its number or tracking code", …}}`"""
-        return _json(tools.update_tool_definition(db.session, current_tenant(), toolDefId, body["toolDefinition"]))
+        tenant = current_tenant()
+        written = tools.update_tool_definition(db.session, tenant, toolDefId, body["toolDefinition"],
+                                               if_match=if_match())
+        return _written(written, tools.store, tenant, toolDefId)
 
     @tools_blp.response(200, SuccessSchema)
     @tools_blp.requires(WRITE)
+    @tools_blp.conditional
     def delete(self, toolDefId):
         """Delete a tool definition
 
@@ -444,7 +472,7 @@ class ToolDefinitionById(MethodView):
         Errors: 404 NOT_FOUND for an unknown id.
 
         Example: `DELETE /api/v1/tool-definitions/{toolDefId}` → `{"success": true}`"""
-        return tools.delete_tool_definition(db.session, current_tenant(), toolDefId)
+        return tools.delete_tool_definition(db.session, current_tenant(), toolDefId, if_match=if_match())
 
 
 # --------------------------------------------------------------------------- sub-agents
@@ -489,6 +517,7 @@ class SubAgents(MethodView):
 class SubAgentById(MethodView):
     @subagents_blp.response(200, s.SubAgentEnvelopeSchema)
     @subagents_blp.requires(READ)
+    @subagents_blp.conditional
     def get(self, subAgentId):
         """Get a sub-agent
 
@@ -497,11 +526,12 @@ class SubAgentById(MethodView):
         Errors: 404 NOT_FOUND for an unknown id.
 
         Example: `GET /api/v1/subagents/{subAgentId}` → `{"subAgent": {"id": "…", "name": "researcher", …}}`"""
-        return _json(subagents.get_sub_agent(subAgentId))
+        return _tagged(subagents.get_sub_agent(subAgentId))
 
     @subagents_blp.arguments(s.SubAgentPatchBodySchema, example=s.SUB_AGENT_UPDATE_EXAMPLE)
     @subagents_blp.response(200, s.SubAgentEnvelopeSchema)
     @subagents_blp.requires(WRITE)
+    @subagents_blp.conditional
     def put(self, body, subAgentId):
         """Update a sub-agent
 
@@ -511,11 +541,14 @@ class SubAgentById(MethodView):
         VALIDATION_ERROR naming each invalid field.
 
         Example: the request example lowers the temperature → `{"subAgent": {"temperature": 0.2, …}}`"""
-        return _json(subagents.update_sub_agent(db.session, current_tenant(), subAgentId, body["subAgent"]))
+        tenant = current_tenant()
+        written = subagents.update_sub_agent(db.session, tenant, subAgentId, body["subAgent"], if_match=if_match())
+        return _written(written, subagents.store, tenant, subAgentId)
 
     @subagents_blp.arguments(s.ForceQuerySchema, location="query")
     @subagents_blp.response(200, SuccessSchema)
     @subagents_blp.requires(WRITE)
+    @subagents_blp.conditional
     def delete(self, query, subAgentId):
         """Delete a sub-agent
 
@@ -525,7 +558,8 @@ class SubAgentById(MethodView):
         Errors: 404 NOT_FOUND for an unknown id; 409 CONFLICT listing the agents that reference it.
 
         Example: `DELETE /api/v1/subagents/{subAgentId}?force=true` → `{"success": true}`"""
-        return subagents.delete_sub_agent(db.session, current_tenant(), subAgentId, force=query["force"])
+        return subagents.delete_sub_agent(db.session, current_tenant(), subAgentId, force=query["force"],
+                                          if_match=if_match())
 
 
 # --------------------------------------------------------------------------- widgets
@@ -571,6 +605,7 @@ class AgentWidgets(MethodView):
 class AgentDefaultWidget(MethodView):
     @widgets_blp.response(200, s.WidgetEnvelopeSchema)
     @widgets_blp.requires(READ)
+    @widgets_blp.conditional
     def get(self, agentId):
         """Get an agent's default widget
 
@@ -580,13 +615,14 @@ class AgentDefaultWidget(MethodView):
 
         Example: `GET /api/v1/agents/{agentId}/widgets/default` → `{"widget": {"name": "website",
         "isDefault": true, …}}`"""
-        return _json(widgets.get_default_widget(agentId))
+        return _tagged(widgets.get_default_widget(agentId))
 
 
 @widgets_blp.route("/widgets/<string:widgetId>", parameters=[WIDGET_ID])
 class WidgetById(MethodView):
     @widgets_blp.response(200, s.WidgetEnvelopeSchema)
     @widgets_blp.requires(READ)
+    @widgets_blp.conditional
     def get(self, widgetId):
         """Get a widget
 
@@ -595,11 +631,12 @@ class WidgetById(MethodView):
         Errors: 404 NOT_FOUND for an unknown id.
 
         Example: `GET /api/v1/widgets/{widgetId}` → `{"widget": {"id": "…", "name": "website", …}}`"""
-        return _json(widgets.get_widget(widgetId))
+        return _tagged(widgets.get_widget(widgetId))
 
     @widgets_blp.arguments(s.WidgetPatchBodySchema, example=s.WIDGET_UPDATE_EXAMPLE)
     @widgets_blp.response(200, s.WidgetEnvelopeSchema)
     @widgets_blp.requires(WRITE)
+    @widgets_blp.conditional
     def put(self, body, widgetId):
         """Update a widget
 
@@ -609,10 +646,13 @@ class WidgetById(MethodView):
 
         Example: the request example changes the greeting → `{"widget": {"greeting": "Hello! Ask me about
         your order.", …}}`"""
-        return _json(widgets.update_widget(db.session, current_tenant(), widgetId, body["widget"]))
+        tenant = current_tenant()
+        written = widgets.update_widget(db.session, tenant, widgetId, body["widget"], if_match=if_match())
+        return _written(written, widgets.store, tenant, widgetId)
 
     @widgets_blp.response(200, SuccessSchema)
     @widgets_blp.requires(WRITE)
+    @widgets_blp.conditional
     def delete(self, widgetId):
         """Delete a widget
 
@@ -621,7 +661,7 @@ class WidgetById(MethodView):
         Errors: 404 NOT_FOUND for an unknown id.
 
         Example: `DELETE /api/v1/widgets/{widgetId}` → `{"success": true}`"""
-        return widgets.delete_widget(db.session, current_tenant(), widgetId)
+        return widgets.delete_widget(db.session, current_tenant(), widgetId, if_match=if_match())
 
 
 @widgets_blp.route("/widgets/<string:widgetId>/default", parameters=[WIDGET_ID])

@@ -26,6 +26,7 @@ from app.entities.schemas import (
     IdSchema,
     JobAcceptedSchema,
     JobSchema,
+    ListPageArgsSchema,
     PaginatedResultSchema,
     QueryRequestSchema,
     RecordDeleteArgsSchema,
@@ -88,15 +89,18 @@ class Definitions(MethodView):
     def get(self, args):
         """List entity definitions
 
-        The organization's entity definitions with their schemas, views and embeddings settings;
-        optionally only one `module`, or only `status=active` / `status=inactive` ones.
+        A page of the organization's entity definitions with their schemas, views and embeddings
+        settings, by name (`{definitions, nextCursor}`); optionally only one `module`, or only
+        `status=active` / `status=inactive` ones. Paging: `limit` items (default 100, at most 1000) and
+        `nextCursor`, sent back as `cursor` until it is null.
 
-        Errors: 400 VALIDATION_ERROR for another `status`.
+        Errors: 400 VALIDATION_ERROR for another `status`, a `limit` out of range or a foreign `cursor`.
 
         Example: `GET /api/v1/entities/definitions?module=support` → `{"definitions": [{"name":
-        "tickets", "displayName": "Tickets", "version": 1, "schema": {…}, …}]}`"""
-        found = definitions.list_definitions(args.get("module"), args.get("status"))
-        return {"definitions": [definitions.definition_to_wire(d) for d in found]}
+        "tickets", "displayName": "Tickets", "version": 1, "schema": {…}, …}], "nextCursor": null}`"""
+        found, next_cursor = definitions.list_definitions_page(args.get("module"), args.get("status"),
+                                                               limit=args.get("limit"), cursor=args.get("cursor"))
+        return {"definitions": [definitions.definition_to_wire(d) for d in found], "nextCursor": next_cursor}
 
     @blp.arguments(DefinitionCreateSchema, example=ex.DEFINITION_EXAMPLE)
     @blp.response(201, IdSchema)
@@ -199,19 +203,26 @@ class AdminUpsert(MethodView):
 
 @blp.route("/definitions/<string:entityName>/views", parameters=[ENTITY])
 class Views(MethodView):
+    @blp.arguments(ListPageArgsSchema, location="query")
     @blp.response(200, ViewListSchema)
     @blp.requires(READ)
-    def get(self, entityName):
+    def get(self, args, entityName):
         """List the views of a definition
 
-        The saved views (columns, filters, sort, page size, layout `config`) of the definition.
+        A page of the saved views (columns, filters, sort, page size, layout `config`) of the
+        definition, oldest first (`{views, nextCursor}`). Paging: `limit` items (default 100, at most
+        1000) and `nextCursor`, sent back as `cursor` until it is null.
 
-        Errors: 404 NOT_FOUND for an unknown definition.
+        Errors: 404 NOT_FOUND for an unknown definition; 400 VALIDATION_ERROR for a `limit` out of range
+        or a foreign `cursor`.
 
         Example: `GET /api/v1/entities/definitions/tickets/views` → `{"views": [{"id": "…", "name":
-        "Open by due date", "type": "table", "columns": ["title", "priority", "due"], …}]}`"""
+        "Open by due date", "type": "table", "columns": ["title", "priority", "due"], …}], "nextCursor":
+        null}`"""
         definition = definitions.find_definition(entityName)
-        return {"views": [views.view_to_wire(v, definition) for v in views.list_views(db.session, definition)]}
+        found, next_cursor = views.list_views_page(db.session, definition, limit=args.get("limit"),
+                                                   cursor=args.get("cursor"))
+        return {"views": [views.view_to_wire(v, definition) for v in found], "nextCursor": next_cursor}
 
     @blp.arguments(ViewCreateSchema, example=ex.VIEW_EXAMPLE)
     @blp.response(201, IdSchema)

@@ -7,7 +7,7 @@ from marshmallow import EXCLUDE, RAISE, Schema, ValidationError, pre_load, valid
 from marshmallow import fields as ma
 
 from app.extensions import ExactDumpSchema
-from app.fields import FastLoad, StrictInt
+from app.fields import FastLoad, QueryInt, StrictInt
 from app.jsonbody import BoundedJson
 
 ENTITY_NAME = r"^[a-z][a-z0-9_-]{0,63}$"
@@ -125,12 +125,32 @@ class DefinitionEnvelopeSchema(Schema):
 
 class DefinitionListSchema(Schema):
     definitions = ma.List(ma.Nested(DefinitionSchema), required=True)
+    nextCursor = ma.String(allow_none=True, required=True,
+                           metadata={"description": "send it back as `cursor` for the next page; null on the last"})
 
 
-class DefinitionListArgsSchema(Schema):
+class ListPageArgsSchema(Schema):
+    """Paging of the definition and view lists: `limit` items after `cursor` (a previous page's
+    nextCursor), as the agent registry's lists page."""
+
     class Meta:
         unknown = EXCLUDE
 
+    limit = QueryInt(validate=validate.Range(min=1), metadata={
+        "maximum_setting": "ENTITY_LIST_MAX_LIMIT",
+        "description": "items per page: default ENTITY_LIST_DEFAULT_LIMIT (100), at most ENTITY_LIST_MAX_LIMIT "
+                       "(1000)"})
+    cursor = ma.String(validate=validate.Length(min=1, max=4000),
+                       metadata={"description": "the `nextCursor` of the previous page"})
+
+    @validates("limit")
+    def _within_the_bound(self, value, **_):
+        bound = int(current_app.config["ENTITY_LIST_MAX_LIMIT"])
+        if value > bound:
+            raise ValidationError(f"Must be between 1 and {bound} (ENTITY_LIST_MAX_LIMIT).")
+
+
+class DefinitionListArgsSchema(ListPageArgsSchema):
     module = ma.String()
     status = ma.String(validate=validate.OneOf(["active", "inactive"]))
 
@@ -222,6 +242,8 @@ class ViewSchema(AuditedSchema):
 
 class ViewListSchema(Schema):
     views = ma.List(ma.Nested(ViewSchema), required=True)
+    nextCursor = ma.String(allow_none=True, required=True,
+                           metadata={"description": "send it back as `cursor` for the next page; null on the last"})
 
 
 # --- records --------------------------------------------------------------------------------------

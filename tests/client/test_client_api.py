@@ -133,6 +133,10 @@ def test_definitions_views_and_records(api):
     assert api.entities.definitions.update("deals", {"description": "pipeline"}) == {"success": True}
     view_id = api.entities.views.create("deals", {"name": "Pipeline", "type": "kanban", "columns": ["title"]})
     assert [v["id"] for v in api.entities.views.list("deals")] == [view_id]
+    other = api.entities.views.create("deals", {"name": "Table", "columns": ["title"]})
+    assert [v["id"] for v in api.entities.views.iter("deals", page_size=1)] == [view_id, other]
+    assert [d["name"] for d in api.entities.definitions.iter(page_size=1)] == ["deals"]
+    assert api.entities.views.delete("deals", other) == {"success": True}
     assert api.entities.views.update("deals", view_id, {"name": "Board"}) == {"success": True}
     assert api.entities.views.delete("deals", view_id) == {"success": True}
 

@@ -73,6 +73,38 @@ def test_agent_and_definition_if_match(api, record):
         api.entities.definitions.update("deals", {"description": "stale"}, if_match=definition.etag)
 
 
+def test_registry_documents_if_match(api, record):
+    agent = api.agents.create(AGENT)
+    skill = api.skills.create({"name": "order-help", "title": "Order help", "category": "support"})
+    tool = api.tools.create({"name": "lookup_order", "inputSchema": {"type": "object", "properties": {}}})
+    sub = api.subagents.create({"name": "researcher"})
+    widget = api.widgets.create(agent["id"], {"name": "website"})
+    resources = [
+        (lambda **kw: api.skills.get_tagged(skill["name"], **kw),
+         lambda **kw: api.skills.update(skill["name"], {"title": "Orders"}, **kw),
+         lambda **kw: api.skills.delete(skill["name"], **kw)),
+        (lambda **kw: api.tools.get_tagged(tool["id"], **kw),
+         lambda **kw: api.tools.update(tool["id"], {"description": "find"}, **kw),
+         lambda **kw: api.tools.delete(tool["id"], **kw)),
+        (lambda **kw: api.subagents.get_tagged(sub["id"], **kw),
+         lambda **kw: api.subagents.update(sub["id"], {"description": "digs"}, **kw),
+         lambda **kw: api.subagents.delete(sub["id"], **kw)),
+        (lambda **kw: api.widgets.get_tagged(widget["id"], **kw),
+         lambda **kw: api.widgets.update(widget["id"], {"greeting": "Hi"}, **kw),
+         lambda **kw: api.widgets.delete(widget["id"], **kw)),
+    ]
+    for get_tagged, update, delete in resources:
+        tagged = get_tagged()
+        assert tagged.etag and tagged.value["id"]
+        assert get_tagged(if_none_match=tagged.etag).not_modified
+        update(if_match=tagged.etag)
+        with pytest.raises(PreconditionFailedError):
+            update(if_match=tagged.etag)
+        with pytest.raises(PreconditionFailedError):
+            delete(if_match=tagged.etag)
+        assert delete(if_match=get_tagged().etag) == {"success": True}
+
+
 def test_a_repeated_idempotency_key_replays_the_first_answer(api, sent):
     api.entities.definitions.create({"name": "deals", "displayName": "Deals", "schema": SCHEMA})
     key = uuid.uuid4().hex

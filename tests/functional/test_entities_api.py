@@ -506,7 +506,7 @@ def test_tenant_and_product_isolation(client, auth, make_token):
 
     for b in ({"Authorization": f"Bearer {make_token(org='org-b-' + rec['id'][:8])}"},
               auth(product="other")):
-        assert client.get(f"{BASE}/definitions", headers=b).get_json() == {"definitions": []}
+        assert client.get(f"{BASE}/definitions", headers=b).get_json() == {"definitions": [], "nextCursor": None}
         error(client.get(f"{BASE}/definitions/secrets", headers=b), 404, "NOT_FOUND")
         error(client.get(f"{BASE}/secrets/records/{rec['id']}", headers=b), 404, "NOT_FOUND")
         error(query(client, b, "secrets"), 404, "NOT_FOUND")

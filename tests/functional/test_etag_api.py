@@ -1,4 +1,5 @@
-"""ETag, If-Match and If-None-Match on records, definitions and agents (app.preconditions), through HTTP
+"""ETag, If-Match and If-None-Match on records, definitions, agents, catalog skills, tool definitions,
+sub-agents and widgets (app.preconditions), through HTTP
 against the real PostgreSQL."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from app.agents import schemas as agent_schemas
 from tests.conftest import dispose_database
 from tests.functional.agents_support import agent_body
 from tests.functional.entities_support import create_definition
@@ -156,12 +158,92 @@ def test_agents_have_etags_and_if_match(client, auth):
     assert client.get(url, headers=headers).status_code == 404
 
 
+# -- catalog skills, tool definitions, sub-agents, widgets ---------------------------------------------
+
+def _registry_resource(client, headers, kind: str) -> tuple[str, str, dict, str]:
+    """(url of the single resource, url of another GET of it or "", update body, wrapper key)."""
+    if kind == "skill":
+        made = client.post("/api/v1/skills", json=agent_schemas.SKILL_EXAMPLE, headers=headers)
+        assert made.status_code == 201, made.get_json()
+        url = f"/api/v1/skills/{made.get_json()['skill']['id']}"
+        return url, "/api/v1/skills/by-name?name=order-help", {"title": "Order and refund help"}, "skill"
+    if kind == "tool":
+        made = client.post("/api/v1/tool-definitions", json=agent_schemas.TOOL_DEFINITION_EXAMPLE, headers=headers)
+        assert made.status_code == 201, made.get_json()
+        url = f"/api/v1/tool-definitions/{made.get_json()['toolDefinition']['id']}"
+        return url, "", {"toolDefinition": {"description": "Find an order"}}, "toolDefinition"
+    if kind == "subagent":
+        made = client.post("/api/v1/subagents", json=agent_schemas.SUB_AGENT_EXAMPLE, headers=headers)
+        assert made.status_code == 201, made.get_json()
+        url = f"/api/v1/subagents/{made.get_json()['subAgent']['id']}"
+        return url, "", {"subAgent": {"temperature": 0.2}}, "subAgent"
+    agent = client.post("/api/v1/agents", json=agent_body(), headers=headers).get_json()["agent"]["id"]
+    made = client.post(f"/api/v1/agents/{agent}/widgets", json=agent_schemas.WIDGET_EXAMPLE, headers=headers)
+    assert made.status_code == 201, made.get_json()
+    widget = made.get_json()["widget"]["id"]
+    assert client.post(f"/api/v1/widgets/{widget}/default", json={"agentId": agent}, headers=headers).status_code == 200
+    return f"/api/v1/widgets/{widget}", f"/api/v1/agents/{agent}/widgets/default", \
+        {"widget": {"greeting": "Hello!"}}, "widget"
+
+
+@pytest.mark.parametrize("kind", ["skill", "tool", "subagent", "widget"])
+def test_registry_documents_have_etags_and_if_match(client, auth, kind):
+    headers = auth("read:agents", "write:agents")
+    url, other, change, key = _registry_resource(client, headers, kind)
+    # by skill name: PUT and DELETE are by name, and the tag is the same document's
+    write_url = other if kind == "skill" else url
+    read = client.get(url, headers=headers)
+    tag = read.headers["ETag"]
+    assert read.status_code == 200 and len(tag) == 34 and tag.startswith('"')
+    if other:
+        assert client.get(other, headers=headers).headers["ETag"] == tag  # one document, one tag
+    held = client.get(url, headers=headers | {"If-None-Match": tag})
+    assert held.status_code == 304 and held.data == b"" and held.headers["ETag"] == tag
+    assert client.get(url, headers=headers | {"If-None-Match": '"other"'}).status_code == 200
+    changed = client.put(write_url, json=change, headers=headers | {"If-Match": tag})
+    assert changed.status_code == 200, changed.get_json()
+    # the write's ETag is the one the next read answers (the tag of what GET sends)
+    assert changed.headers["ETag"] == client.get(url, headers=headers).headers["ETag"] != tag
+    lost = client.put(write_url, json=change, headers=headers | {"If-Match": tag})
+    error = assert_error(lost, 412, "PRECONDITION_FAILED")
+    assert error["error"]["details"] == {"header": "If-Match", "etag": changed.headers["ETag"]}
+    assert_error(client.delete(write_url, headers=headers | {"If-Match": tag}), 412, "PRECONDITION_FAILED")
+    assert client.get(url, headers=headers).status_code == 200  # a refused delete deleted nothing
+    # without If-Match the write is unconditional, as before; `*` matches any current version
+    assert client.put(write_url, json=change, headers=headers).status_code == 200
+    starred = client.put(write_url, json=change, headers=headers | {"If-Match": "*"})
+    assert starred.status_code == 200
+    current = client.get(url, headers=headers).headers["ETag"]
+    assert starred.headers["ETag"] == current  # every write stamps updatedAt: a new tag
+    assert client.delete(write_url, headers=headers | {"If-Match": current}).status_code == 200
+    assert client.get(url, headers=headers).status_code == 404
+    assert key in changed.get_json()
+
+
+def test_a_widget_losing_its_default_changes_its_etag(client, auth):
+    """Another widget becoming the default rewrites this one's document (isDefault false) without an update
+    of it: its tag follows the representation, so an If-Match from before is stale."""
+    headers = auth("read:agents", "write:agents")
+    url, _, _, _ = _registry_resource(client, headers, "widget")
+    agent = client.get(url, headers=headers).get_json()["widget"]["agentId"]
+    tag = client.get(url, headers=headers).headers["ETag"]
+    second = client.post(f"/api/v1/agents/{agent}/widgets", json={"widget": {"name": "second"}}, headers=headers)
+    assert second.status_code == 201, second.get_json()
+    assert client.post(f"/api/v1/widgets/{second.get_json()['widget']['id']}/default", json={"agentId": agent},
+                       headers=headers).status_code == 200
+    now = client.get(url, headers=headers)
+    assert now.get_json()["widget"]["isDefault"] is False and now.headers["ETag"] != tag
+    assert_error(client.put(url, json={"widget": {"greeting": "Hi"}}, headers=headers | {"If-Match": tag}), 412,
+                 "PRECONDITION_FAILED")
+
+
 # -- documentation --------------------------------------------------------------------------------------
 
 def test_the_openapi_document_states_etags_and_preconditions(client):
     paths = client.get("/api/v1/openapi.json").get_json()["paths"]
     for path in ("/api/v1/entities/{entityName}/records/{recordId}", "/api/v1/entities/definitions/{entityName}",
-                 "/api/v1/agents/{agentId}"):
+                 "/api/v1/agents/{agentId}", "/api/v1/skills/by-name", "/api/v1/tool-definitions/{toolDefId}",
+                 "/api/v1/subagents/{subAgentId}", "/api/v1/widgets/{widgetId}"):
         get, put, delete = (paths[path][m] for m in ("get", "put", "delete"))
         assert any(p["name"] == "If-None-Match" for p in get["parameters"]), path
         assert "304" in get["responses"] and "ETag" in get["responses"]["200"]["headers"], path

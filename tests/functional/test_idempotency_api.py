@@ -9,6 +9,7 @@ process (gunicorn) on the same database; one kills that process mid-request.
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
 import threading
@@ -326,6 +327,96 @@ def _kill_tree(pid: int) -> None:
     for child in parent.children(recursive=True):
         child.kill()
     parent.kill()
+
+
+# -- the size bound of a stored answer (IDEMPOTENCY_MAX_ANSWER_BYTES) -----------------------------------
+
+@pytest.fixture()
+def answer_bound(app):
+    """Sets IDEMPOTENCY_MAX_ANSWER_BYTES for one test (restored afterwards)."""
+    saved = app.config["IDEMPOTENCY_MAX_ANSWER_BYTES"]
+
+    def bound(value: int) -> None:
+        app.config["IDEMPOTENCY_MAX_ANSWER_BYTES"] = value
+
+    yield bound
+    app.config["IDEMPOTENCY_MAX_ANSWER_BYTES"] = saved
+
+
+BULK = {"records": [{"fields": {"title": "a"}}, {"fields": {"title": "b"}}]}
+
+
+def test_an_answer_at_the_bound_is_stored_and_replayed_whole(app, client, writer, org_id, answer_bound):
+    probe = client.post(RECORDS.format("items") + "/bulk/create", json=BULK, headers=writer)
+    assert probe.status_code in (200, 201), probe.get_json()
+    answer_bound(len(probe.data))  # the answer is exactly as large as the bound
+    headers = keyed(writer)
+    first = client.post(RECORDS.format("items") + "/bulk/create", json=BULK, headers=headers)
+    again = client.post(RECORDS.format("items") + "/bulk/create", json=BULK, headers=headers)
+    assert again.headers["Idempotent-Replayed"] == "true" and again.status_code == first.status_code
+    assert again.data == first.data
+    (row,) = key_rows(app, org_id)
+    assert bytes(row.response_body) == first.data and row.response_bytes == len(first.data)
+    assert row.response_sha256 is None
+    assert record_count(app, org_id) == 4
+
+
+def test_an_answer_above_the_bound_is_not_stored_and_its_replay_says_it_ran(app, client, writer, org_id,
+                                                                            answer_bound):
+    probe = client.post(RECORDS.format("items") + "/bulk/create", json=BULK, headers=writer)
+    answer_bound(len(probe.data) - 1)  # one byte over
+    headers = keyed(writer)
+    first = client.post(RECORDS.format("items") + "/bulk/create", json=BULK, headers=headers)
+    assert first.status_code == probe.status_code and first.get_json() == probe.get_json()  # the caller sees it
+    again = client.post(RECORDS.format("items") + "/bulk/create", json=BULK, headers=headers)
+    error = assert_error(again, 409, "IDEMPOTENCY_ANSWER_NOT_STORED")["error"]
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert error["details"]["originalStatus"] == first.status_code
+    assert error["details"]["answerBytes"] == len(first.data)
+    assert error["details"]["answerSha256"] == hashlib.sha256(first.data).hexdigest()
+    assert error["details"]["maxAnswerBytes"] == len(first.data) - 1
+    assert record_count(app, org_id) == 4  # the probe's two and the keyed request's two: it never ran again
+    (row,) = key_rows(app, org_id)
+    assert row.response_body is None and row.state == "done" and row.response_bytes == len(first.data)
+
+
+def test_an_async_job_above_the_bound_replays_its_location(app, client, writer, org_id, answer_bound):
+    answer_bound(16)
+    headers = keyed(writer, Prefer="respond-async")
+    first = client.post(RECORDS.format("items") + "/bulk/create", json=BULK, headers=headers)
+    assert first.status_code == 202 and len(first.data) > 16
+    again = client.post(RECORDS.format("items") + "/bulk/create", json=BULK, headers=headers)
+    error = assert_error(again, 409, "IDEMPOTENCY_ANSWER_NOT_STORED")["error"]
+    assert error["details"]["originalStatus"] == 202
+    assert again.headers["Location"] == first.headers["Location"] == error["details"]["location"]
+    assert client.get(first.headers["Location"], headers=writer).status_code == 200  # where to look it up
+
+
+def test_a_created_record_above_the_bound_replays_its_etag(app, client, writer, org_id, answer_bound):
+    answer_bound(16)
+    headers = keyed(writer)
+    first = client.post(RECORDS.format("items"), json={"fields": {"title": "a"}}, headers=headers)
+    assert first.status_code == 201
+    again = client.post(RECORDS.format("items"), json={"fields": {"title": "a"}}, headers=headers)
+    error = assert_error(again, 409, "IDEMPOTENCY_ANSWER_NOT_STORED")["error"]
+    assert error["details"]["originalStatus"] == 201
+    assert again.headers["ETag"] == first.headers["ETag"]
+    # the client looks the record up instead
+    record_id = first.get_json()["id"]
+    assert client.get(RECORDS.format("items") + f"/{record_id}", headers=writer).status_code == 200
+    assert record_count(app, org_id) == 1
+
+
+def test_a_refusal_above_the_bound_releases_the_key(app, client, writer, org_id, answer_bound):
+    answer_bound(16)
+    headers = keyed(writer)
+    bad = {"records": [{"fields": {"title": 1}}] * 3}
+    first = client.post(RECORDS.format("items") + "/bulk/create", json=bad, headers=headers)
+    assert 400 <= first.status_code < 500 and len(first.data) > 16
+    assert key_rows(app, org_id) == []  # nothing happened, nothing kept: the retry runs (and is refused again)
+    again = client.post(RECORDS.format("items") + "/bulk/create", json=bad, headers=headers)
+    assert again.status_code == first.status_code and "Idempotent-Replayed" not in again.headers
+    assert record_count(app, org_id) == 0
 
 
 # -- async jobs, email, seeding ----------------------------------------------------------------------

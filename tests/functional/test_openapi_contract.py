@@ -87,7 +87,7 @@ def _key_state(response) -> bool:
     if response.status_code not in (409, 422):
         return False
     code = ((response.json() or {}).get("error") or {}).get("code")
-    return code in ("IDEMPOTENCY_KEY_REUSED", "IDEMPOTENCY_KEY_IN_USE")
+    return code in ("IDEMPOTENCY_KEY_REUSED", "IDEMPOTENCY_KEY_IN_USE", "IDEMPOTENCY_ANSWER_NOT_STORED")
 
 
 def schema_valid_requests_are_accepted(ctx, response, case):

@@ -8,15 +8,14 @@ database whatever happens. Reads return the stored JSON documents as text.
 
 from __future__ import annotations
 
-import hashlib
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Text, cast, func, literal, select, update
+from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from app.agents.models import Agent, SubAgent
-from app.agents.services import paging
+from app.agents.services import documents, paging
 from app.agents.services.common import (
     existing_ids,
     invalid,
@@ -31,7 +30,6 @@ from app.agents.services.prompts import apply_system_prompt
 from app.agents.services.skills import attach_skills
 from app.errors import Conflict
 from app.fields import schema_errors
-from app.preconditions import etag, require_match
 from app.tenancy import Tenant, tenant_select
 
 # Allowed status changes (staying in the same status is always allowed). A draft is published
@@ -102,17 +100,13 @@ def get_default_agent() -> str:
 
 
 def etag_of_text(body: str) -> str:
-    """The ETag of an agent answered as `body` (`{"agent": <stored JSON text>}`, what GET sends): the md5
-    of those bytes. An agent has no version column; its representation is its tag (app.preconditions)."""
-    return etag(hashlib.md5(body.encode("utf-8", "surrogatepass"), usedforsecurity=False).hexdigest())
+    """The ETag of an agent answered as `body` (`{"agent": <stored JSON text>}`, what GET sends)."""
+    return documents.etag_of_text(body)
 
 
 def etag_of(session: Session, org_id: str, agent_id: str) -> str:
-    """The ETag of the stored agent, computed by PostgreSQL over the very text GET would send (after this
-    transaction's writes, or under its row lock)."""
-    body = literal('{"agent":') + cast(Agent.doc, Text) + literal("}")
-    digest = session.scalar(select(func.md5(body)).where(Agent.org_id == org_id, Agent.id == agent_id))
-    return etag(digest)
+    """The ETag of the stored agent (DocumentStore.etag_of)."""
+    return store.etag_of(session, org_id, agent_id)
 
 
 # --------------------------------------------------------------------------- writes
@@ -131,8 +125,7 @@ def update_agent(session: Session, tenant: Tenant, agent_id: str, changes: dict[
     If-Match (`if_match`) is 412, compared with the row locked for the update."""
     lock_org(session, tenant, _LOCK)
     row = store.lock(session, tenant.org_id, agent_id)
-    if if_match is not None:
-        require_match(if_match, etag_of(session, tenant.org_id, agent_id), "agent")
+    store.check_match(session, tenant.org_id, agent_id, if_match)
     previous = row.doc
     doc = merge(previous, changes)
     _check_transition(previous["status"], doc["status"])
@@ -148,8 +141,7 @@ def update_agent(session: Session, tenant: Tenant, agent_id: str, changes: dict[
 def delete_agent(session: Session, tenant: Tenant, agent_id: str, *, if_match=None) -> dict:
     """Delete an agent; its widgets go with it (ON DELETE CASCADE). A stale If-Match is 412."""
     store.lock(session, tenant.org_id, agent_id)
-    if if_match is not None:
-        require_match(if_match, etag_of(session, tenant.org_id, agent_id), "agent")
+    store.check_match(session, tenant.org_id, agent_id, if_match)
     return store.remove(session, tenant.org_id, agent_id)
 
 

@@ -2,15 +2,22 @@
 derived from it. Reads return the stored JSON text (lists a page at a time: app.agents.services.paging);
 writes stamp the audit fields, keep the columns in step with the document, refuse a document larger
 than REGISTRY_MAX_DOCUMENT_BYTES (every field has its own limit, but a hundred tools within theirs
-could still add up) and turn unique-constraint violations into 409s."""
+could still add up) and turn unique-constraint violations into 409s.
+
+Entity tags (app.preconditions): a registry document has no version column, so its tag is the md5 of
+the representation GET sends (`{key: <stored JSON text>}`), computed by PostgreSQL over that very text
+for writes (`etag_of`, under the write's row lock) and in Python over the bytes read (`etag_of_text`).
+Every change of the document — including one made on the side, such as another widget becoming the
+default — changes the tag (and every write does: it stamps `updatedAt`)."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from typing import Any
 
 from flask import current_app
-from sqlalchemy import delete
+from sqlalchemy import Text, cast, delete, func, literal, select
 from sqlalchemy.orm import Session
 
 from app.agents.services import paging
@@ -27,9 +34,15 @@ from app.agents.services.common import (
     wrap_one,
 )
 from app.errors import ValidationFailed
+from app.preconditions import etag, require_match
 from app.tenancy import Tenant
 
 Hook = Callable[[dict[str, Any]], None]
+
+
+def etag_of_text(body: str) -> str:
+    """The ETag of a document answered as `body` (what GET sends): the md5 of those bytes."""
+    return etag(hashlib.md5(body.encode("utf-8", "surrogatepass"), usedforsecurity=False).hexdigest())
 
 
 class DocumentStore:
@@ -60,6 +73,21 @@ class DocumentStore:
     def lock(self, session: Session, org_id: str, object_id: str):
         """The org's row, locked for this transaction (404 otherwise)."""
         return load_for_update(session, org_id, self.model, object_id, self.what)
+
+    # entity tags ------------------------------------------------------------------------
+
+    def etag_of(self, session: Session, org_id: str, object_id: str) -> str:
+        """The ETag of the stored document, computed by PostgreSQL over the text GET would send (after
+        this transaction's writes, or under its row lock)."""
+        body = literal(f'{{"{self.key}":') + cast(self.model.doc, Text) + literal("}")
+        digest = session.scalar(select(func.md5(body)).where(self.model.org_id == org_id,
+                                                              self.model.id == object_id))
+        return etag(digest)
+
+    def check_match(self, session: Session, org_id: str, object_id: str, expected) -> None:
+        """412 unless If-Match (`expected`, None when absent) names the locked row's current tag."""
+        if expected is not None:
+            require_match(expected, self.etag_of(session, org_id, object_id), self.what.lower())
 
     # writes -----------------------------------------------------------------------------
 

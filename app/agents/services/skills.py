@@ -71,15 +71,18 @@ def create_skill(session: Session, tenant: Tenant, data: dict[str, Any]) -> str:
     return store.create(session, tenant, _finish(data))
 
 
-def update_skill(session: Session, tenant: Tenant, name: str, changes: dict[str, Any]) -> str:
+def update_skill(session: Session, tenant: Tenant, name: str, changes: dict[str, Any], *, if_match=None) -> str:
     """Update the catalog skill `name`. Agents that attached it keep their snapshot."""
     row = _locked_by_name(session, tenant.org_id, name)
+    store.check_match(session, tenant.org_id, row.id, if_match)
     return store.save(session, tenant, row, _finish(merge(row.doc, changes)))
 
 
-def delete_skill(session: Session, tenant: Tenant, name: str) -> dict:
+def delete_skill(session: Session, tenant: Tenant, name: str, *, if_match=None) -> dict:
     """Delete the catalog skill `name`; agents keep their snapshots of it."""
-    return store.remove(session, tenant.org_id, _locked_by_name(session, tenant.org_id, name).id)
+    row = _locked_by_name(session, tenant.org_id, name)
+    store.check_match(session, tenant.org_id, row.id, if_match)
+    return store.remove(session, tenant.org_id, row.id)
 
 
 # --------------------------------------------------------------------------- snapshots

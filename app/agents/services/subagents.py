@@ -30,17 +30,20 @@ def create_sub_agent(session: Session, tenant: Tenant, data: dict[str, Any]) -> 
     return store.create(session, tenant, titled(data))
 
 
-def update_sub_agent(session: Session, tenant: Tenant, sub_agent_id: str, changes: dict[str, Any]) -> str:
+def update_sub_agent(session: Session, tenant: Tenant, sub_agent_id: str, changes: dict[str, Any], *,
+                     if_match=None) -> str:
     row = store.lock(session, tenant.org_id, sub_agent_id)
+    store.check_match(session, tenant.org_id, sub_agent_id, if_match)
     doc = titled(merge(row.doc, changes))
     doc.setdefault("tools", [])
     return store.save(session, tenant, row, doc)
 
 
-def delete_sub_agent(session: Session, tenant: Tenant, sub_agent_id: str, *, force: bool) -> dict:
+def delete_sub_agent(session: Session, tenant: Tenant, sub_agent_id: str, *, force: bool, if_match=None) -> dict:
     """Delete a sub-agent. Referenced by agents → 409 naming them, unless `force` removes the references."""
     lock_agents(session, tenant)  # agent writes check sub-agent ids under this lock: no reference can slip in
     store.lock(session, tenant.org_id, sub_agent_id)
+    store.check_match(session, tenant.org_id, sub_agent_id, if_match)
     referencing = agents_referencing_sub_agent(session, tenant.org_id, sub_agent_id)
     if referencing and not force:
         raise Conflict(f"The sub-agent is used by {len(referencing)} agent(s); remove it from them first "

@@ -48,8 +48,10 @@ def create_tool_definition(session: Session, tenant: Tenant, data: dict[str, Any
     return store.create(session, tenant, titled(data))
 
 
-def update_tool_definition(session: Session, tenant: Tenant, tool_id: str, changes: dict[str, Any]) -> str:
+def update_tool_definition(session: Session, tenant: Tenant, tool_id: str, changes: dict[str, Any], *,
+                           if_match=None) -> str:
     row = store.lock(session, tenant.org_id, tool_id)
+    store.check_match(session, tenant.org_id, tool_id, if_match)
     doc = titled(merge(row.doc, changes))
     errors = schema_errors(doc.get("configSchema") or {}, doc.get("defaultConfig") or {})
     if errors:
@@ -57,7 +59,8 @@ def update_tool_definition(session: Session, tenant: Tenant, tool_id: str, chang
     return store.save(session, tenant, row, doc)
 
 
-def delete_tool_definition(session: Session, tenant: Tenant, tool_id: str) -> dict:
+def delete_tool_definition(session: Session, tenant: Tenant, tool_id: str, *, if_match=None) -> dict:
     """Delete a tool definition. Agents keep their customised copies (AgentTools are copies)."""
     store.lock(session, tenant.org_id, tool_id)
+    store.check_match(session, tenant.org_id, tool_id, if_match)
     return store.remove(session, tenant.org_id, tool_id)

@@ -67,14 +67,18 @@ def _load_widget_locked(session: Session, org_id: str, widget_id: str) -> AgentW
     return store.lock(session, org_id, widget_id)
 
 
-def update_widget(session: Session, tenant: Tenant, widget_id: str, changes: dict[str, Any]) -> str:
+def update_widget(session: Session, tenant: Tenant, widget_id: str, changes: dict[str, Any], *,
+                  if_match=None) -> str:
     row = _load_widget_locked(session, tenant.org_id, widget_id)
+    store.check_match(session, tenant.org_id, widget_id, if_match)
     doc = {**merge(row.doc, changes), "agentId": row.agent_id}
     return store.save(session, tenant, row, doc, before=_keep_single_default(session, tenant.org_id, row))
 
 
-def delete_widget(session: Session, tenant: Tenant, widget_id: str) -> dict:
-    return store.remove(session, tenant.org_id, _load_widget_locked(session, tenant.org_id, widget_id).id)
+def delete_widget(session: Session, tenant: Tenant, widget_id: str, *, if_match=None) -> dict:
+    row = _load_widget_locked(session, tenant.org_id, widget_id)
+    store.check_match(session, tenant.org_id, row.id, if_match)
+    return store.remove(session, tenant.org_id, row.id)
 
 
 def make_default_widget(session: Session, tenant: Tenant, widget_id: str, agent_id: str) -> dict:

@@ -6,15 +6,17 @@ import dataclasses
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from flask import current_app, g
 from marshmallow import ValidationError
-from sqlalchemy import Integer, Text, bindparam, delete, func, literal_column, select, update
+from sqlalchemy import Integer, Text, bindparam, delete, func, literal, literal_column, select, tuple_, update
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.orm import Session
 
 from app.db import db, schema_for
+from app.entities import cursor as keyset
 from app.entities import hooks, indexes
 from app.entities.fieldtypes import CompiledSchema, compile_definition_schema
 from app.entities.models import EntityDefinition, EntityRecord, EntityView
@@ -62,6 +64,42 @@ def list_definitions(module: str | None = None, status: str | None = None) -> li
     if status is not None:
         stmt = stmt.where(EntityDefinition.is_active.is_(status == "active"))
     return list(db.session.scalars(stmt))
+
+
+LIST_ID = "definitions"
+
+
+def list_definitions_page(module: str | None = None, status: str | None = None, *, limit: int | None = None,
+                          cursor: str | None = None) -> tuple[list[EntityDefinition], str | None]:
+    """A page of `list_definitions` (by name, then creation, then id) and the cursor of the next page
+    (None on the last). The cursor is the entity store's keyset cursor (app.entities.cursor), bound to
+    the org, this list and its filters; its key is the last row's (name, createdAt)."""
+    org = current_org()
+    digest = keyset.query_digest({"filters": {"module": module, "status": status}})
+    limit = int(limit or current_app.config["ENTITY_LIST_DEFAULT_LIMIT"])
+    D = EntityDefinition
+    stmt = tenant_select(D).order_by(D.name, D.created_at, D.id).limit(limit + 1)
+    if module is not None:
+        stmt = stmt.where(D.module == module)
+    if status is not None:
+        stmt = stmt.where(D.is_active.is_(status == "active"))
+    if cursor:
+        position = keyset.decode(cursor, org, LIST_ID, digest, path="cursor", what="list")
+        try:
+            name, created = position.key
+            created_at = datetime.fromisoformat(created)
+        except (TypeError, ValueError):
+            raise ValidationFailed("Invalid cursor: not a cursor of this list.",
+                                   {"fields": {"cursor": ["not a cursor of this list"]}}) from None
+        stmt = stmt.where(tuple_(D.name, D.created_at, D.id) > tuple_(literal(name), literal(created_at),
+                                                                      literal(position.id)))
+    rows = list(db.session.scalars(stmt))
+    if len(rows) <= limit:
+        return rows, None
+    rows = rows[:limit]
+    last = rows[-1]
+    return rows, keyset.encode(org, LIST_ID, digest,
+                               keyset.Position(0, [last.name, last.created_at.isoformat()], last.id))
 
 
 def find_definition(name: str, *, include_inactive: bool = False, lock: bool = False, session: Session | None = None,

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
+from flask import current_app
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
+from app.entities import cursor as keyset
 from app.entities.filters import FieldResolver, parse_filters
 from app.entities.models import EntityDefinition, EntityView
 from app.entities.services.context import filter_context
@@ -27,6 +30,29 @@ def list_views(session: Session, definition: EntityDefinition) -> list[EntityVie
     stmt = tenant_select(EntityView, definition.org_id).where(EntityView.entity_id == definition.id).order_by(
         EntityView.created_at, EntityView.id)
     return list(session.scalars(stmt))
+
+
+def list_views_page(session: Session, definition: EntityDefinition, *, limit: int | None = None,
+                    cursor: str | None = None) -> tuple[list[EntityView], str | None]:
+    """A page of `list_views` (by creation, then id) and the next page's cursor (None on the last): the
+    entity store's keyset cursor, bound to the org and this definition's view list."""
+    list_id = f"views:{definition.id}"
+    digest = keyset.query_digest({})
+    limit = int(limit or current_app.config["ENTITY_LIST_DEFAULT_LIMIT"])
+    stmt = tenant_select(EntityView, definition.org_id).where(EntityView.entity_id == definition.id).order_by(
+        EntityView.created_at, EntityView.id).limit(limit + 1)
+    if cursor:
+        position = keyset.decode(cursor, definition.org_id, list_id, digest, path="cursor", what="list")
+        if not isinstance(position.key, datetime):
+            raise ValidationFailed("Invalid cursor: not a cursor of this list.",
+                                   {"fields": {"cursor": ["not a cursor of this list"]}})
+        stmt = stmt.where(keyset.after(EntityView.created_at, EntityView.id, False, position))
+    rows = list(session.scalars(stmt))
+    if len(rows) <= limit:
+        return rows, None
+    rows = rows[:limit]
+    last = rows[-1]
+    return rows, keyset.encode(definition.org_id, list_id, digest, keyset.Position(0, last.created_at, last.id))
 
 
 def owned_view(session: Session, definition: EntityDefinition, view_id: str) -> EntityView:

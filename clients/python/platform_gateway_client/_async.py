@@ -415,6 +415,12 @@ class AsyncSkills(AsyncResource):
         answer = await self._client.request(Call("GET", "/api/v1/skills/by-name", params={"name": name}))
         return cast(Skill, answer["skill"])
 
+    async def get_tagged(self, name: str, *, if_none_match: str | None = None) -> Tagged[Skill]:
+        """The skill (by name, as writes address it) with its ETag; `not_modified=True` when unchanged."""
+        tagged = await self._client.request_tagged(Call("GET", "/api/v1/skills/by-name", params={"name": name},
+                                                        headers=conditional_headers(if_none_match=if_none_match)))
+        return Tagged(tagged.value["skill"] if tagged.value else None, tagged.etag, tagged.not_modified)
+
     async def categories(self) -> builtins.list[str]:
         return cast("list[str]", await self._client.request(Call("GET", "/api/v1/skills/categories")))
 
@@ -423,15 +429,16 @@ class AsyncSkills(AsyncResource):
                                                  idempotency_key=idempotency_key))
         return cast(Skill, answer["skill"])
 
-    async def update(self, name: str, patch: SkillInputPatch) -> Skill:
-        """Catalog skills are addressed by name for writes."""
+    async def update(self, name: str, patch: SkillInputPatch, *, if_match: str | None = None) -> Skill:
+        """Catalog skills are addressed by name for writes; `if_match`: PreconditionFailedError if changed."""
         answer = await self._client.request(Call("PUT", "/api/v1/skills/by-name", params={"name": name},
-                                                 json=patch))
+                                                 json=patch, headers=conditional_headers(if_match)))
         return cast(Skill, answer["skill"])
 
-    async def delete(self, name: str) -> Success:
+    async def delete(self, name: str, *, if_match: str | None = None) -> Success:
         return cast(Success, await self._client.request(Call("DELETE", "/api/v1/skills/by-name",
-                                                             params={"name": name})))
+                                                             params={"name": name},
+                                                             headers=conditional_headers(if_match))))
 
 
 class AsyncTools(AsyncResource):
@@ -451,6 +458,12 @@ class AsyncTools(AsyncResource):
                                                  {"toolDefId": tool_id}))
         return cast(ToolDefinition, answer["toolDefinition"])
 
+    async def get_tagged(self, tool_id: str, *, if_none_match: str | None = None) -> Tagged[ToolDefinition]:
+        tagged = await self._client.request_tagged(Call("GET", "/api/v1/tool-definitions/{toolDefId}",
+                                                        {"toolDefId": tool_id},
+                                                        headers=conditional_headers(if_none_match=if_none_match)))
+        return Tagged(tagged.value["toolDefinition"] if tagged.value else None, tagged.etag, tagged.not_modified)
+
     async def by_ids(self, ids: Sequence[str]) -> builtins.list[ToolDefinition]:
         """The tool definitions among `ids` (unknown ids are absent)."""
         answer = await self._client.request(Call("POST", "/api/v1/tool-definitions/by-ids", json={"ids": list(ids)},
@@ -462,14 +475,17 @@ class AsyncTools(AsyncResource):
                                                  idempotent_post=True, idempotency_key=idempotency_key))
         return cast(ToolDefinition, answer["toolDefinition"])
 
-    async def update(self, tool_id: str, patch: ToolDefinitionFieldsPatch) -> ToolDefinition:
+    async def update(self, tool_id: str, patch: ToolDefinitionFieldsPatch, *,
+                     if_match: str | None = None) -> ToolDefinition:
         answer = await self._client.request(Call("PUT", "/api/v1/tool-definitions/{toolDefId}",
-                                                 {"toolDefId": tool_id}, json={"toolDefinition": patch}))
+                                                 {"toolDefId": tool_id}, json={"toolDefinition": patch},
+                                                 headers=conditional_headers(if_match)))
         return cast(ToolDefinition, answer["toolDefinition"])
 
-    async def delete(self, tool_id: str) -> Success:
+    async def delete(self, tool_id: str, *, if_match: str | None = None) -> Success:
         return cast(Success, await self._client.request(Call("DELETE", "/api/v1/tool-definitions/{toolDefId}",
-                                                             {"toolDefId": tool_id})))
+                                                             {"toolDefId": tool_id},
+                                                             headers=conditional_headers(if_match))))
 
 
 class AsyncSubAgents(AsyncResource):
@@ -487,21 +503,30 @@ class AsyncSubAgents(AsyncResource):
                                                  {"subAgentId": sub_agent_id}))
         return cast(SubAgent, answer["subAgent"])
 
+    async def get_tagged(self, sub_agent_id: str, *, if_none_match: str | None = None) -> Tagged[SubAgent]:
+        tagged = await self._client.request_tagged(Call("GET", "/api/v1/subagents/{subAgentId}",
+                                                        {"subAgentId": sub_agent_id},
+                                                        headers=conditional_headers(if_none_match=if_none_match)))
+        return Tagged(tagged.value["subAgent"] if tagged.value else None, tagged.etag, tagged.not_modified)
+
     async def create(self, sub_agent: SubAgentFields, *, idempotency_key: str | None = None) -> SubAgent:
         answer = await self._client.request(Call("POST", "/api/v1/subagents", json={"subAgent": sub_agent},
                                                  idempotent_post=True, idempotency_key=idempotency_key))
         return cast(SubAgent, answer["subAgent"])
 
-    async def update(self, sub_agent_id: str, patch: SubAgentFieldsPatch) -> SubAgent:
+    async def update(self, sub_agent_id: str, patch: SubAgentFieldsPatch, *,
+                     if_match: str | None = None) -> SubAgent:
         answer = await self._client.request(Call("PUT", "/api/v1/subagents/{subAgentId}",
-                                                 {"subAgentId": sub_agent_id}, json={"subAgent": patch}))
+                                                 {"subAgentId": sub_agent_id}, json={"subAgent": patch},
+                                                 headers=conditional_headers(if_match)))
         return cast(SubAgent, answer["subAgent"])
 
-    async def delete(self, sub_agent_id: str, *, force: bool = False) -> Success:
+    async def delete(self, sub_agent_id: str, *, force: bool = False, if_match: str | None = None) -> Success:
         """ConflictError while agents reference it, unless `force`."""
         return cast(Success, await self._client.request(Call("DELETE", "/api/v1/subagents/{subAgentId}",
                                                              {"subAgentId": sub_agent_id},
-                                                             params={"force": force or None})))
+                                                             params={"force": force or None},
+                                                             headers=conditional_headers(if_match))))
 
 
 class AsyncWidgets(AsyncResource):
@@ -531,14 +556,20 @@ class AsyncWidgets(AsyncResource):
         answer = await self._client.request(Call("GET", "/api/v1/widgets/{widgetId}", {"widgetId": widget_id}))
         return cast(Widget, answer["widget"])
 
-    async def update(self, widget_id: str, patch: WidgetFieldsPatch) -> Widget:
+    async def get_tagged(self, widget_id: str, *, if_none_match: str | None = None) -> Tagged[Widget]:
+        tagged = await self._client.request_tagged(Call("GET", "/api/v1/widgets/{widgetId}", {"widgetId": widget_id},
+                                                        headers=conditional_headers(if_none_match=if_none_match)))
+        return Tagged(tagged.value["widget"] if tagged.value else None, tagged.etag, tagged.not_modified)
+
+    async def update(self, widget_id: str, patch: WidgetFieldsPatch, *, if_match: str | None = None) -> Widget:
         answer = await self._client.request(Call("PUT", "/api/v1/widgets/{widgetId}", {"widgetId": widget_id},
-                                                 json={"widget": patch}))
+                                                 json={"widget": patch}, headers=conditional_headers(if_match)))
         return cast(Widget, answer["widget"])
 
-    async def delete(self, widget_id: str) -> Success:
+    async def delete(self, widget_id: str, *, if_match: str | None = None) -> Success:
         return cast(Success, await self._client.request(Call("DELETE", "/api/v1/widgets/{widgetId}",
-                                                             {"widgetId": widget_id})))
+                                                             {"widgetId": widget_id},
+                                                             headers=conditional_headers(if_match))))
 
     async def set_default(self, widget_id: str, agent_id: str) -> Success:
         """Make this widget its agent's default (the previous default stops being one)."""
@@ -551,9 +582,15 @@ class AsyncWidgets(AsyncResource):
 
 class AsyncDefinitions(AsyncResource):
     async def list(self, *, module: str | None = None, status: str | None = None) -> builtins.list[Definition]:
-        answer = await self._client.request(Call("GET", "/api/v1/entities/definitions",
-                                                 params={"module": module, "status": status}))
-        return cast("list[Definition]", answer["definitions"])
+        """Every definition (optionally of one `module` / `status`), all pages."""
+        return [item async for item in self.iter(module=module, status=status)]
+
+    async def iter(self, *, module: str | None = None, status: str | None = None,
+                   page_size: int | None = None) -> AsyncIterator[Definition]:
+        pages = self._pages("GET", "/api/v1/entities/definitions", "definitions",
+                            {"module": module, "status": status, "limit": page_size})
+        async for item in pages:
+            yield cast(Definition, item)
 
     async def get(self, name: str) -> Definition:
         answer = await self._client.request(Call("GET", "/api/v1/entities/definitions/{entityName}",
@@ -591,9 +628,14 @@ class AsyncDefinitions(AsyncResource):
 
 class AsyncViews(AsyncResource):
     async def list(self, entity: str) -> builtins.list[View]:
-        answer = await self._client.request(Call("GET", "/api/v1/entities/definitions/{entityName}/views",
-                                                 {"entityName": entity}))
-        return cast("list[View]", answer["views"])
+        """Every view of the definition, all pages."""
+        return [item async for item in self.iter(entity)]
+
+    async def iter(self, entity: str, *, page_size: int | None = None) -> AsyncIterator[View]:
+        pages = self._pages("GET", "/api/v1/entities/definitions/{entityName}/views", "views",
+                            {"limit": page_size}, {"entityName": entity})
+        async for item in pages:
+            yield cast(View, item)
 
     async def create(self, entity: str, view: Mapping[str, Any], *, idempotency_key: str | None = None) -> str:
         """Create a view (ViewCreate); its id."""

@@ -403,6 +403,12 @@ class Skills(Resource):
         answer = self._client.request(Call("GET", "/api/v1/skills/by-name", params={"name": name}))
         return cast(Skill, answer["skill"])
 
+    def get_tagged(self, name: str, *, if_none_match: str | None = None) -> Tagged[Skill]:
+        """The skill (by name, as writes address it) with its ETag; `not_modified=True` when unchanged."""
+        tagged = self._client.request_tagged(Call("GET", "/api/v1/skills/by-name", params={"name": name},
+                                                  headers=conditional_headers(if_none_match=if_none_match)))
+        return Tagged(tagged.value["skill"] if tagged.value else None, tagged.etag, tagged.not_modified)
+
     def categories(self) -> builtins.list[str]:
         return cast("list[str]", self._client.request(Call("GET", "/api/v1/skills/categories")))
 
@@ -411,15 +417,16 @@ class Skills(Resource):
                                            idempotency_key=idempotency_key))
         return cast(Skill, answer["skill"])
 
-    def update(self, name: str, patch: SkillInputPatch) -> Skill:
-        """Catalog skills are addressed by name for writes."""
+    def update(self, name: str, patch: SkillInputPatch, *, if_match: str | None = None) -> Skill:
+        """Catalog skills are addressed by name for writes; `if_match`: PreconditionFailedError if changed."""
         answer = self._client.request(Call("PUT", "/api/v1/skills/by-name", params={"name": name},
-                                           json=patch))
+                                           json=patch, headers=conditional_headers(if_match)))
         return cast(Skill, answer["skill"])
 
-    def delete(self, name: str) -> Success:
+    def delete(self, name: str, *, if_match: str | None = None) -> Success:
         return cast(Success, self._client.request(Call("DELETE", "/api/v1/skills/by-name",
-                                                       params={"name": name})))
+                                                       params={"name": name},
+                                                       headers=conditional_headers(if_match))))
 
 
 class Tools(Resource):
@@ -438,6 +445,12 @@ class Tools(Resource):
                                            {"toolDefId": tool_id}))
         return cast(ToolDefinition, answer["toolDefinition"])
 
+    def get_tagged(self, tool_id: str, *, if_none_match: str | None = None) -> Tagged[ToolDefinition]:
+        tagged = self._client.request_tagged(Call("GET", "/api/v1/tool-definitions/{toolDefId}",
+                                                  {"toolDefId": tool_id},
+                                                  headers=conditional_headers(if_none_match=if_none_match)))
+        return Tagged(tagged.value["toolDefinition"] if tagged.value else None, tagged.etag, tagged.not_modified)
+
     def by_ids(self, ids: Sequence[str]) -> builtins.list[ToolDefinition]:
         """The tool definitions among `ids` (unknown ids are absent)."""
         answer = self._client.request(Call("POST", "/api/v1/tool-definitions/by-ids", json={"ids": list(ids)},
@@ -449,14 +462,17 @@ class Tools(Resource):
                                            idempotent_post=True, idempotency_key=idempotency_key))
         return cast(ToolDefinition, answer["toolDefinition"])
 
-    def update(self, tool_id: str, patch: ToolDefinitionFieldsPatch) -> ToolDefinition:
+    def update(self, tool_id: str, patch: ToolDefinitionFieldsPatch, *,
+               if_match: str | None = None) -> ToolDefinition:
         answer = self._client.request(Call("PUT", "/api/v1/tool-definitions/{toolDefId}",
-                                           {"toolDefId": tool_id}, json={"toolDefinition": patch}))
+                                           {"toolDefId": tool_id}, json={"toolDefinition": patch},
+                                           headers=conditional_headers(if_match)))
         return cast(ToolDefinition, answer["toolDefinition"])
 
-    def delete(self, tool_id: str) -> Success:
+    def delete(self, tool_id: str, *, if_match: str | None = None) -> Success:
         return cast(Success, self._client.request(Call("DELETE", "/api/v1/tool-definitions/{toolDefId}",
-                                                       {"toolDefId": tool_id})))
+                                                       {"toolDefId": tool_id},
+                                                       headers=conditional_headers(if_match))))
 
 
 class SubAgents(Resource):
@@ -473,21 +489,30 @@ class SubAgents(Resource):
                                            {"subAgentId": sub_agent_id}))
         return cast(SubAgent, answer["subAgent"])
 
+    def get_tagged(self, sub_agent_id: str, *, if_none_match: str | None = None) -> Tagged[SubAgent]:
+        tagged = self._client.request_tagged(Call("GET", "/api/v1/subagents/{subAgentId}",
+                                                  {"subAgentId": sub_agent_id},
+                                                  headers=conditional_headers(if_none_match=if_none_match)))
+        return Tagged(tagged.value["subAgent"] if tagged.value else None, tagged.etag, tagged.not_modified)
+
     def create(self, sub_agent: SubAgentFields, *, idempotency_key: str | None = None) -> SubAgent:
         answer = self._client.request(Call("POST", "/api/v1/subagents", json={"subAgent": sub_agent},
                                            idempotent_post=True, idempotency_key=idempotency_key))
         return cast(SubAgent, answer["subAgent"])
 
-    def update(self, sub_agent_id: str, patch: SubAgentFieldsPatch) -> SubAgent:
+    def update(self, sub_agent_id: str, patch: SubAgentFieldsPatch, *,
+               if_match: str | None = None) -> SubAgent:
         answer = self._client.request(Call("PUT", "/api/v1/subagents/{subAgentId}",
-                                           {"subAgentId": sub_agent_id}, json={"subAgent": patch}))
+                                           {"subAgentId": sub_agent_id}, json={"subAgent": patch},
+                                           headers=conditional_headers(if_match)))
         return cast(SubAgent, answer["subAgent"])
 
-    def delete(self, sub_agent_id: str, *, force: bool = False) -> Success:
+    def delete(self, sub_agent_id: str, *, force: bool = False, if_match: str | None = None) -> Success:
         """ConflictError while agents reference it, unless `force`."""
         return cast(Success, self._client.request(Call("DELETE", "/api/v1/subagents/{subAgentId}",
                                                        {"subAgentId": sub_agent_id},
-                                                       params={"force": force or None})))
+                                                       params={"force": force or None},
+                                                       headers=conditional_headers(if_match))))
 
 
 class Widgets(Resource):
@@ -516,14 +541,20 @@ class Widgets(Resource):
         answer = self._client.request(Call("GET", "/api/v1/widgets/{widgetId}", {"widgetId": widget_id}))
         return cast(Widget, answer["widget"])
 
-    def update(self, widget_id: str, patch: WidgetFieldsPatch) -> Widget:
+    def get_tagged(self, widget_id: str, *, if_none_match: str | None = None) -> Tagged[Widget]:
+        tagged = self._client.request_tagged(Call("GET", "/api/v1/widgets/{widgetId}", {"widgetId": widget_id},
+                                                  headers=conditional_headers(if_none_match=if_none_match)))
+        return Tagged(tagged.value["widget"] if tagged.value else None, tagged.etag, tagged.not_modified)
+
+    def update(self, widget_id: str, patch: WidgetFieldsPatch, *, if_match: str | None = None) -> Widget:
         answer = self._client.request(Call("PUT", "/api/v1/widgets/{widgetId}", {"widgetId": widget_id},
-                                           json={"widget": patch}))
+                                           json={"widget": patch}, headers=conditional_headers(if_match)))
         return cast(Widget, answer["widget"])
 
-    def delete(self, widget_id: str) -> Success:
+    def delete(self, widget_id: str, *, if_match: str | None = None) -> Success:
         return cast(Success, self._client.request(Call("DELETE", "/api/v1/widgets/{widgetId}",
-                                                       {"widgetId": widget_id})))
+                                                       {"widgetId": widget_id},
+                                                       headers=conditional_headers(if_match))))
 
     def set_default(self, widget_id: str, agent_id: str) -> Success:
         """Make this widget its agent's default (the previous default stops being one)."""
@@ -536,9 +567,15 @@ class Widgets(Resource):
 
 class Definitions(Resource):
     def list(self, *, module: str | None = None, status: str | None = None) -> builtins.list[Definition]:
-        answer = self._client.request(Call("GET", "/api/v1/entities/definitions",
-                                           params={"module": module, "status": status}))
-        return cast("list[Definition]", answer["definitions"])
+        """Every definition (optionally of one `module` / `status`), all pages."""
+        return [item for item in self.iter(module=module, status=status)]
+
+    def iter(self, *, module: str | None = None, status: str | None = None,
+             page_size: int | None = None) -> Iterator[Definition]:
+        pages = self._pages("GET", "/api/v1/entities/definitions", "definitions",
+                            {"module": module, "status": status, "limit": page_size})
+        for item in pages:
+            yield cast(Definition, item)
 
     def get(self, name: str) -> Definition:
         answer = self._client.request(Call("GET", "/api/v1/entities/definitions/{entityName}",
@@ -576,9 +613,14 @@ class Definitions(Resource):
 
 class Views(Resource):
     def list(self, entity: str) -> builtins.list[View]:
-        answer = self._client.request(Call("GET", "/api/v1/entities/definitions/{entityName}/views",
-                                           {"entityName": entity}))
-        return cast("list[View]", answer["views"])
+        """Every view of the definition, all pages."""
+        return [item for item in self.iter(entity)]
+
+    def iter(self, entity: str, *, page_size: int | None = None) -> Iterator[View]:
+        pages = self._pages("GET", "/api/v1/entities/definitions/{entityName}/views", "views",
+                            {"limit": page_size}, {"entityName": entity})
+        for item in pages:
+            yield cast(View, item)
 
     def create(self, entity: str, view: Mapping[str, Any], *, idempotency_key: str | None = None) -> str:
         """Create a view (ViewCreate); its id."""

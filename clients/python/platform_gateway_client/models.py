@@ -254,6 +254,7 @@ class Definition(TypedDict, total=False):
 class DefinitionList(TypedDict, total=False):
     """The `DefinitionList` schema."""
     definitions: Required["list[Definition]"]
+    nextCursor: Required[str | None]  # send it back as `cursor` for the next page; null on the last
 
 
 class EmbeddingsConfig(TypedDict, total=False):
@@ -337,6 +338,7 @@ class View(TypedDict, total=False):
 class ViewList(TypedDict, total=False):
     """The `ViewList` schema."""
     views: Required["list[View]"]
+    nextCursor: Required[str | None]  # send it back as `cursor` for the next page; null on the last
 
 
 class ViewCreate(TypedDict, total=False):
