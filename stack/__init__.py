@@ -360,7 +360,7 @@ CONTROL_TERM = """#!/bin/sh
 pid=$(cat supervise/pid 2>/dev/null)
 [ -n "$pid" ] || exit 0
 if [ "$(cat /proc/"$pid"/comm 2>/dev/null)" = sh ]; then
-    kill -TERM -- "-$pid" 2>/dev/null
+    kill -TERM "-$pid" 2>/dev/null
 fi
 kill -TERM "$pid" 2>/dev/null
 kill -CONT "$pid" 2>/dev/null
