@@ -371,7 +371,11 @@ def test_sigterm_of_an_image_node_drains_behind_the_ingress(stack):
         thread.start()
     wait_for(lambda: len(stack.fake_images.received) - before >= 6, 30, "image calls in flight", interval=0.05)
     sigterm_at = time.monotonic()
+    log_at_signal = len(stack.log())
     assert subprocess.run(["sv", "term", node.service_dir], capture_output=True, timeout=30).returncode == 0
+    # `sv term` returns once runsv has the command; the node has stopped listening when its worker says so
+    wait_for(lambda: re.search(r"^\S+ api-images\.2\s+\|.*listening sockets closed", stack.log()[log_at_signal:],
+                               re.M), 30, "api-images.2 closing its listening socket", interval=0.02)
 
     outcomes = {"ok": 0, "clean_503": 0, "other": [], "hung": 0}
     new_image_route: dict[str, int] = {}
