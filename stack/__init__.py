@@ -323,7 +323,8 @@ class Node:
         return int(text) if text else None
 
     def state(self) -> str | None:
-        """runsv's word for the node: `run`, `down`, `finish` (None before its runsv started)."""
+        """runsv's word for the node (supervise/stat): `run`, `down`, `finish`, with what it is about
+        (`run, want down`); None before its runsv started."""
         try:
             with open(os.path.join(self.service_dir, "supervise", "stat")) as fh:
                 return fh.read().strip() or None

@@ -76,6 +76,7 @@ def up() -> int:
     def ordered_stop():
         try:
             stop_nodes(stack)
+            stop_flower(honcho.pid)
         finally:
             stop_honcho()
 
@@ -133,12 +134,54 @@ def stop_nodes(stack: Stack, seconds: float = NODES_STOP_SECONDS) -> bool:
     _log(f"stopping the nodes ({', '.join(node.process for node in running)}), then the rest")
     done = subprocess.run(["sv", "-w", str(int(seconds)), "down", *[node.service_dir for node in running]],
                           capture_output=True, text=True)
-    late = [node.process for node in running if node.state() not in ("down", None)]
+    late = [node.process for node in running if not (node.state() or "down").startswith("down")]
     if late:
         _log(f"nodes still up after {seconds:.0f} s: {', '.join(late)}; stopping the rest anyway")
     else:
         _log(f"nodes down in {time.monotonic() - started:.1f} s")
     return done.returncode == 0 and not late
+
+
+def stop_flower(honcho_pid: int, seconds: float = 30) -> None:
+    """SIGTERM to Flower, and wait for it (at most `seconds`): it takes seconds to exit (the finalisation of
+    an interpreter holding the whole Celery app), long enough to meet honcho's 5 s kill timeout on a busy
+    machine. Its exit starts honcho's stop of the rest (every process quick to stop by then)."""
+    flower = [pid for pid in _descendants(honcho_pid) if _is_flower(pid)]
+    for pid in flower:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and any(_process_group(pid) is not None for pid in flower):
+        time.sleep(0.1)
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below `pid` (one pass over /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    parent = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        below = children.get(todo.pop(), [])
+        found += below
+        todo += below
+    return found
+
+
+def _is_flower(pid: int) -> bool:
+    """Whether `pid` runs `celery … flower` (the Procfile's flower line)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv = fh.read().decode(errors="replace").split("\0")
+    except OSError:
+        return False
+    return "flower" in argv and any(os.path.basename(arg) == "celery" for arg in argv[:2])
 
 
 def reap_nodes(stack: Stack, seconds: float = NODES_STOP_SECONDS) -> None:
