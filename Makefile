@@ -35,14 +35,17 @@ flower: install                 ## Flower on 127.0.0.1:$${FLOWER_PORT:-5555} (ne
 	@test -n "$$FLOWER_BASIC_AUTH" || { echo "set FLOWER_BASIC_AUTH=user:password (Flower is never served without a login)"; exit 1; }
 	$(BIN)/celery -A workers flower --address=127.0.0.1 --port=$${FLOWER_PORT:-5555}
 
-# NODES=N: N API nodes and N worker nodes of each group (STACK_API_PROCESSES, STACK_WORKER_NODES)
+# NODES=N: N API nodes, N image nodes and N worker nodes of each group (STACK_API_PROCESSES,
+# STACK_IMAGES_PROCESSES, STACK_WORKER_NODES); REPLICA=1: a streaming replica of the stack's PostgreSQL
 NODES ?=
-STACK_NODES = $(if $(NODES),STACK_API_PROCESSES=$(NODES) STACK_WORKER_NODES=$(NODES))
+REPLICA ?=
+STACK_NODES = $(if $(NODES),STACK_API_PROCESSES=$(NODES) STACK_IMAGES_PROCESSES=$(NODES) STACK_WORKER_NODES=$(NODES))
+STACK_OPTIONS = $(STACK_NODES) $(if $(REPLICA),STACK_REPLICA=$(REPLICA))
 
-stack: install stack-tools      ## compose's topology as processes (Procfile, honcho): ingress on :$${STACK_PORT:-8080}; NODES=2: two of each node
-	$(STACK_NODES) $(BIN)/python -m stack up
+stack: install stack-tools      ## compose's topology as processes (Procfile, honcho): ingress on :$${STACK_PORT:-8080}; NODES=2: two of each node; REPLICA=1: a read replica
+	$(STACK_OPTIONS) $(BIN)/python -m stack up
 
-stack-restart:                  ## rolling restart of the running stack's nodes, one at a time (NODE=api|worker|worker-embeddings: one kind)
+stack-restart:                  ## rolling restart of the running stack's nodes, one at a time (NODE=api|api-images|worker|worker-embeddings: one kind)
 	$(BIN)/python -m stack restart $(NODE)
 
 stack-tools:                    ## nginx, redis-server, runit, prometheus (Debian) for `make stack` and the tests, installed when missing

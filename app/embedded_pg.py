@@ -145,9 +145,11 @@ def _system_user() -> str | None:
     return "embedded_postgres"
 
 
-def create_replica(primary: str, pgdata: str, *, timeout: float = 300) -> None:
+def create_replica(primary: str, pgdata: str, *, timeout: float = 300, slot: str | None = None) -> None:
     """A new standby of `primary` (a libpq connection string) in `pgdata`, which must not exist:
-    `pg_basebackup -R -X stream -c fast` (a fast checkpoint, the WAL of the copy streamed alongside), then
+    `pg_basebackup -R -X stream -c fast` (a fast checkpoint, the WAL of the copy streamed alongside; with
+    `slot`, through that physical replication slot of the primary, which must exist, and the standby
+    then streams through it: `primary_slot_name`), then
     hot_standby_feedback on (the primary keeps the rows a replica's running query still needs, so long
     dashboard reads are not cancelled by replay). Not started: `start_replica`."""
     wheel = _wheel()
@@ -163,8 +165,8 @@ def create_replica(primary: str, pgdata: str, *, timeout: float = 300) -> None:
         entry = pwd.getpwnam(user)
         os.chown(pgdata, entry.pw_uid, entry.pw_gid)
         ensure_prefix_permissions(Path(pgdata))
-    wheel.pg_basebackup(["-D", pgdata, "-d", primary, "-R", "-X", "stream", "-c", "fast", "--no-password"],
-                        user=user, timeout=timeout)
+    wheel.pg_basebackup(["-D", pgdata, "-d", primary, "-R", "-X", "stream", "-c", "fast", "--no-password",
+                         *(["-S", slot] if slot else [])], user=user, timeout=timeout)
     with open(os.path.join(pgdata, "postgresql.auto.conf"), "a") as fh:
         fh.write("hot_standby_feedback = on\n")
     # the copy carries the primary's server log and the wheel's list of its users: not the replica's

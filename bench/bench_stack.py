@@ -196,12 +196,15 @@ class BenchStack:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(90)
+                self.proc.wait(200)  # the nodes drain first (stack up's ordered stop)
             except subprocess.TimeoutExpired:
                 pass
-        for pid in [self.proc.pid, *(int(p) for p in re.findall(r"started \(pid=(\d+)\)", self.log()))]:
+        from stack import nodes
+
+        node_pids = [pid for pid in (node.pid() for node in nodes(self.settings)) if pid]
+        for pid in [self.proc.pid, *(int(p) for p in re.findall(r"started \(pid=(\d+)\)", self.log())), *node_pids]:
             try:
-                os.killpg(pid, signal.SIGKILL)  # each honcho process is its own group
+                os.killpg(pid, signal.SIGKILL)  # each honcho process is its own group, each node too
             except (ProcessLookupError, PermissionError):
                 pass
         self.proc.wait(10)

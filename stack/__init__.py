@@ -31,12 +31,15 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "STACK_PORT": ("8080", "The ingress (nginx): the stack's public HTTP port"),
     "STACK_API_PORT": ("8081", "First API process (gunicorn); the next ones take the following ports"),
     "STACK_API_PROCESSES": ("2", "API nodes behind the ingress (gunicorn masters, each supervised apart)"),
-    "STACK_IMAGES_PROCESSES": ("1", "Processes of the image pool (`api-images`: POST /api/v1/agents/images); "
-                                    "they listen from STACK_API_PORT + 100"),
+    "STACK_IMAGES_PROCESSES": ("1", "Image nodes (`api-images`: POST /api/v1/agents/images), each supervised "
+                                    "apart; they listen from STACK_API_PORT + 100"),
     "STACK_WORKER_NODES": ("1", "Nodes of each worker group (worker, worker-embeddings), each supervised apart"),
     "STACK_PG_PORT": ("55432", "PostgreSQL (loopback)"),
     "STACK_REDIS_PORT": ("6380", "The stack's own Redis (loopback; never the shared 6379)"),
     "FLOWER_PORT": ("5555", "Flower (loopback, basic auth)"),
+    "STACK_REPLICA": ("0", "1: a streaming replica of the stack's PostgreSQL (with a replication slot), "
+                           "DATABASE_REPLICA_URL for every process"),
+    "STACK_REPLICA_PORT": ("55434", "The replica (loopback), with STACK_REPLICA=1"),
 }
 # generated once into STACK_DIR/secrets.env unless given in the environment
 SECRETS = ("JWT_SECRET", "INTERNAL_API_TOKEN", "FLOWER_BASIC_AUTH")
@@ -47,6 +50,11 @@ SECRETS = ("JWT_SECRET", "INTERNAL_API_TOKEN", "FLOWER_BASIC_AUTH")
 # the short requests of every other route
 IMAGE_POOL = "api-images"
 IMAGE_ROUTE = "/api/v1/agents/images"
+# the Procfile line of the replica (STACK_REPLICA=1; honcho runs no instance of it otherwise), its data
+# directory under STACK_DIR and its physical replication slot on the primary
+REPLICA_PROCESS = "postgres-replica"
+REPLICA_DIR = "pg-replica"
+REPLICA_SLOT = "stack_replica"
 
 
 def procfile_order() -> list[str]:
@@ -68,6 +76,8 @@ class Stack:
     pg_port: int
     redis_port: int
     flower_port: int
+    replica: bool = False
+    replica_port: int = 55434
 
     @classmethod
     def from_env(cls, environ=None) -> Stack:
@@ -83,7 +93,9 @@ class Stack:
                    api_processes=int(get("STACK_API_PROCESSES")),
                    images_processes=int(get("STACK_IMAGES_PROCESSES")),
                    worker_nodes=int(get("STACK_WORKER_NODES")), pg_port=int(get("STACK_PG_PORT")),
-                   redis_port=int(get("STACK_REDIS_PORT")), flower_port=int(get("FLOWER_PORT")))
+                   redis_port=int(get("STACK_REDIS_PORT")), flower_port=int(get("FLOWER_PORT")),
+                   replica=get("STACK_REPLICA").strip().lower() in ("1", "true", "yes", "on"),
+                   replica_port=int(get("STACK_REPLICA_PORT")))
 
     @property
     def env_file(self) -> str:
@@ -103,6 +115,11 @@ class Stack:
     @property
     def database_url(self) -> str:
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.pg_port}/{DATABASE}"
+
+    @property
+    def replica_url(self) -> str:
+        """DATABASE_REPLICA_URL of the stack's replica (no database name: the app reads the primary's)."""
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.replica_port}/"
 
     @property
     def redis_url(self) -> str:
@@ -220,7 +237,13 @@ def process_env(stack: Stack, environ=None) -> dict[str, str]:
         "STACK_WORKER_NODES": str(stack.worker_nodes),
         "STACK_PG_PORT": str(stack.pg_port),
         "STACK_REDIS_PORT": str(stack.redis_port),
+        "STACK_REPLICA": "1" if stack.replica else "0",
+        "STACK_REPLICA_PORT": str(stack.replica_port),
     }
+    if stack.replica:  # lag-tolerant reads (dashboards) of the API and worker nodes go to the replica
+        env["DATABASE_REPLICA_URL"] = stack.replica_url
+    else:  # empty: no replica (a developer's .env or shell may name the replica of another server)
+        env["DATABASE_REPLICA_URL"] = ""
     return env
 
 
@@ -241,14 +264,14 @@ def _upstream_servers(ports: list[int], down: frozenset[int] = frozenset()) -> s
                      for port in ports)
 
 
-def render_image_pool(stack: Stack) -> dict[str, str]:
+def render_image_pool(stack: Stack, down: frozenset[int] = frozenset()) -> dict[str, str]:
     """The image pool's part of the ingress: its upstream's servers and the route sent to it."""
-    return {"IMAGES_UPSTREAMS": _upstream_servers(stack.images_ports), "IMAGE_ROUTE": IMAGE_ROUTE}
+    return {"IMAGES_UPSTREAMS": _upstream_servers(stack.images_ports, down), "IMAGE_ROUTE": IMAGE_ROUTE}
 
 
 def render_nginx(stack: Stack, down: frozenset[int] = frozenset()) -> str:
-    """STACK_DIR/nginx/nginx.conf; the API nodes listening on a port of `down` are marked `down` in the
-    upstream (a rolling restart takes a node out of the proxy before it stops it)."""
+    """STACK_DIR/nginx/nginx.conf; the API and image nodes listening on a port of `down` are marked `down`
+    in their upstream (a rolling restart takes a node out of the proxy before it stops it)."""
     with open(NGINX_TEMPLATE) as fh:
         text = fh.read()
     upstreams = _upstream_servers(stack.api_ports, down)
@@ -259,30 +282,36 @@ def render_nginx(stack: Stack, down: frozenset[int] = frozenset()) -> str:
     else:  # e.g. a checkout under /root (mode 700): nobody could not write the request bodies under tmp/
         user = "user root root;  # STACK_DIR is not reachable by nobody"
     for name, value in {"USER": user, "DIR": os.path.join(stack.dir, "nginx"), "PORT": str(stack.port),
-                        "UPSTREAMS": upstreams, **render_image_pool(stack)}.items():
+                        "UPSTREAMS": upstreams, **render_image_pool(stack, down)}.items():
         text = text.replace(f"@{name}@", value)
     return text
 
 
-# Procfile lines run as nodes: each instance (honcho's `api.1`, `worker.2`, …) is supervised by its own
-# runsv (Debian's runit), which starts the line's command again when it dies (kill -9, a crash) and lets
-# an operator restart one node (`sv restart`) while the rest of the stack runs: honcho stops every process
-# when one of them exits, and restarts nothing
-NODE_PROCESSES = ("api", "worker", "worker-embeddings")
+# Procfile lines run as nodes: each instance (honcho's `api.1`, `api-images.2`, `worker.2`, …) is supervised by
+# its own runsv (Debian's runit), which starts the line's command again when it dies (kill -9, a crash) and
+# lets an operator restart one node (`sv restart`) while the rest of the stack runs: honcho stops every
+# process when one of them exits, and restarts nothing
+NODE_PROCESSES = ("api", IMAGE_POOL, "worker", "worker-embeddings")
+# the nodes that serve HTTP behind the ingress (each on its own port, in its own upstream)
+HTTP_NODES = ("api", IMAGE_POOL)
+# how long `python -m stack up` waits for every node to be down when it is stopped, before it stops the
+# rest of the stack: above the image pool's drain (gunicorn's graceful_timeout, IMAGE_TIMEOUT_SECONDS + 10 s,
+# 130 s by default), a worker's warm shutdown and the API's 20 s
+NODES_STOP_SECONDS = 150
 
 
 @dataclass(frozen=True)
 class Node:
-    process: str       # honcho's name of the instance: api.1, worker.2
+    process: str       # honcho's name of the instance: api.1, api-images.2, worker.2
     kind: str          # its Procfile line
     index: int         # 1, 2, … (STACK_NODE of its process; a worker's Celery node name is <kind>@node<index>.<host>)
-    port: int | None   # where an API node listens
+    port: int | None   # where an API or image node listens
     service_dir: str   # runsv's service directory: `sv status|restart|hup DIR`
 
     @property
     def celery_prefix(self) -> str | None:
         """A worker node's Celery node name up to its host (`worker@node2.`)."""
-        return None if self.kind == "api" else f"{self.kind}@node{self.index}."
+        return None if self.kind in HTTP_NODES else f"{self.kind}@node{self.index}."
 
     def pid(self) -> int | None:
         """The pid of the node's process (the command runsv runs: gunicorn's master, Celery's main process)."""
@@ -293,10 +322,21 @@ class Node:
             return None
         return int(text) if text else None
 
+    def state(self) -> str | None:
+        """runsv's word for the node (supervise/stat): `run`, `down`, `finish`, with what it is about
+        (`run, want down`); None before its runsv started."""
+        try:
+            with open(os.path.join(self.service_dir, "supervise", "stat")) as fh:
+                return fh.read().strip() or None
+        except OSError:
+            return None
+
 
 def nodes(stack: Stack, kinds=NODE_PROCESSES) -> list[Node]:
-    counts = {"api": stack.api_processes, "worker": stack.worker_nodes, "worker-embeddings": stack.worker_nodes}
-    return [Node(f"{kind}.{i}", kind, i, stack.api_port + i - 1 if kind == "api" else None,
+    counts = {"api": stack.api_processes, IMAGE_POOL: stack.images_processes, "worker": stack.worker_nodes,
+              "worker-embeddings": stack.worker_nodes}
+    ports = {"api": stack.api_ports, IMAGE_POOL: stack.images_ports}
+    return [Node(f"{kind}.{i}", kind, i, ports[kind][i - 1] if kind in ports else None,
                  os.path.join(stack.dir, "sv", f"{kind}.{i}"))
             for kind in kinds for i in range(1, counts[kind] + 1)]
 
@@ -308,11 +348,33 @@ def _write_script(path: str, text: str) -> None:
     os.replace(path + ".tmp", path)
 
 
+# runsv runs a service's control/t (cwd: the service directory) instead of sending SIGTERM itself, whenever
+# it stops the node: `sv down|restart|term`, and its own SIGTERM (honcho stopping, `x`: runsv exits once
+# the node is down, and does not start it again). The node runs in a process group of its own (chpst -P in
+# `run`), so nothing but this script signals it: honcho's SIGTERM to runsv's group no longer reaches
+# gunicorn's workers or Celery's pool processes behind their master's back, and no node exit can race
+# runsv's own stop (an exit runsv sees first is a crash to it: it would start the node again). While the
+# node is still starting (its `run` shell waits on a dependency or migrates: the pid is that shell), its
+# whole group is signalled, so `stack wait` or the migration does not outlive it.
+CONTROL_TERM = """#!/bin/sh
+# written by `python -m stack up`: how runsv stops this node (see stack/__init__.py, CONTROL_TERM)
+pid=$(cat supervise/pid 2>/dev/null)
+[ -n "$pid" ] || exit 0
+if [ "$(cat /proc/"$pid"/comm 2>/dev/null)" = sh ]; then
+    kill -TERM "-$pid" 2>/dev/null
+fi
+kill -TERM "$pid" 2>/dev/null
+kill -CONT "$pid" 2>/dev/null
+exit 0
+"""
+
+
 def prepare_nodes(stack: Stack) -> str:
     """Each node's runsv service directory (STACK_DIR/sv/<process>: `run`, the Procfile line's command with
-    the node's STACK_NODE (and PORT); `check`, what `sv -w … restart|up` waits for: an API node's /health,
-    a worker's answer to a ping over the broker), and STACK_DIR/Procfile, the repository's Procfile with
-    every node line run under its runsv. Returns that Procfile's path."""
+    the node's STACK_NODE (and PORT), in a process group of its own; `control/t`, how runsv stops it;
+    `check`, what `sv -w … restart|up` waits for: an HTTP node's /health, a worker's answer to a ping over
+    the broker), and STACK_DIR/Procfile, the repository's Procfile with every node line run under its
+    runsv. Returns that Procfile's path."""
     import shlex
     import sys
 
@@ -324,17 +386,20 @@ def prepare_nodes(stack: Stack) -> str:
     if os.path.isdir(root):
         shutil.rmtree(root)
     bin_dir = os.path.dirname(sys.executable)
+    chpst = shutil.which("chpst") or "/usr/bin/chpst"
     for node in nodes(stack):
-        os.makedirs(node.service_dir)
-        # an API node listens on its port; gunicorn's control socket (one default path per user) is its own
+        os.makedirs(os.path.join(node.service_dir, "control"))
+        # an HTTP node listens on its port; gunicorn's control socket (one default path per user) is its own
         port = (f"PORT={node.port}; GUNICORN_CMD_ARGS="
                 f"{shlex.quote('--control-socket ' + os.path.join(node.service_dir, 'gunicorn.ctl'))}; "
                 "export PORT GUNICORN_CMD_ARGS\n" if node.port else "")
         _write_script(os.path.join(node.service_dir, "run"),
                       f"#!/bin/sh\n# {node.process} of the local stack (written by `python -m stack up`): "
-                      f"the Procfile's `{node.kind}` line, supervised by runsv\ncd {shlex.quote(ROOT)}\n"
+                      f"the Procfile's `{node.kind}` line, supervised by runsv, in a process group of its own "
+                      f"(chpst -P)\ncd {shlex.quote(ROOT)}\n"
                       f"STACK_NODE={node.index}; export STACK_NODE\n{port}"
-                      f"exec /bin/sh -c {shlex.quote(lines[node.kind])}\n")
+                      f"exec {shlex.quote(chpst)} -P /bin/sh -c {shlex.quote(lines[node.kind])}\n")
+        _write_script(os.path.join(node.service_dir, "control", "t"), CONTROL_TERM)
         if node.port:
             probe = (f"exec {shlex.quote(sys.executable)} -c 'import urllib.request as u; "
                      f"u.urlopen(\"http://127.0.0.1:{node.port}/health\", timeout=3)' 2>/dev/null")
@@ -385,5 +450,5 @@ def prepare(stack: Stack, environ=None) -> dict[str, str]:
 
 
 def missing_tools() -> list[str]:
-    return [tool for tool in ("nginx", "redis-server", "runsv", "sv") if shutil.which(tool) is None
+    return [tool for tool in ("nginx", "redis-server", "runsv", "sv", "chpst") if shutil.which(tool) is None
             and not os.path.exists(f"/usr/sbin/{tool}")]

@@ -7,6 +7,7 @@ the stack's settings file."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import json
 import os
@@ -25,9 +26,9 @@ from stack import free_port
 from tests.conftest import REQUIRE_SERVICES, ROOT
 
 BIN = os.path.dirname(sys.executable)
-# a safety net (the stack also stops when this process dies): the package takes about 8 min alone, more
+# a safety net (the stack also stops when this process dies): the package takes about 12 min alone, more
 # beside the rest of a parallel suite
-STACK_LIFETIME_SECONDS = 1800
+STACK_LIFETIME_SECONDS = 2400
 FIGURES = os.path.join(ROOT, "var", "test", "deploy-figures.json")
 
 
@@ -135,24 +136,72 @@ class StackHandle:
     def honcho_pids(self) -> list[int]:
         return [int(pid) for pid in re.findall(r"started \(pid=(\d+)\)", self.log())]
 
+    def processes(self) -> dict[int, str]:
+        """Every process of the stack now: `stack up` and everything below it (honcho, runsv, the nodes in
+        their own process groups, PostgreSQL, nginx's workers…), pid -> its start time (pids are reused)."""
+        children: dict[int, list[int]] = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat") as fh:
+                        parent = int(fh.read().rsplit(")", 1)[1].split()[1])
+                except (OSError, ValueError, IndexError):
+                    continue
+                children.setdefault(parent, []).append(int(entry))
+        found, todo = {}, [self.proc.pid]
+        while todo:
+            pid = todo.pop()
+            started = _start_time(pid)
+            if started is not None:
+                found[pid] = started
+            todo += children.get(pid, [])
+        return found
+
     def stop(self) -> float | None:
-        """SIGTERM to `stack up` (honcho stops every process); SIGKILL to what is left after 60 s. Returns
-        how long the stack took to stop, or None when it had already stopped."""
+        """SIGTERM to `stack up` (the nodes drain, then honcho stops the rest); SIGKILL to what is left after
+        200 s (above the nodes' stop bound). Returns how long the stack took to stop, or None when it had
+        already stopped."""
         if self.proc.poll() is not None:
             return None
         start = time.monotonic()
         self.proc.send_signal(signal.SIGTERM)
         try:
-            self.proc.wait(60)
+            self.proc.wait(200)
         except subprocess.TimeoutExpired:
             pass
-        for pid in [self.proc.pid, *self.honcho_pids()]:  # each honcho process is its own group
+        stopped = time.monotonic() - start
+        self.kill_leftovers()
+        self.proc.wait(10)
+        return stopped
+
+    def node_pids(self) -> list[int]:
+        from stack import nodes
+
+        return [pid for pid in (node.pid() for node in nodes(self.settings)) if pid]
+
+    def kill_leftovers(self) -> None:
+        """SIGKILL to every process group of the stack still there: honcho's processes' (each its own) and
+        the nodes' (each its own, under its runsv)."""
+        for pid in [self.proc.pid, *self.honcho_pids(), *self.node_pids()]:
             try:
                 os.killpg(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        self.proc.wait(10)
-        return time.monotonic() - start
+
+
+def _start_time(pid: int) -> str | None:
+    """A live process's start time (field 22 of /proc/PID/stat), None once it has exited (or is a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
+def still_running(processes: dict[int, str]) -> list[int]:
+    """The processes of `processes` (pid -> start time, StackHandle.processes) still running."""
+    return [pid for pid, started in processes.items() if _start_time(pid) == started]
 
 
 def _decode(raw: bytes):
@@ -207,13 +256,22 @@ def fake_images():
 
 @pytest.fixture(scope="package")
 def stack(fake_images):
+    """The package's stack: two API nodes, two image nodes, two worker nodes of each group (NODES=2)."""
     _need_tools()
+    with started_stack(f"stack-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}", fake_images) as handle:
+        yield handle
+
+
+@contextlib.contextmanager
+def started_stack(name: str, fake_images, **settings: str):
+    """`python -m stack up` under var/test/<name> on free ports (the package's settings, then `settings`),
+    until it answers through every node; stopped on the way out (stop() reports how long that took)."""
     from tests.images_fakes import FakeAzureImages
 
-    directory = os.path.join(ROOT, "var", "test", f"stack-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}")
+    directory = os.path.join(ROOT, "var", "test", name)
     # PostgreSQL's data survives runs (initdb and the first migration are the slow part of a start);
-    # everything else starts empty, as a new deployment's Redis and files do
-    for sub in ("redis", "nginx", "blobs", "outbox", "stack.env"):
+    # everything else starts empty, as a new deployment's Redis and files do (a replica is copied anew)
+    for sub in ("redis", "nginx", "blobs", "outbox", "stack.env", "pg-replica"):
         path = os.path.join(directory, sub)
         if os.path.isdir(path):
             shutil.rmtree(path)
@@ -234,9 +292,8 @@ def stack(fake_images):
         "STACK_MAX_SECONDS": str(STACK_LIFETIME_SECONDS),
         # one gunicorn worker per API process: the drain test stops one process while the other serves
         "WEB_CONCURRENCY": "1",
-        # two image-pool processes of 4 threads each, and API processes of 4 threads: ten image calls hold
-        # every thread of either pool (the pools test); one image process can stop while the other
-        # serves (the drain test)
+        # two image nodes of 4 threads each, and API nodes of 4 threads: ten image calls hold every thread
+        # of either pool (the pools test); one image node can stop while the other serves (the drain test)
         "STACK_IMAGES_PROCESSES": "2",
         "IMAGES_THREADS": "4",
         "API_THREADS": "4",
@@ -249,6 +306,7 @@ def stack(fake_images):
         "PROVIDER_A_API_KEY": FakeAzureImages.API_KEY,
         "PROVIDER_A_API_VERSION": FakeAzureImages.GENERATION_VERSION,
         "PROVIDER_A_EDIT_API_VERSION": FakeAzureImages.EDIT_VERSION,
+        **settings,
     }
     os.makedirs(directory, exist_ok=True)
     log_path = os.path.join(directory, "stack.log")
@@ -259,14 +317,14 @@ def stack(fake_images):
     handle = None
     try:
         handle = _wait_until_up(proc, env, log_path, fake_images)
-        record_figure("stack_start_seconds", round(time.monotonic() - started, 1))
+        record_figure(f"{name.split('-')[0]}_start_seconds", round(time.monotonic() - started, 1))
         yield handle
     finally:
         if handle is None:
             handle = StackHandle(proc, directory, env, log_path, fake_images)
         stopped = handle.stop()
         if stopped is not None:
-            record_figure("stack_stop_seconds", round(stopped, 1))
+            record_figure(f"{name.split('-')[0]}_stop_seconds", round(stopped, 1))
 
 
 def _wait_until_up(proc, env, log_path, fake_images, timeout: float = 240) -> StackHandle:

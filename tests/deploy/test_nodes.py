@@ -16,6 +16,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 
 from tests.conftest import ROOT, wait_for
 from tests.deploy.conftest import _scrubbed_environ, record_figure
@@ -316,3 +317,122 @@ def test_a_rate_limit_counts_across_nodes(stack):
     answers = [call(urls[i % 2], "POST", f"{BASE}/pings/records/aggregate", body, headers) for i in range(8)]
     assert [status for status, _ in answers] == [200] * 6 + [429] * 2, answers
     assert all(answer["error"]["code"] == "RATE_LIMITED" for _, answer in answers[6:])
+
+
+# -- image nodes (api-images.1, api-images.2: the image route's pool, each under its runsv) ------------------
+
+def _image_call(stack, headers: dict, request_id: str, results: dict, prompt: str | None = "a fox") -> None:
+    """POST /api/v1/agents/images through the ingress; without a prompt the app answers 400 at once."""
+    body = {"provider": "provider-a", "model": "gpt-image-1", **({"prompt": prompt} if prompt else {})}
+    try:
+        status, answer = call(stack.url, "POST", "/api/v1/agents/images", body,
+                              {**headers, "X-Request-ID": request_id}, timeout=180)
+    except (OSError, http.client.HTTPException) as exc:
+        status, answer = 0, repr(exc)
+    results[request_id] = (status, answer, time.monotonic())
+
+
+def _image_caller(stack) -> dict:
+    """A token of a new organization (image calls are rate-limited per organization)."""
+    from tests.deploy.test_stack import domain, signed
+
+    return signed(stack, domain(), scopes=["write:image-gen", "read"])
+
+
+def _served_by(stack, request_id: str) -> str:
+    return wait_for(lambda: stack.served_by(request_id), 20, f"the access line of {request_id}")
+
+
+def test_kill_9_of_an_image_node_is_started_again_and_the_other_serves_meanwhile(stack):
+    """kill -9 of api-images.2 (its gunicorn master and workers): image calls sent while it is down are
+    answered by api-images.1 (a refused connection goes to the next node of the image upstream), and
+    runsv starts api-images.2 again, which then serves image calls too."""
+    node = stack.node("api-images.2")
+    killed = kill_node(node)
+    killed_at = time.monotonic()
+    results: dict[str, tuple] = {}
+    valid = f"img-kill-{uuid.uuid4().hex}"
+    slow = threading.Thread(target=_image_call, args=(stack, _image_caller(stack), valid, results))
+    slow.start()
+    quick = [f"img-kill-{uuid.uuid4().hex}" for _ in range(6)]
+    for request_id in quick:  # invalid calls: answered at once by whichever image node takes them
+        _image_call(stack, _image_caller(stack), request_id, results, prompt=None)
+    slow.join(120)
+
+    def back():
+        try:
+            return call(f"http://127.0.0.1:{node.port}/health", "GET", "", timeout=3)[0] == 200
+        except (OSError, http.client.HTTPException):
+            return False
+
+    wait_for(back, 240, "api-images.2 started again by its runsv")
+    back_at = time.monotonic()
+    assert node.pid() and node.pid() not in killed
+    assert results[valid][0] == 200 and results[valid][1]["data"]["mimeType"] == "image/png", results[valid]
+    assert [results[rid][0] for rid in quick] == [400] * 6, [results[rid][:2] for rid in quick]
+    sent_while_down = [rid for rid in [valid, *quick] if results[rid][2] < back_at]
+    assert sent_while_down and {_served_by(stack, rid) for rid in sent_while_down} == {"api-images.1"}
+    # back in the image upstream: calls reach it again (nginx tries it once its 2 s fail_timeout is over)
+    served = set()
+    for _ in range(40):
+        request_id = f"img-back-{uuid.uuid4().hex}"
+        _image_call(stack, _image_caller(stack), request_id, results, prompt=None)
+        assert results[request_id][0] == 400, results[request_id]
+        served.add(_served_by(stack, request_id))
+        if served == {"api-images.1", "api-images.2"}:
+            break
+        time.sleep(0.5)
+    assert served == {"api-images.1", "api-images.2"}, served
+    record_figure("image_node_kill", {"image_calls_while_down": len(sent_while_down),
+                                      "node_down_s": round(back_at - killed_at, 1)})
+
+
+def test_a_rolling_restart_of_the_image_nodes_finishes_the_image_calls_they_hold(stack):
+    """Two image calls wait on a slow provider (45 s), one on each image node (round robin), when
+    `python -m stack restart api-images` runs: each node leaves the image upstream, drains its call
+    (gunicorn's graceful stop: the image budget) and comes back. Both calls are answered 200, the call
+    held by api-images.1 was still in flight when that node got its SIGTERM, and the image route answered
+    every request sent during the restart (none refused)."""
+    stack.fake_images.delay = 45.0
+    results: dict[str, tuple] = {}
+    held = [f"img-roll-{uuid.uuid4().hex}" for _ in range(2)]
+    before = len(stack.fake_images.received)
+    pids = {name: stack.node(name).pid() for name in ("api-images.1", "api-images.2")}
+    log_before = len(stack.log())
+    threads = [threading.Thread(target=_image_call, args=(stack, _image_caller(stack), rid, results)) for rid in held]
+    try:
+        for thread in threads:
+            thread.start()
+            time.sleep(0.3)
+        wait_for(lambda: len(stack.fake_images.received) - before >= 2, 30, "the image calls upstream", interval=0.05)
+        env = {**_scrubbed_environ(), "STACK_DIR": stack.dir, "PYTHONPATH": ROOT}
+        restart = subprocess.Popen([sys.executable, "-m", "stack", "restart", "api-images"], cwd=ROOT, env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        during = []
+        while restart.poll() is None:  # the image route keeps answering (invalid calls: 400 at once)
+            request_id = f"img-during-{uuid.uuid4().hex}"
+            _image_call(stack, _image_caller(stack), request_id, results, prompt=None)
+            during.append(request_id)
+            time.sleep(0.5)
+        out = restart.communicate(timeout=900)[0]
+        for thread in threads:
+            thread.join(120)
+    finally:
+        stack.fake_images.delay = 12.0
+    assert restart.returncode == 0, out
+    assert [results[rid][0] for rid in held] == [200, 200], [results[rid][:2] for rid in held]
+    served = {rid: _served_by(stack, rid) for rid in held}
+    assert sorted(served.values()) == ["api-images.1", "api-images.2"], served
+    log = stack.log()[log_before:]
+    on_first = next(rid for rid, name in served.items() if name == "api-images.1")
+    term = re.search(r"^\S+ api-images\.1\s+\|.*Handling signal: term", log, re.M)
+    answered = re.search(rf"^\S+ api-images\.1\s+\|.* rid={on_first}$", log, re.M)
+    assert term and answered and term.start() < answered.start(), "api-images.1 stopped after its call ended"
+    assert all(stack.node(name).pid() not in (None, pids[name]) for name in pids), pids
+    assert during and all(results[rid][0] == 400 for rid in during), \
+        [results[rid][:2] for rid in during if results[rid][0] != 400]
+    timings = [float(x) for x in re.findall(r"restarted in ([0-9.]+) s", out)]
+    assert len(timings) == 2, out
+    record_figure("image_rolling_restart", {"held_image_calls": 2, "held_answered_200": 2,
+                                            "image_route_requests_during": len(during), "refused": 0,
+                                            "node_restart_s": timings})

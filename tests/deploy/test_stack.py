@@ -340,19 +340,20 @@ def test_image_calls_have_their_own_pool_and_other_routes_answer_while_they_wait
     assert {_pool(stack, rid) for rid in other_ids} == {"api"}
 
 
-# -- SIGTERM of an API process (last: honcho then stops the whole stack) ---------------------------------------
+# -- SIGTERM of an image node, unannounced to the ingress -------------------------------------------------------
 
-@pytest.mark.stops_stack
-def test_sigterm_of_an_image_pool_process_drains_behind_the_ingress(stack):
-    """Image calls (the fake upstream answers after 12 s) are in flight on both processes of the image
-    pool; api-images.2 gets SIGTERM, sent to the process honcho started (as `docker stop` signals a
-    container's PID 1): its in-flight calls finish; new requests on the image route (invalid ones, so the
-    app answers them at once) are served by api-images.1, the other routes by the API pool, none hangs;
-    api-images.2 exits once drained (honcho then stops the stack)."""
-    import signal
+def test_sigterm_of_an_image_node_drains_behind_the_ingress(stack):
+    """Image calls (the fake upstream answers after 12 s) are in flight on both image nodes; api-images.2
+    gets SIGTERM through its supervisor (`sv term`: runsv's control/t signals the node's process, as
+    `docker stop` signals a container's PID 1) while the ingress still lists it: its in-flight calls
+    finish; new requests on the image route (invalid ones, so the app answers them at once) are served by
+    api-images.1, the other routes by the API pool, none hangs; api-images.2's gunicorn exits once drained,
+    and runsv starts it again."""
+    import subprocess
 
+    node = stack.node("api-images.2")
     master = stack.gunicorn_master("api-images.2")
-    assert stack.started_pid("api-images.2") == master  # the Procfile's `exec`: the started process is gunicorn
+    assert node.pid() == master  # the Procfile's `exec`: the node's process is gunicorn's master
     admin = signed(stack, domain(), scopes=["write:image-gen", "read"])
     before = len(stack.fake_images.received)
     results: dict[str, tuple] = {}
@@ -370,7 +371,11 @@ def test_sigterm_of_an_image_pool_process_drains_behind_the_ingress(stack):
         thread.start()
     wait_for(lambda: len(stack.fake_images.received) - before >= 6, 30, "image calls in flight", interval=0.05)
     sigterm_at = time.monotonic()
-    os.kill(stack.started_pid("api-images.2"), signal.SIGTERM)
+    log_at_signal = len(stack.log())
+    assert subprocess.run(["sv", "term", node.service_dir], capture_output=True, timeout=30).returncode == 0
+    # `sv term` returns once runsv has the command; the node has stopped listening when its worker says so
+    wait_for(lambda: re.search(r"^\S+ api-images\.2\s+\|.*listening sockets closed", stack.log()[log_at_signal:],
+                               re.M), 30, "api-images.2 closing its listening socket", interval=0.02)
 
     outcomes = {"ok": 0, "clean_503": 0, "other": [], "hung": 0}
     new_image_route: dict[str, int] = {}
@@ -417,13 +422,22 @@ def test_sigterm_of_an_image_pool_process_drains_behind_the_ingress(stack):
 
     wait_for(exited, 60, "api-images.2's gunicorn exit", interval=0.05)
     exit_at = time.monotonic()
+
+    def back():
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{node.port}/health", timeout=3) as resp:
+                return resp.status == 200 and node.pid() not in (None, master)
+        except OSError:
+            return False
+
+    wait_for(back, 240, "api-images.2 started again by its runsv")
     assert [results[rid][0] for rid in inflight_ids] == [200] * 6, results
     assert all(results[rid][1]["data"]["mimeType"] == "image/png" for rid in inflight_ids)
     served = [stack.served_by(rid) for rid in inflight_ids]
     assert set(served) <= {"api-images.1", "api-images.2"} and "api-images.2" in served, served
     assert outcomes["hung"] == 0 and outcomes["other"] == [], outcomes
     assert outcomes["ok"] > 0 and new_image_route
-    # after the SIGTERM the image route is served by the process that is not stopping
+    # after the SIGTERM the image route is served by the node that is not stopping
     assert {stack.served_by(rid) for rid in new_image_route} == {"api-images.1"}
     record_figure("drain", {
         "in_flight_image_calls": 6, "in_flight_finished_200": sum(results[rid][0] == 200 for rid in inflight_ids),
