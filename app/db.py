@@ -80,7 +80,7 @@ SHAPED_MAX = 2048  # statement shapes kept per app (cleared when full, as the to
 SHAPED_MAX_CHARS = 4_000_000
 SCAN_JSON = True  # False: json_loads is json.loads (A/B: bench.ab_entities scan)
 DRIVER_ROWS = True  # False: execute_shaped's cached SQL runs through exec_driver_sql (A/B: bench.ab_entities driver)
-RAW_READS = True  # False: a read-only request's shaped reads open its session's connection (A/B: bench.cpu_entities --ab raw)
+RAW_READS = True  # False: shaped reads of a read-only request use its session (A/B: bench.cpu_entities --ab-raw)
 
 
 @dataclass(frozen=True)
