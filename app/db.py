@@ -80,6 +80,7 @@ SHAPED_MAX = 2048  # statement shapes kept per app (cleared when full, as the to
 SHAPED_MAX_CHARS = 4_000_000
 SCAN_JSON = True  # False: json_loads is json.loads (A/B: bench.ab_entities scan)
 DRIVER_ROWS = True  # False: execute_shaped's cached SQL runs through exec_driver_sql (A/B: bench.ab_entities driver)
+RAW_READS = True  # False: shaped reads of a read-only request use its session (A/B: bench.cpu_entities --ab-raw)
 
 
 @dataclass(frozen=True)
@@ -353,7 +354,9 @@ class Database:
         for a transaction (SET LOCAL, FOR UPDATE, a write):
         its session, once created, runs each statement in autocommit, which saves the BEGIN and
         ROLLBACK round trips. Visibility is that of READ COMMITTED, where every statement takes its own
-        snapshot inside a transaction too. Does nothing when the session exists already."""
+        snapshot inside a transaction too. A shaped read (`execute_shaped`) before the session has
+        taken a connection runs on a pooled connection of its own, returned at once (`_reads_raw`).
+        Does nothing when the session exists already."""
         if g.get("_db_session") is None:
             g._db_reads_only = True
 
@@ -449,7 +452,20 @@ class Database:
             params[name] = processor(params[name])
         if not DRIVER_ROWS:
             return session.connection().exec_driver_sql(shaped.sql, params)
+        if RAW_READS and self._reads_raw(session):
+            return _read_raw(session.get_bind(), shaped.sql, params, fetch_all=True)
         return _driver_rows(session.connection(), shaped.sql, params)
+
+    @staticmethod
+    def _reads_raw(session: Session) -> bool:
+        """Whether a shaped read of a read-only request (`reads_only`) may run on a pooled connection of
+        its own, in autocommit, returned at once (as `read_first`): the request's session has not taken
+        a connection (opening one, with its autocommit switch on checkout and back on checkin, and
+        closing it costs ~0.1-0.2 ms of CPU) and holds no pending writes, and no engine cursor event is
+        listened to (statement captures see the session's path, as before)."""
+        return (has_app_context() and g.get("_db_reads_only", False) and session is g.get("_db_session")
+                and not session.in_transaction() and not (session.new or session.dirty or session.deleted)
+                and not _cursor_listened(session.get_bind()))
 
     @contextlib.contextmanager
     def unit_of_work(self) -> Iterator[None]:
@@ -553,15 +569,30 @@ def _checked_shape(compiled, keys: list, named: dict[str, Any]) -> _Shaped | Non
     return _Shaped(compiled.string, tuple(names), processors)
 
 
+def _cursor_listened(engine: Engine) -> bool:
+    """Whether engine cursor events are listened to (the engine's `_has_events` is also set by its own
+    isolation level's connect hook, and stays set after a listener is removed)."""
+    dispatch = engine.dispatch
+    return bool(dispatch.before_cursor_execute) or bool(dispatch.after_cursor_execute)
+
+
 def _read_first_raw(engine: Engine, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
     """`sql` on a pooled connection in autocommit through the driver's cursor (Database.read_first)."""
+    return _read_raw(engine, sql, params)
+
+
+def _read_raw(engine: Engine, sql: str, params: dict[str, Any], *, fetch_all: bool = False):
+    """`sql` on a pooled connection in autocommit through the driver's cursor, the connection returned
+    at once: the first row as a dict (Database.read_first), or with `fetch_all` every row as
+    `_driver_rows` returns them (Database.execute_shaped in a read-only request)."""
     fairy = engine.raw_connection()
     try:
         conn = fairy.dbapi_connection
         conn.autocommit = True
         try:
             return _first_row(engine, conn, sql, params,
-                              lambda exc: (fairy.invalidate(exc), engine.pool._invalidate(fairy, exc)))
+                              lambda exc: (fairy.invalidate(exc), engine.pool._invalidate(fairy, exc)),
+                              fetch_all=fetch_all)
         finally:
             if not conn.closed:
                 conn.autocommit = False
@@ -569,12 +600,17 @@ def _read_first_raw(engine: Engine, sql: str, params: dict[str, Any]) -> dict[st
         fairy.close()
 
 
-def _first_row(engine: Engine, conn, sql: str, params: dict[str, Any], invalidate) -> dict[str, Any] | None:
-    """The first row of `sql` through the cursor of `conn` (a pooled driver connection in autocommit);
-    a driver error is raised as SQLAlchemy's; on a disconnect `invalidate(exc)` drops the connection
-    and the pool's others of its age (as SQLAlchemy's own path does)."""
+def _first_row(engine: Engine, conn, sql: str, params: dict[str, Any], invalidate, *, fetch_all: bool = False):
+    """The first row of `sql` through the cursor of `conn` (a pooled driver connection in autocommit),
+    as a dict; with `fetch_all`, every row as a DriverResult (as `_driver_rows`). A driver error is
+    raised as SQLAlchemy's; on a disconnect `invalidate(exc)` drops the connection and the pool's
+    others of its age (as SQLAlchemy's own path does)."""
     dialect = engine.dialect
     try:
+        if fetch_all:
+            with conn.cursor(row_factory=_row_maker(sql)) as cur:
+                cur.execute(sql, params)
+                return DriverResult(cur.fetchall() if cur.description is not None else [])
         with conn.cursor(row_factory=dict_row) as cur:
             cur.execute(sql, params)
             return cur.fetchone()

@@ -283,22 +283,22 @@ def typed_app_runner(client, headers, key: str):
 
 
 class Capture:
-    """Collects the statements the app sends while `on`."""
+    """Collects the statements the app sends during `during(fn)`: it listens to the engine's cursor events
+    only then (a listener changes the app's path: app.db.Database._reads_raw)."""
 
     def __init__(self, engine):
-        self.on, self.statements = False, []
-        event.listen(engine, "before_cursor_execute", self._seen)
+        self.engine, self.statements = engine, []
 
     def _seen(self, _conn, _cursor, statement, parameters, _context, _executemany):
-        if self.on:
-            self.statements.append((statement, parameters))
+        self.statements.append((statement, parameters))
 
     def during(self, fn):
-        self.on, self.statements = True, []
+        self.statements = []
+        event.listen(self.engine, "before_cursor_execute", self._seen)
         try:
             fn()
         finally:
-            self.on = False
+            event.remove(self.engine, "before_cursor_execute", self._seen)
         return list(self.statements)
 
 

@@ -3,9 +3,12 @@ valgrind's callgrind: deterministic, blind to the machine's load (wall and CPU t
 2-core machine).
 
     .venv/bin/python -m bench.callgrind_layer [N] [--connections C] [--route me|get|count|page]... [--tree DIR]
+        [--pause MS] [--env K=V]...
 
 `--tree DIR`: serve the code of another source tree (e.g. `git archive <commit> | tar -x -C DIR`), for
-a before/after comparison on the same data.
+a before/after comparison on the same data. `--pause MS`: each client waits MS milliseconds after every
+answer (requests one at a time, as in the side-by-side bench's A/B loop, instead of back to back).
+`--env K=V`: a setting of the gunicorn run (e.g. GUNICORN_KEEPALIVE_LINGER_MS=0).
 
 gunicorn as configured (docker/gunicorn.conf.py), one worker, run under `valgrind --tool=callgrind` with
 instrumentation off until the worker is warm; then, per route: instrumentation on, N requests sent
@@ -32,6 +35,7 @@ from bench.common import BENCH_SECRET, ROOT, bench_token
 from bench.profile_layer import _record_id
 
 OUT_DIR = os.path.join(ROOT, "var", "callgrind")
+PAUSE = 0.0  # seconds a client waits after each answer (--pause)
 
 
 def _arg(name: str, default: str) -> str:
@@ -66,6 +70,8 @@ def _requests(port: int, token: str, request: tuple, n: int, errors: list) -> No
         response.read()
         if response.status != 200:
             errors.append(response.status)
+        if PAUSE:
+            time.sleep(PAUSE)
     conn.close()
 
 
@@ -95,6 +101,9 @@ def _total(path: str) -> int:
 
 
 def main() -> None:
+    global PAUSE
+    PAUSE = float(_arg("--pause", "0")) / 1000
+    extra = dict(sys.argv[i + 1].split("=", 1) for i, a in enumerate(sys.argv) if a == "--env")
     n = int(next((a for a in sys.argv[1:] if a.isdigit()), "200"))
     connections = int(_arg("--connections", "1"))
     wanted = [sys.argv[i + 1] for i, a in enumerate(sys.argv) if a == "--route"] or ["me", "get", "count", "page"]
@@ -109,7 +118,7 @@ def main() -> None:
     port = free_port()
     env = {**os.environ, "PYTHONPATH": tree, "PORT": str(port), "DATABASE_URL": url, "JWT_SECRET": BENCH_SECRET,
            "LOG_LEVEL": "WARNING", "REDIS_URL": "", "VAR_DIR": os.path.join(ROOT, "var", "bench"),
-           "WEB_CONCURRENCY": "1"}
+           "WEB_CONCURRENCY": "1", **extra}
     cmd = ["valgrind", "--tool=callgrind", "--trace-children=yes", "--instr-atstart=no",
            f"--callgrind-out-file={OUT_DIR}/cg.%p", os.path.join(ROOT, ".venv", "bin", "python"),
            os.path.join(ROOT, ".venv", "bin", "gunicorn"), "-c", os.path.join(tree, "docker", "gunicorn.conf.py"),
@@ -131,7 +140,8 @@ def main() -> None:
         for name in wanted:
             _send(port, token, routes[name], 20, 1)  # warm: caches, prepared statements
         print(f"callgrind, gunicorn one worker, {n} requests per route over {connections} keep-alive "
-              f"connection(s); instructions per request (all threads of the worker)")
+              f"connection(s), pause {PAUSE * 1000:g} ms, settings {extra or 'as shipped'}; instructions per "
+              f"request (all threads of the worker)")
         for name in wanted:
             subprocess.run(["callgrind_control", "-z", str(worker)], check=True, capture_output=True)
             subprocess.run(["callgrind_control", "-i", "on", str(worker)], check=True, capture_output=True)

@@ -1,6 +1,6 @@
 """CPU per entity read, app and PostgreSQL, in one process (issue 25's query path):
 
-    .venv/bin/python -m bench.cpu_entities [N] [--save FILE] [--check FILE] [--ab]
+    .venv/bin/python -m bench.cpu_entities [N] [--save FILE] [--check FILE] [--ab | --ab-raw]
 
 On the entities benchmark's data set (bench.bench_entities builds it on first use), for the side-by-side
 bench's queries (a)-(e), the count of three equalities and a record GET through the Flask test client:
@@ -10,7 +10,8 @@ calls each, interleaved. `--save FILE` writes every answer's status, headers tha
 bytes; `--check FILE` compares this run's answers with a saved run's, byte for byte (the answers must
 not change when the engine does). `--ab`: every call also made with the driver-cursor rows and the
 JSON scan off (app.db.DRIVER_ROWS, app.db.SCAN_JSON: the engine before them), interleaved, both sides
-reported.
+reported. `--ab-raw`: the same with a read-only request's shaped reads on its session's connection
+(app.db.RAW_READS off) as the before side.
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ def main() -> None:
           f"page bytes (a) {len(answers['(a)'].get_data())}")
     from app import db
 
-    sides = (False, True) if "--ab" in args else (True,)
+    sides = (False, True) if "--ab" in args or "--ab-raw" in args else (True,)
+    levers = ("RAW_READS",) if "--ab-raw" in args else ("DRIVER_ROWS", "SCAN_JSON")
     app_cpu = {(name, b): [] for name in calls for b in sides}
     pg_cpu = {(name, b): [] for name in calls for b in sides}
     for _ in range(10):
@@ -86,13 +88,15 @@ def main() -> None:
     for i in range(n):
         for name, fn in calls.items():
             for b in (sides if i % 2 else sides[::-1]):
-                db.DRIVER_ROWS = db.SCAN_JSON = b
+                for lever in levers:
+                    setattr(db, lever, b)
                 p0 = pg.read()
                 c0 = time.thread_time()
                 fn()
                 app_cpu[name, b].append((time.thread_time() - c0) * 1000)
                 pg_cpu[name, b].append(PgCpu.spent(p0, pg.read()) / 1e6)
-    db.DRIVER_ROWS = db.SCAN_JSON = True
+    for lever in levers:
+        setattr(db, lever, True)
     for name in calls:
         for b in sides:
             a, p = percentile(app_cpu[name, b], .5), percentile(pg_cpu[name, b], .5)

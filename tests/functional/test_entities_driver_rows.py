@@ -1,5 +1,6 @@
-"""A record query's shaped count-and-page statement runs on the driver's cursor of the request's
-connection (app.db._driver_rows): engine cursor events still see it, a driver error is still
+"""A record query's shaped count-and-page statement runs on the driver's cursor (app.db._driver_rows; in a
+read-only request whose session holds no connection, on a pooled connection of its own, app.db._read_raw):
+engine cursor events still see it (they keep it on the session's connection), a driver error is still
 SQLAlchemy's (a dead connection answers 503 and the pool reconnects), and JSON values decode as
 json.loads decodes them (app.db.json_loads)."""
 
@@ -11,6 +12,7 @@ import time
 import pytest
 from sqlalchemy import event, text
 
+import app.db as app_db
 from app.db import db, json_loads
 from tests.functional.entities_support import create_definition, create_record, org_headers, query
 
@@ -63,6 +65,36 @@ def test_a_connection_that_died_under_the_driver_path_costs_one_503_then_the_poo
     assert second.status_code == 200, second.get_json()
     with busy.app_context():
         assert db.session.scalar(text("SELECT pg_backend_pid()")) != pid
+
+
+def test_a_read_only_query_and_count_run_on_a_connection_of_their_own(app, monkeypatch):
+    client = app.test_client()
+    _org, headers = org_headers()
+    create_definition(client, headers)
+    create_record(client, headers, "items", {"name": "one", "fields": {"title": "x"}})
+    query(client, headers, "items")  # the definition cached: the next query's only statement is its page
+    paths: list[tuple[str, str]] = []
+    read_raw, driver_rows = app_db._read_raw, app_db._driver_rows
+
+    def counted_read_raw(engine, sql, params, **kwargs):
+        paths.append(("own connection", sql))
+        return read_raw(engine, sql, params, **kwargs)
+
+    def counted_driver_rows(connection, sql, params):
+        paths.append(("session", sql))
+        return driver_rows(connection, sql, params)
+
+    monkeypatch.setattr(app_db, "_read_raw", counted_read_raw)
+    monkeypatch.setattr(app_db, "_driver_rows", counted_driver_rows)
+    resp = query(client, headers, "items", filters={"title": "x"})
+    assert resp.status_code == 200 and resp.get_json()["totalCount"] == 1
+    count = client.post("/api/v1/entities/items/records/count", json={"filters": {"title": "x"}}, headers=headers)
+    assert count.status_code == 200 and count.get_json() == 1
+    assert [path for path, _sql in paths] == ["own connection"] * 2 and all("count(*)" in sql for _p, sql in paths)
+    paths.clear()
+    monkeypatch.setattr(app_db, "RAW_READS", False)  # the A side: the session's connection, as before
+    assert query(client, headers, "items", filters={"title": "x"}).get_json() == resp.get_json()
+    assert [path for path, _sql in paths] == ["session"]
 
 
 @pytest.mark.parametrize("data", [
