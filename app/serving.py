@@ -130,6 +130,19 @@ def _socket_inodes(pid: int) -> set[int] | None:
     return inodes
 
 
+def pin_settings(cfg) -> None:
+    """Every gunicorn setting read as a plain attribute of `cfg` from now on. gunicorn's `Config` answers
+    `cfg.keepalive` through `__getattr__` (a failed lookup, then two calls) and its request path reads
+    about 25 settings per request (parser limits, forwarding rules, hooks). A worker process never
+    changes its settings (a reload starts new workers from the arbiter's configuration), so in the worker
+    each value is put in the instance's dict, where the lookup finds it first: the same values. Names the
+    class defines itself (the `is_ssl`, `worker_class`… properties, the methods) are left to the class."""
+    cls = type(cfg)
+    for name, setting in cfg.settings.items():
+        if not hasattr(cls, name):
+            cfg.__dict__[name] = setting.get()
+
+
 class EnvelopeThreadWorker(ThreadWorker):
     """gthread worker; its gunicorn-level errors are answered in the JSON envelope, an answer after which
     the connection cannot be reused says `Connection: close` and closes it (see `closing_wsgi`), it stops
@@ -140,6 +153,7 @@ class EnvelopeThreadWorker(ThreadWorker):
     _refusing = False  # the server stops: requests not started yet get the 503
 
     def init_process(self) -> None:
+        pin_settings(self.cfg)
         util.write_error = write_envelope_error
         util.http_date = http_date
         gunicorn_wsgi.Response = OneWriteResponse  # what wsgi.create() builds for an HTTP/1 request

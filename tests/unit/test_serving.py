@@ -13,7 +13,7 @@ from gunicorn.glogging import Logger, SafeAtoms
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.serving import ONE_WRITE_MAX_BODY, AccessLogger, LazyAtoms, OneWriteResponse
+from app.serving import ONE_WRITE_MAX_BODY, AccessLogger, LazyAtoms, OneWriteResponse, pin_settings
 
 
 def _exchange(status="200 OK", sent=1234, extra_environ=None):
@@ -165,6 +165,22 @@ def test_held_access_lines_are_the_same_bytes_written_together(tmp_path, monkeyp
         time.sleep(0.02)
     for handler in timed.access_log.handlers:
         handler.close()
+
+
+def test_pinned_settings_read_the_same_values():
+    """A worker's settings as plain attributes: every setting reads as through gunicorn's `__getattr__`,
+    the class's own properties and methods still answer, and nothing else of the config changes."""
+    cfg = Config()
+    cfg.set("keepalive", 7)
+    cfg.set("access_log_format", "%(h)s")
+    cfg.set("forwarded_allow_ips", "10.0.0.1,127.0.0.1")
+    before = {name: getattr(cfg, name) for name in cfg.settings}
+    is_ssl, networks = cfg.is_ssl, cfg.forwarded_allow_networks()
+    pin_settings(cfg)
+    assert {name: getattr(cfg, name) for name in cfg.settings} == before
+    assert "keepalive" in vars(cfg) and "worker_class" not in vars(cfg)  # a property of the class: left to it
+    assert cfg.keepalive == 7 and cfg.is_ssl == is_ssl and cfg.forwarded_allow_networks() == networks
+    assert cfg.worker_class is Config().worker_class
 
 
 def test_the_date_header_is_gunicorns_for_every_second(monkeypatch):
