@@ -373,7 +373,8 @@ def main() -> str:
         for path in scripts.values():
             os.unlink(path)
     body = table(["request (through nginx)", "connections", "req/s", "p50 ms", "p95 ms", "p99 ms", "non-2xx",
-                  "CPU ms/req api pool", "nginx", "PostgreSQL", "total", "honcho (log relay: main + relay processes)"], rows)
+                  "CPU ms/req api pool", "nginx", "PostgreSQL", "total",
+                  "honcho (log relay: main + relay processes)"], rows)
     body += "\n\n" + table(["record GET, paced", "req/s", "p50 ms", "p95 ms", "p99 ms", "p95 / idle p95", "non-2xx",
                             "image calls still waiting at the end"], latency_rows)
     load_end = os.getloadavg()

@@ -123,7 +123,6 @@ def test_held_access_lines_are_the_same_bytes_written_together(tmp_path, monkeyp
         return logger
 
     direct = logger_to(tmp_path / "direct.log", "")
-    log = direct.access_log
     assert direct.flush_seconds == 0
     for exchange in exchanges:
         direct.access(*exchange)
