@@ -46,6 +46,7 @@ from typing import Any
 
 from gunicorn import util
 from gunicorn.glogging import Logger
+from gunicorn.http import message as gunicorn_message
 from gunicorn.http import wsgi as gunicorn_wsgi
 from gunicorn.http.errors import NoMoreData, ParseException
 from gunicorn.workers.gthread import TConn, ThreadWorker
@@ -143,6 +144,30 @@ def pin_settings(cfg) -> None:
             cfg.__dict__[name] = setting.get()
 
 
+_gunicorn_ip_in_allow_list = gunicorn_message._ip_in_allow_list
+_ALLOWED_PEERS: dict[tuple, bool] = {}
+ALLOWED_PEERS_CACHE_SIZE = 1024
+
+
+def ip_in_allow_list(ip_str, allow_list, networks) -> bool:
+    """gunicorn's `_ip_in_allow_list` (is the peer a trusted proxy: forwarded headers, PROXY protocol),
+    remembered per peer address and allow list: gunicorn parses the peer's address with `ipaddress` on
+    every request, and behind an ingress the peer is the same few addresses. The networks are made from
+    the allow list alone (Config.forwarded_allow_networks / proxy_allow_networks), so the list is the key;
+    bounded (cleared when full)."""
+    try:
+        key = (ip_str, tuple(allow_list))
+        found = _ALLOWED_PEERS.get(key)
+    except TypeError:  # something unhashable: ask gunicorn
+        return _gunicorn_ip_in_allow_list(ip_str, allow_list, networks)
+    if found is None:
+        found = _gunicorn_ip_in_allow_list(ip_str, allow_list, networks)
+        if len(_ALLOWED_PEERS) >= ALLOWED_PEERS_CACHE_SIZE:
+            _ALLOWED_PEERS.clear()
+        _ALLOWED_PEERS[key] = found
+    return found
+
+
 class EnvelopeThreadWorker(ThreadWorker):
     """gthread worker; its gunicorn-level errors are answered in the JSON envelope, an answer after which
     the connection cannot be reused says `Connection: close` and closes it (see `closing_wsgi`), it stops
@@ -154,6 +179,7 @@ class EnvelopeThreadWorker(ThreadWorker):
 
     def init_process(self) -> None:
         pin_settings(self.cfg)
+        gunicorn_message._ip_in_allow_list = ip_in_allow_list
         util.write_error = write_envelope_error
         util.http_date = http_date
         gunicorn_wsgi.Response = OneWriteResponse  # what wsgi.create() builds for an HTTP/1 request

@@ -13,7 +13,7 @@ from gunicorn.glogging import Logger, SafeAtoms
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.serving import ONE_WRITE_MAX_BODY, AccessLogger, LazyAtoms, OneWriteResponse, pin_settings
+from app.serving import ONE_WRITE_MAX_BODY, AccessLogger, LazyAtoms, OneWriteResponse, ip_in_allow_list, pin_settings
 
 
 def _exchange(status="200 OK", sent=1234, extra_environ=None):
@@ -180,6 +180,20 @@ def test_pinned_settings_read_the_same_values():
     assert "keepalive" in vars(cfg) and "worker_class" not in vars(cfg)  # a property of the class: left to it
     assert cfg.keepalive == 7 and cfg.is_ssl == is_ssl and cfg.forwarded_allow_networks() == networks
     assert cfg.worker_class is Config().worker_class
+
+
+@pytest.mark.parametrize("allow", ["127.0.0.1", "10.0.0.0/8,127.0.0.1", "*", "", "192.168.1.0/24,::1"])
+def test_a_remembered_peer_check_is_gunicorns(allow):
+    """The trusted-proxy check remembered per (peer, allow list) answers as gunicorn's own, asked twice."""
+    from app import serving
+
+    cfg = Config()
+    cfg.set("forwarded_allow_ips", allow)
+    networks = cfg.forwarded_allow_networks()
+    for peer in ("127.0.0.1", "10.1.2.3", "192.168.1.7", "::1", "8.8.8.8", "not-an-ip", ""):
+        expected = serving._gunicorn_ip_in_allow_list(peer, cfg.forwarded_allow_ips, networks)
+        assert ip_in_allow_list(peer, cfg.forwarded_allow_ips, networks) is expected
+        assert ip_in_allow_list(peer, cfg.forwarded_allow_ips, networks) is expected
 
 
 def test_the_date_header_is_gunicorns_for_every_second(monkeypatch):
