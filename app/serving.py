@@ -522,7 +522,9 @@ class AccessLogger(Logger):
     the worker exits and before the log files are reopened: what nginx's `access_log … buffer= flush=`
     does. The same bytes in the same order; a line reaches the log up to the interval late (a worker
     killed by SIGKILL loses what it held), so the pipe that carries the log (honcho's relay, a container
-    runtime's log driver) wakes once per batch instead of once per request. The error log is never held."""
+    runtime's log driver) wakes once per batch instead of once per request. With LOG_FORMAT=json the JSON
+    access line is held the same way (made and formatted when the request ends). The error log is never
+    held."""
 
     json_lines = False
     flush_seconds = 0.0
@@ -546,8 +548,15 @@ class AccessLogger(Logger):
         try:
             if self.json_lines:
                 fields = logs.access_fields(resp, environ, request_time)
-                self.access_log.info("%s %s %s", fields.get("method"), fields.get("path"), fields.get("status"),
-                                     extra={"access": fields})
+                args = (fields.get("method"), fields.get("path"), fields.get("status"))
+                streams = self._held_streams() if self.flush_seconds > 0 else None
+                if streams is None:
+                    self.access_log.info("%s %s %s", *args, extra={"access": fields})
+                    return
+                # held: the record is made and formatted now (its time is the request's end), written later
+                record = self.access_log.makeRecord(self.access_log.name, logging.INFO, __file__, 0, "%s %s %s",
+                                                    args, None, extra={"access": fields})
+                self._hold(streams[0].format(record))
                 return
             atoms = LazyAtoms(self, resp, req, environ, request_time)
             streams = self._plain_streams()
@@ -593,12 +602,29 @@ class AccessLogger(Logger):
                 lines, self._pending, self._pending_bytes = self._pending, [], 0
             if not lines:
                 return
-            streams = self._plain_streams()
+            streams = self._held_streams()
             if streams is None:  # the handlers changed meanwhile: each line through logging
                 for line in lines:
                     self.access_log.info("%s", line)
                 return
             _write_lines(streams, lines)
+
+    def _held_streams(self) -> list | None:
+        """Where held lines are written: the plain streams (see `_plain_streams`), or with JSON lines the
+        same kind of handlers, each with app.observability's JsonFormatter (one line per record, the
+        same for every handler), no filters and a level up to INFO. Otherwise None: no holding."""
+        if not self.json_lines:
+            return self._plain_streams()
+        log = self.access_log
+        if log.disabled or log.filters or not log.isEnabledFor(logging.INFO) or not log.handlers:
+            return None
+        for handler in log.handlers:
+            kind = type(handler)
+            if (kind is not logging.StreamHandler and kind is not logging.FileHandler) or handler.filters \
+                    or handler.level > logging.INFO or getattr(handler, "stream", None) is None \
+                    or type(handler.formatter) is not logs.JsonFormatter:
+                return None
+        return log.handlers
 
     def reopen_files(self) -> None:
         self.flush_access()  # the lines of before the rotation go to the file being rotated

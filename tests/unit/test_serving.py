@@ -166,6 +166,36 @@ def test_held_access_lines_are_the_same_bytes_written_together(tmp_path, monkeyp
         handler.close()
 
 
+def test_held_json_access_lines_are_the_lines_logging_writes(tmp_path, monkeypatch):
+    """LOG_FORMAT=json with GUNICORN_ACCESS_LOG_FLUSH_MS: the JSON access line is made when the request
+    ends and written with the batch; the same object as through `logging`, the time aside."""
+    import json
+
+    monkeypatch.setenv("LOG_FORMAT", "json")
+    monkeypatch.setenv("ENV_FILE", "")
+    written = {}
+    for flush_ms in ("", "60000"):
+        monkeypatch.setenv("GUNICORN_ACCESS_LOG_FLUSH_MS", flush_ms)
+        path = tmp_path / f"json-{flush_ms or 0}.log"
+        logger = _logger(AccessLogger)
+        logger.access_log.handlers.clear()
+        logger.cfg.set("accesslog", str(path))
+        logger.setup(logger.cfg)
+        assert logger.json_lines
+        for exchange in (_exchange(), _exchange(status=404, sent=None)):
+            logger.access(*exchange)
+        if flush_ms:
+            assert path.read_text() == ""  # held
+            logger.flush_access()
+        for handler in logger.access_log.handlers:
+            handler.close()
+        written[flush_ms] = [json.loads(line) for line in path.read_text().splitlines()]
+    for entry in (*written[""], *written["60000"]):
+        assert entry.pop("time")
+    assert written[""] == written["60000"] and len(written[""]) == 2
+    assert written[""][1]["status"] == 404 and written[""][0]["logger"] == "gunicorn.access"
+
+
 def test_pinned_settings_read_the_same_values():
     """A worker's settings as plain attributes: every setting reads as through gunicorn's `__getattr__`,
     the class's own properties and methods still answer, and nothing else of the config changes."""
