@@ -38,6 +38,7 @@ import json
 import logging
 import os
 import select
+import threading
 import time
 import traceback
 from collections.abc import Iterator, Mapping
@@ -45,6 +46,7 @@ from typing import Any
 
 from gunicorn import util
 from gunicorn.glogging import Logger
+from gunicorn.http import message as gunicorn_message
 from gunicorn.http import wsgi as gunicorn_wsgi
 from gunicorn.http.errors import NoMoreData, ParseException
 from gunicorn.workers.gthread import TConn, ThreadWorker
@@ -129,6 +131,43 @@ def _socket_inodes(pid: int) -> set[int] | None:
     return inodes
 
 
+def pin_settings(cfg) -> None:
+    """Every gunicorn setting read as a plain attribute of `cfg` from now on. gunicorn's `Config` answers
+    `cfg.keepalive` through `__getattr__` (a failed lookup, then two calls) and its request path reads
+    about 25 settings per request (parser limits, forwarding rules, hooks). A worker process never
+    changes its settings (a reload starts new workers from the arbiter's configuration), so in the worker
+    each value is put in the instance's dict, where the lookup finds it first: the same values. Names the
+    class defines itself (the `is_ssl`, `worker_class`… properties, the methods) are left to the class."""
+    cls = type(cfg)
+    for name, setting in cfg.settings.items():
+        if not hasattr(cls, name):
+            cfg.__dict__[name] = setting.get()
+
+
+_gunicorn_ip_in_allow_list = gunicorn_message._ip_in_allow_list
+_ALLOWED_PEERS: dict[tuple, bool] = {}
+ALLOWED_PEERS_CACHE_SIZE = 1024
+
+
+def ip_in_allow_list(ip_str, allow_list, networks) -> bool:
+    """gunicorn's `_ip_in_allow_list` (is the peer a trusted proxy: forwarded headers, PROXY protocol),
+    remembered per peer address and allow list: gunicorn parses the peer's address with `ipaddress` on
+    every request, and behind an ingress the peer is the same few addresses. The networks are made from
+    the allow list alone (Config.forwarded_allow_networks / proxy_allow_networks), so the list is the key;
+    bounded (cleared when full)."""
+    try:
+        key = (ip_str, tuple(allow_list))
+        found = _ALLOWED_PEERS.get(key)
+    except TypeError:  # something unhashable: ask gunicorn
+        return _gunicorn_ip_in_allow_list(ip_str, allow_list, networks)
+    if found is None:
+        found = _gunicorn_ip_in_allow_list(ip_str, allow_list, networks)
+        if len(_ALLOWED_PEERS) >= ALLOWED_PEERS_CACHE_SIZE:
+            _ALLOWED_PEERS.clear()
+        _ALLOWED_PEERS[key] = found
+    return found
+
+
 class EnvelopeThreadWorker(ThreadWorker):
     """gthread worker; its gunicorn-level errors are answered in the JSON envelope, an answer after which
     the connection cannot be reused says `Connection: close` and closes it (see `closing_wsgi`), it stops
@@ -139,10 +178,20 @@ class EnvelopeThreadWorker(ThreadWorker):
     _refusing = False  # the server stops: requests not started yet get the 503
 
     def init_process(self) -> None:
+        pin_settings(self.cfg)
+        gunicorn_message._ip_in_allow_list = ip_in_allow_list
         util.write_error = write_envelope_error
         util.http_date = http_date
         gunicorn_wsgi.Response = OneWriteResponse  # what wsgi.create() builds for an HTTP/1 request
         super().init_process()
+
+    def run(self) -> None:
+        try:
+            super().run()
+        finally:
+            flush = getattr(self.log, "flush_access", None)
+            if flush is not None:
+                flush()  # the access lines the worker still holds (GUNICORN_ACCESS_LOG_FLUSH_MS)
 
     def load_wsgi(self) -> None:
         super().load_wsgi()
@@ -449,15 +498,40 @@ class LazyAtoms(Mapping):
         return key in self._gunicorn()
 
 
+# The most access-line text a worker holds before it writes it out, whatever GUNICORN_ACCESS_LOG_FLUSH_MS says
+ACCESS_LOG_BUFFER_BYTES = 64 * 1024
+
+
+def access_log_flush_seconds() -> float:
+    """GUNICORN_ACCESS_LOG_FLUSH_MS in seconds: how long an access line may wait in the worker before it
+    is written (0, the default: each line is written and flushed as its request ends)."""
+    return max(0.0, float(os.environ.get("GUNICORN_ACCESS_LOG_FLUSH_MS") or 0) / 1000)
+
+
 class AccessLogger(Logger):
     """gunicorn's logger (error log, access log, reopening, the same settings); its access line is
     formatted from `LazyAtoms` instead of the full atom dict: the same line for the same format.
 
     With LOG_FORMAT=json (app.observability.logs) both logs write one JSON object per line, and the
     access line has the fields of app.observability.logs.access_fields (the request's route, tenant and
-    trace, left in the environ by the app) instead of `access_log_format`."""
+    trace, left in the environ by the app) instead of `access_log_format`.
+
+    With GUNICORN_ACCESS_LOG_FLUSH_MS above 0, the plain access lines (the direct write below) are held
+    in the worker and written together, in one write per handler, once the oldest has waited that long
+    (a thread of the worker looks every interval), when ACCESS_LOG_BUFFER_BYTES have gathered, when
+    the worker exits and before the log files are reopened: what nginx's `access_log … buffer= flush=`
+    does. The same bytes in the same order; a line reaches the log up to the interval late (a worker
+    killed by SIGKILL loses what it held), so the pipe that carries the log (honcho's relay, a container
+    runtime's log driver) wakes once per batch instead of once per request. With LOG_FORMAT=json the JSON
+    access line is held the same way (made and formatted when the request ends). The error log is never
+    held."""
 
     json_lines = False
+    flush_seconds = 0.0
+    _pending: list[str]
+    _pending_bytes = 0
+    _pending_since = 0.0
+    _flusher_pid = 0
 
     def setup(self, cfg) -> None:
         super().setup(cfg)
@@ -465,6 +539,8 @@ class AccessLogger(Logger):
         if self.json_lines:
             for handler in (*self.error_log.handlers, *self.access_log.handlers):
                 handler.setFormatter(logs.JsonFormatter())
+        self.flush_seconds = access_log_flush_seconds()
+        self._pending, self._pending_lock, self._flush_lock = [], threading.Lock(), threading.Lock()
 
     def access(self, resp, req, environ, request_time) -> None:
         if not self.access_log_enabled:
@@ -472,8 +548,15 @@ class AccessLogger(Logger):
         try:
             if self.json_lines:
                 fields = logs.access_fields(resp, environ, request_time)
-                self.access_log.info("%s %s %s", fields.get("method"), fields.get("path"), fields.get("status"),
-                                     extra={"access": fields})
+                args = (fields.get("method"), fields.get("path"), fields.get("status"))
+                streams = self._held_streams() if self.flush_seconds > 0 else None
+                if streams is None:
+                    self.access_log.info("%s %s %s", *args, extra={"access": fields})
+                    return
+                # held: the record is made and formatted now (its time is the request's end), written later
+                record = self.access_log.makeRecord(self.access_log.name, logging.INFO, __file__, 0, "%s %s %s",
+                                                    args, None, extra={"access": fields})
+                self._hold(streams[0].format(record))
                 return
             atoms = LazyAtoms(self, resp, req, environ, request_time)
             streams = self._plain_streams()
@@ -481,15 +564,71 @@ class AccessLogger(Logger):
                 self.access_log.info(self.cfg.access_log_format, atoms)
                 return
             line = self.cfg.access_log_format % atoms
-            for handler in streams:
-                handler.acquire()
-                try:
-                    handler.stream.write(line + handler.terminator)
-                    handler.flush()
-                finally:
-                    handler.release()
+            if self.flush_seconds > 0:
+                self._hold(line)
+                return
+            _write_lines(streams, [line])
         except Exception:
             self.error(traceback.format_exc())
+
+    def _hold(self, line: str) -> None:
+        now = time.monotonic()
+        with self._pending_lock:
+            if self._flusher_pid != os.getpid():  # the first line of this worker process: its flusher
+                self._flusher_pid = os.getpid()
+                threading.Thread(target=self._flush_every_interval, name="access-log-flush", daemon=True).start()
+            if not self._pending:
+                self._pending_since = now
+            self._pending.append(line)
+            self._pending_bytes += len(line)
+            due = self._pending_bytes >= ACCESS_LOG_BUFFER_BYTES or now - self._pending_since >= self.flush_seconds
+        if due:
+            self.flush_access()
+
+    def _flush_every_interval(self) -> None:
+        while True:
+            time.sleep(self.flush_seconds)
+            try:
+                self.flush_access()
+            except Exception:
+                self.error(traceback.format_exc())
+
+    def flush_access(self) -> None:
+        """Write the access lines held so far (GUNICORN_ACCESS_LOG_FLUSH_MS), oldest first."""
+        if not getattr(self, "_pending", None):
+            return
+        with self._flush_lock:  # one batch at a time: batches reach the log in the order they were taken
+            with self._pending_lock:
+                lines, self._pending, self._pending_bytes = self._pending, [], 0
+            if not lines:
+                return
+            streams = self._held_streams()
+            if streams is None:  # the handlers changed meanwhile: each line through logging
+                for line in lines:
+                    self.access_log.info("%s", line)
+                return
+            _write_lines(streams, lines)
+
+    def _held_streams(self) -> list | None:
+        """Where held lines are written: the plain streams (see `_plain_streams`), or with JSON lines the
+        same kind of handlers, each with app.observability's JsonFormatter (one line per record, the
+        same for every handler), no filters and a level up to INFO. Otherwise None: no holding."""
+        if not self.json_lines:
+            return self._plain_streams()
+        log = self.access_log
+        if log.disabled or log.filters or not log.isEnabledFor(logging.INFO) or not log.handlers:
+            return None
+        for handler in log.handlers:
+            kind = type(handler)
+            if (kind is not logging.StreamHandler and kind is not logging.FileHandler) or handler.filters \
+                    or handler.level > logging.INFO or getattr(handler, "stream", None) is None \
+                    or type(handler.formatter) is not logs.JsonFormatter:
+                return None
+        return log.handlers
+
+    def reopen_files(self) -> None:
+        self.flush_access()  # the lines of before the rotation go to the file being rotated
+        super().reopen_files()
 
     def _plain_streams(self) -> list | None:
         """The access log's handlers when writing the line to them is all that `logging` would do: the
@@ -513,3 +652,17 @@ class AccessLogger(Logger):
                     or formatter._style.__class__ is not logging.PercentStyle:
                 return None
         return handlers
+
+
+def _write_lines(handlers, lines: list[str]) -> None:
+    """`lines`, each with the handler's terminator, in one write and one flush per handler, under the
+    handler's lock (as `StreamHandler.emit` writes one record)."""
+    for handler in handlers:
+        terminator = handler.terminator
+        text = terminator.join(lines) + terminator
+        handler.acquire()
+        try:
+            handler.stream.write(text)
+            handler.flush()
+        finally:
+            handler.release()

@@ -217,7 +217,8 @@ def test_settings_come_from_the_configmap_and_secrets_from_the_secret():
             if _SECRETISH.search(entry["name"]):
                 assert entry["valueFrom"]["secretKeyRef"]["name"] == SECRET, (path, entry["name"])
             else:
-                assert entry["name"] in {"PORT", "WEB_CONCURRENCY", "GUNICORN_THREADS", "GUNICORN_GRACEFUL_TIMEOUT"}
+                assert entry["name"] in {"PORT", "WEB_CONCURRENCY", "GUNICORN_THREADS", "GUNICORN_GRACEFUL_TIMEOUT",
+                                             "GUNICORN_ACCESS_LOG_FLUSH_MS"}
 
 
 def test_keda_scaled_objects_have_the_fields_the_crd_requires_and_cover_every_queue():

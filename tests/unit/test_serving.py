@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from datetime import timedelta
 from types import SimpleNamespace
 
@@ -12,7 +13,7 @@ from gunicorn.glogging import Logger, SafeAtoms
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.serving import ONE_WRITE_MAX_BODY, AccessLogger, LazyAtoms, OneWriteResponse
+from app.serving import ONE_WRITE_MAX_BODY, AccessLogger, LazyAtoms, OneWriteResponse, ip_in_allow_list, pin_settings
 
 
 def _exchange(status="200 OK", sent=1234, extra_environ=None):
@@ -100,6 +101,129 @@ def test_the_access_line_written_to_gunicorns_own_handler_is_the_line_logging_wr
     lines = written[AccessLogger].splitlines()
     assert written[Logger].splitlines() == lines[:2] and lines[2] == lines[0]
     assert lines[1].startswith('10.0.0.7 "GET /api/v1/me?a=\\"b\\" HTTP/1.1" 404 - 2345ms rid=rid-42 wrk ')
+
+
+def test_held_access_lines_are_the_same_bytes_written_together(tmp_path, monkeypatch):
+    """GUNICORN_ACCESS_LOG_FLUSH_MS: the lines wait in the worker and go out together, oldest first, the
+    same bytes as line by line; when the oldest has waited the interval, when the buffer is full, on
+    `flush_access` (the worker's exit) and before a reopen. Without the setting nothing waits."""
+    from app import serving
+
+    fmt = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms rid=%({x-request-id}o)s'
+    exchanges = [_exchange(), _exchange(status=404, sent=None), _exchange(status="201 Created", sent=7)]
+
+    def logger_to(path, flush_ms):
+        monkeypatch.setenv("GUNICORN_ACCESS_LOG_FLUSH_MS", flush_ms)
+        logger = _logger(AccessLogger)
+        logger.access_log.handlers.clear()  # gunicorn's loggers are global: what earlier tests left on it
+        logger.cfg.set("access_log_format", fmt)
+        logger.cfg.set("accesslog", str(path))
+        logger.setup(logger.cfg)
+        assert logger._plain_streams() is not None
+        return logger
+
+    direct = logger_to(tmp_path / "direct.log", "")
+    assert direct.flush_seconds == 0
+    for exchange in exchanges:
+        direct.access(*exchange)
+    expected = (tmp_path / "direct.log").read_text()
+    assert len(expected.splitlines()) == 3
+
+    held_path = tmp_path / "held.log"
+    held = logger_to(held_path, "60000")
+    assert held.flush_seconds == 60
+    writes = []
+    stream = held.access_log.handlers[0].stream
+    real_write = stream.write
+    monkeypatch.setattr(stream, "write", lambda text: writes.append(text) or real_write(text), raising=False)
+    for exchange in exchanges:
+        held.access(*exchange)
+    assert held_path.read_text() == "" and writes == []  # held: nothing written yet
+    held.flush_access()
+    assert held_path.read_text() == expected and len(writes) == 1  # one write, the same bytes
+    held.flush_access()
+    assert len(writes) == 1  # nothing held: nothing written
+
+    held.access(*exchanges[0])
+    held.reopen_files()  # the held line goes to the file before it is reopened
+    assert held_path.read_text() == expected + expected.splitlines(keepends=True)[0]
+
+    monkeypatch.setattr(serving, "ACCESS_LOG_BUFFER_BYTES", 1)  # full at once: written at the first line
+    held.access(*exchanges[1])
+    assert held_path.read_text().endswith(expected.splitlines(keepends=True)[1])
+
+    monkeypatch.setattr(serving, "ACCESS_LOG_BUFFER_BYTES", 1 << 20)
+    for handler in held.access_log.handlers:
+        handler.close()
+    timed_path = tmp_path / "timed.log"
+    timed = logger_to(timed_path, "50")  # the worker's flusher thread writes what waited 50 ms, without a request
+    timed.access(*exchanges[2])
+    deadline = time.monotonic() + 10
+    while timed_path.read_text() != expected.splitlines(keepends=True)[2]:
+        assert time.monotonic() < deadline, "the held line was not written by the flusher"
+        time.sleep(0.02)
+    for handler in timed.access_log.handlers:
+        handler.close()
+
+
+def test_held_json_access_lines_are_the_lines_logging_writes(tmp_path, monkeypatch):
+    """LOG_FORMAT=json with GUNICORN_ACCESS_LOG_FLUSH_MS: the JSON access line is made when the request
+    ends and written with the batch; the same object as through `logging`, the time aside."""
+    import json
+
+    monkeypatch.setenv("LOG_FORMAT", "json")
+    monkeypatch.setenv("ENV_FILE", "")
+    written = {}
+    for flush_ms in ("", "60000"):
+        monkeypatch.setenv("GUNICORN_ACCESS_LOG_FLUSH_MS", flush_ms)
+        path = tmp_path / f"json-{flush_ms or 0}.log"
+        logger = _logger(AccessLogger)
+        logger.access_log.handlers.clear()
+        logger.cfg.set("accesslog", str(path))
+        logger.setup(logger.cfg)
+        assert logger.json_lines
+        for exchange in (_exchange(), _exchange(status=404, sent=None)):
+            logger.access(*exchange)
+        if flush_ms:
+            assert path.read_text() == ""  # held
+            logger.flush_access()
+        for handler in logger.access_log.handlers:
+            handler.close()
+        written[flush_ms] = [json.loads(line) for line in path.read_text().splitlines()]
+    for entry in (*written[""], *written["60000"]):
+        assert entry.pop("time")
+    assert written[""] == written["60000"] and len(written[""]) == 2
+    assert written[""][1]["status"] == 404 and written[""][0]["logger"] == "gunicorn.access"
+
+
+def test_pinned_settings_read_the_same_values():
+    """A worker's settings as plain attributes: every setting reads as through gunicorn's `__getattr__`,
+    the class's own properties and methods still answer, and nothing else of the config changes."""
+    cfg = Config()
+    cfg.set("keepalive", 7)
+    cfg.set("access_log_format", "%(h)s")
+    cfg.set("forwarded_allow_ips", "10.0.0.1,127.0.0.1")
+    before = {name: getattr(cfg, name) for name in cfg.settings}
+    is_ssl, networks = cfg.is_ssl, cfg.forwarded_allow_networks()
+    pin_settings(cfg)
+    assert {name: getattr(cfg, name) for name in cfg.settings} == before
+    assert "keepalive" in vars(cfg) and "worker_class" not in vars(cfg)  # a property of the class: left to it
+    assert cfg.keepalive == 7 and cfg.is_ssl == is_ssl and cfg.forwarded_allow_networks() == networks
+    assert cfg.worker_class is Config().worker_class
+
+
+@pytest.mark.parametrize("allow", ["127.0.0.1", "10.0.0.0/8,127.0.0.1", "*", "", "192.168.1.0/24,::1"])
+def test_a_remembered_peer_check_is_gunicorns(allow):
+    """The trusted-proxy check remembered per (peer, allow list) answers as gunicorn's own, asked twice."""
+    from app import serving
+
+    cfg = Config()
+    cfg.set("forwarded_allow_ips", allow)
+    networks = cfg.forwarded_allow_networks()
+    for peer in ("127.0.0.1", "10.1.2.3", "192.168.1.7", "::1", "8.8.8.8", "not-an-ip", ""):
+        expected = serving._gunicorn_ip_in_allow_list(peer, cfg.forwarded_allow_ips, networks)
+        assert ip_in_allow_list(peer, cfg.forwarded_allow_ips, networks) is expected
+        assert ip_in_allow_list(peer, cfg.forwarded_allow_ips, networks) is expected
 
 
 def test_the_date_header_is_gunicorns_for_every_second(monkeypatch):
