@@ -839,10 +839,13 @@ def test_the_expiry_warning_ends_with_its_session(make_app, orgs, browser, brows
     with live_server(app) as base:
         browser.get(base + "/console/analytics")
         wait(browser, lambda d: d.find_element(By.ID, "signin").is_displayed())
-        paste(browser, token(org=org_a, scopes=("read:analytics",), product=browser_product, ttl=4))
+        # a life long enough for the page to load on a slow machine (4 s was not, under a loaded CI run);
+        # the test then waits until that life has passed, however long the load took
+        expires = time.time() + 15
+        paste(browser, token(org=org_a, scopes=("read:analytics",), product=browser_product, ttl=15))
         wait_loaded(browser, "org", day(-29), day(0))
         wait(browser, lambda d: d.find_element(By.ID, "banner").is_displayed())  # < 5 minutes left
-        time.sleep(4.5)  # the token is past its life: the next call is refused
+        time.sleep(max(0.0, expires - time.time()) + 1.5)  # the token is past its life: the next call is refused
         browser.find_element(By.CSS_SELECTOR, ".range-presets button[data-days='7']").click()
         wait(browser, lambda d: d.find_element(By.ID, "signin").is_displayed())
         assert "expired" in browser.find_element(By.ID, "signin-error").text
