@@ -3,6 +3,7 @@ a plugin command that needs no app)."""
 
 from __future__ import annotations
 
+import functools
 import json
 
 import click
@@ -17,6 +18,7 @@ from app.embeddings.pipeline import is_enabled
 from app.entities.indexes import sync_definition
 from app.entities.models import EntityDefinition
 from app.errors import ApiError
+from app.observability import tracing
 from app.ops.rollout import (
     get_rollout,
     list_artifacts,
@@ -30,6 +32,33 @@ from app.ops.seed_jobs import queue_seed
 from app.ops.seeding import SeedRequestSchema, seed_org
 from app.platform_models import Product
 
+CLI_SERVICE = "platform-gateway-cli"  # the traces' service.name unless OTEL_SERVICE_NAME says otherwise
+
+
+def traced_command(command):
+    """A command that changes state (migrates, provisions, seeds, publishes, queues, builds indexes) runs
+    under a root span named by its command path (`flask seed org`) when OTEL_TRACES_EXPORTER turns
+    tracing on, like the API and the worker; the spans are exported before the command returns. The
+    read-only commands (`list`, `status`) are not traced. With tracing off: the OTEL_* settings are read
+    and nothing of the SDK is imported."""
+    @functools.wraps(command)
+    def run(*args, **kwargs):
+        was_on = tracing.ENABLED
+        if not tracing.configure(CLI_SERVICE):
+            return command(*args, **kwargs)
+        if not was_on:
+            db.dispose()  # connections opened before psycopg was instrumented: new ones make SQL spans
+        try:
+            # `flask <group> <command>`, whatever name the program was started by
+            words = click.get_current_context().command_path.split()[1:]
+            with tracing.command_span(" ".join(["flask", *words])):
+                return command(*args, **kwargs)
+        finally:
+            tracing.shutdown()  # the batch processor's last spans, before the process exits
+
+    return run
+
+
 db_cli = click.Group("db", help="Database migrations.")
 products_cli = click.Group("products", help="Product schemas.")
 entities_cli = click.Group("entities", help="Entity store maintenance.")
@@ -37,6 +66,7 @@ entities_cli = click.Group("entities", help="Entity store maintenance.")
 
 @db_cli.command("upgrade")
 @with_appcontext
+@traced_command
 def db_upgrade() -> None:
     """Migrate the platform schema and every product schema to head."""
     from migrations.runner import upgrade_all  # alembic: imported only where a migration runs
@@ -48,6 +78,7 @@ def db_upgrade() -> None:
 @products_cli.command("create")
 @click.argument("name")
 @with_appcontext
+@traced_command
 def products_create(name: str) -> None:
     """Provision product NAME: register it and migrate its schema."""
     from migrations.runner import create_product  # alembic: imported only where a migration runs
@@ -81,6 +112,7 @@ def definition_options(command):
 @embeddings_cli.command("backfill")
 @definition_options
 @with_appcontext
+@traced_command
 def embeddings_backfill(product, org, entity) -> None:
     """Re-embed the records of every embeddings-enabled definition without a current vector.
 
@@ -116,6 +148,7 @@ seed_cli = click.Group("seed", help="Organization seeding.")
 @click.option("--queue/--inline", default=False, show_default=True,
               help="send seed.org to the `seed` queue instead of running it here")
 @with_appcontext
+@traced_command
 def seed_org_command(title, main_domain, product, admin_email, first_name, last_name, queue) -> None:
     """Create an organization, its admin user and the 15 platform artifacts (idempotent)."""
     body = {"org": {"title": title, "mainDomain": main_domain,
@@ -158,6 +191,7 @@ def artifacts_list() -> None:
 @click.argument("file", type=click.File("r"))
 @click.option("--rollout/--no-rollout", default=True, show_default=True, help="start rolling it out")
 @with_appcontext
+@traced_command
 def artifacts_publish(file, rollout) -> None:
     """Publish FILE (JSON `{kind, name, artifactVersion, definition}`) and roll it out to every org."""
     try:
@@ -207,6 +241,7 @@ def artifacts_status(rollout_id, outcome) -> None:
 @artifacts_cli.command("resume")
 @click.argument("rollout_id")
 @with_appcontext
+@traced_command
 def artifacts_resume(rollout_id) -> None:
     """Continue a stopped rollout from its cursor."""
     try:
@@ -219,6 +254,7 @@ def artifacts_resume(rollout_id) -> None:
 @entities_cli.command("sync-indexes")
 @definition_options
 @with_appcontext
+@traced_command
 def entities_sync_indexes(product, org, entity) -> None:
     """Create (CONCURRENTLY) or drop the per-definition indexes and typed projections of every
     definition, now.

@@ -47,10 +47,13 @@ def _export_spans(**_kwargs) -> None:
 @worker_ready.connect
 def _start_maintenance(sender=None, **_kwargs) -> None:
     """The worker's main process re-sends outbox tasks and re-queues orphaned jobs (app.tasks), and
-    serves its processes' metrics (WORKER_METRICS_PORT). With a
-    pool that does not fork (`-P solo`, `-P threads`), tasks run in this process: it traces."""
-    if "prefork" not in type(getattr(sender, "pool", None) or object()).__module__:
-        tracing.configure(SERVICE_NAME)
+    serves its processes' metrics (WORKER_METRICS_PORT). With a pool that does not fork (`-P solo`,
+    `-P threads`), tasks run in this process: it traces everything. With the prefork pool it traces its
+    Celery publishes only: a task the outbox dispatcher sends gets its publish span, child of the
+    context the outbox row carries (request → outbox → publish → task run, one trace); its own SQL and
+    its consumer's Redis polling make no spans."""
+    prefork = "prefork" in type(getattr(sender, "pool", None) or object()).__module__
+    tracing.configure(SERVICE_NAME, publisher_only=prefork)
     start_maintenance_loop(flask_app, celery_app)
     metrics.serve_worker(flask_app)
 

@@ -107,10 +107,13 @@ def check_settings(otel: Mapping[str, str]) -> None:
             break
 
 
-def configure(service: str, *, exporter=None) -> bool:
+def configure(service: str, *, exporter=None, publisher_only: bool = False) -> bool:
     """Set tracing up in this process when OTEL_TRACES_EXPORTER asks for it (or with `exporter`, a span
     exporter given by a test, e.g. InMemorySpanExporter, whose spans are exported as they end).
     `service` is the service name when neither OTEL_SERVICE_NAME nor OTEL_RESOURCE_ATTRIBUTES names one.
+    `publisher_only`: instrument Celery alone (a prefork worker's main process: its outbox dispatch makes
+    publish spans, while its SQL, and the broker's Redis polling of its consumer, make none); a process
+    forked from it later (a pool process) that calls `configure` again instruments the rest.
     Idempotent in a process. Returns whether tracing is on."""
     global ENABLED, _configured_pid, _provider, _BoundedAttributes
     if ENABLED and _configured_pid == os.getpid() and exporter is None:
@@ -142,7 +145,7 @@ def configure(service: str, *, exporter=None) -> bool:
     from opentelemetry.attributes import BoundedAttributes
 
     _BoundedAttributes = BoundedAttributes
-    _instrument(provider)
+    _instrument(provider, publisher_only)
     _configured_pid = os.getpid()
     ENABLED = True
     log.info("tracing on: %s, sampler %s", ", ".join(names) or "test exporter",
@@ -157,17 +160,40 @@ def _exporter(name: str):
         return ConsoleSpanExporter()
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    return OTLPSpanExporter()  # endpoint, headers, timeout, compression, certificates: OTEL_EXPORTER_OTLP_*
+    exporter = OTLPSpanExporter()  # endpoint, headers, timeout, compression, certificates: OTEL_EXPORTER_OTLP_*
+    if not _otlp_exporters and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_forget_export_connections)
+    _otlp_exporters.append(exporter)
+    return exporter
 
 
-def _instrument(provider) -> None:
+_otlp_exporters: list = []  # the OTLP exporters this process made (a forked child inherits them)
+
+
+def _forget_export_connections() -> None:
+    """In a process forked from one that exports (a pool process the prefork worker's main process starts
+    after it set tracing up): drop the inherited keep-alive connections to the collector, which the parent
+    goes on using; the child's first export opens its own. (The SDK's batch processor re-makes its
+    thread and empties its queue in the child itself.)"""
+    for exporter in _otlp_exporters:
+        session = getattr(getattr(getattr(exporter, "_client", None), "_transport", None), "_session", None)
+        if session is not None:
+            with contextlib.suppress(Exception):
+                session.close()
+
+
+def _instrument(provider, publisher_only: bool = False) -> None:
     from opentelemetry.instrumentation.celery import CeleryInstrumentor
-    from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
-    from opentelemetry.instrumentation.redis import RedisInstrumentor
-    from opentelemetry.instrumentation.requests import RequestsInstrumentor
 
-    _lean_sql_spans()
-    for instrumentor in (CeleryInstrumentor(), PsycopgInstrumentor(), RedisInstrumentor(), RequestsInstrumentor()):
+    instrumentors = [CeleryInstrumentor()]
+    if not publisher_only:
+        from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
+        from opentelemetry.instrumentation.redis import RedisInstrumentor
+        from opentelemetry.instrumentation.requests import RequestsInstrumentor
+
+        _lean_sql_spans()
+        instrumentors += [PsycopgInstrumentor(), RedisInstrumentor(), RequestsInstrumentor()]
+    for instrumentor in instrumentors:
         if not instrumentor.is_instrumented_by_opentelemetry:
             instrumentor.instrument(tracer_provider=provider, skip_dep_check=True)
             _instrumentors.append(instrumentor)
@@ -570,6 +596,39 @@ def message_headers(carrier: Mapping[str, Any] | None) -> dict[str, str] | None:
     if not carrier:
         return None
     return {str(k): str(v) for k, v in carrier.items() if k in ("traceparent", "tracestate")}
+
+
+@contextlib.contextmanager
+def command_span(name: str) -> Iterator[None]:
+    """Run the block (a CLI command: app.cli) under a new root span `name` when tracing is on here; its
+    SQL, Redis and Celery publish spans are its descendants, and a task it sends continues its trace."""
+    if not ENABLED:
+        yield
+        return
+    from opentelemetry import context, trace
+
+    tracer = trace.get_tracer(__name__, tracer_provider=_provider)
+    span = tracer.start_span(name, context=context.Context(), kind=trace.SpanKind.INTERNAL,
+                             attributes={"process.pid": os.getpid()})
+    token = context.attach(trace.set_span_in_context(span, context.Context()))
+    code = 0
+    try:
+        yield
+    except SystemExit as exc:  # click's exit codes: 0 is success
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        raise
+    except BaseException as exc:
+        code = getattr(exc, "exit_code", 1)  # click's Exit (its code), ClickException (1), UsageError (2)
+        if code and span.is_recording():
+            span.record_exception(exc)
+        raise
+    finally:
+        context.detach(token)
+        if span.is_recording():
+            span.set_attribute("process.exit.code", code)
+            if code:
+                span.set_status(trace.Status(trace.StatusCode.ERROR, f"exit code {code}"))
+        span.end()
 
 
 def current_ids() -> tuple[str, str] | None:

@@ -127,7 +127,7 @@ def test_a_bulk_jobs_trace_runs_from_the_request_into_the_task(make_app, databas
 
 def test_an_outbox_task_sent_later_by_a_worker_keeps_the_requests_trace(make_app, database_url, auth, traced):
     """Redis down when the request commits: the task waits in the outbox with the request's trace
-    context; the worker's dispatcher (its main process, which does not trace) sends it once Redis is
+    context; the worker's dispatcher (its main process, which traces its publishes only) sends it once Redis is
     back, and the task's spans still descend from the request's span."""
     from sqlalchemy import select
 
@@ -173,10 +173,15 @@ def test_an_outbox_task_sent_later_by_a_worker_keeps_the_requests_trace(make_app
 
     by_id = {s.span_id: s for s in spans}
     chain = _ancestry(run, by_id)
-    # the dispatcher does not trace: the message carries the outbox row's context as it was stored
-    assert [(s.name, s.kind) for s in chain] == [(f"run/{TASK}", "CONSUMER"), (f"outbox {TASK}", "PRODUCER"),
-                                                 (request.name, "SERVER")]
-    assert chain[1].span_id == outbox_span_id and chain[-1] == request
+    # the dispatcher (the worker's main process, which traces its publishes only) sends it under the outbox
+    # row's context: its publish span sits between the outbox span and the task's run
+    assert [(s.name, s.kind) for s in chain] == [(f"run/{TASK}", "CONSUMER"), (f"apply_async/{TASK}", "PRODUCER"),
+                                                 (f"outbox {TASK}", "PRODUCER"), (request.name, "SERVER")]
+    assert chain[1].service == "platform-gateway-worker" and chain[2].span_id == outbox_span_id
+    assert chain[-1] == request
+    # the main process makes no SQL spans (its maintenance loop's statements are not traced)
+    assert not [s for s in spans if s.kind == "CLIENT" and s.parent_id is None and s.service != "api"
+                and "task_outbox" in str(s.attributes.get("db.statement", ""))]
     assert _sql_under(run, spans)
 
 
@@ -321,3 +326,75 @@ def test_the_root_decision_taken_before_the_sdk_matches_the_samplers():
             dropped += 1
     assert kept and dropped
     assert tracer.start_span("next").get_span_context().trace_id != drawn  # the drawn id is used once
+
+
+def test_the_outbox_dispatcher_publishes_under_the_rows_context(make_app, redis_url, auth, traced):
+    """A task that waited in the outbox (the broker was down when the request committed) is sent later by
+    the dispatcher (`run_maintenance`, a worker's main process): its Celery publish span is a child of the
+    row's outbox span, and the message's headers carry the publish span's context, which the task's run
+    span continues: request → outbox → publish → task, one trace."""
+    import json
+
+    import redis as redis_client
+
+    from app.tasks import dispatch_outbox
+
+    prefix = f"test-trace-dispatch-{uuid.uuid4().hex[:8]}:"
+    down = make_app(REDIS_URL="redis://127.0.0.1:9/0", CELERY_KEY_PREFIX=prefix)  # nothing listens there
+    client, headers = down.test_client(), auth()
+    create_definition(client, headers, "notes", SCHEMA)
+    job_id = _bulk_async(client, headers, 0)
+    request = _request_span(traced, "POST", "/records/bulk/create")
+    outbox = [s for s in _memory_spans(traced) if s.name == f"outbox {TASK}" and s.parent_id == request.span_id]
+    assert len(outbox) == 1
+    traced.clear()
+
+    up = make_app(REDIS_URL=redis_url, CELERY_KEY_PREFIX=prefix)
+    broker = redis_client.Redis.from_url(redis_url)
+    try:
+        with up.app_context():
+            assert dispatch_outbox(min_age_seconds=0) >= 1
+        published = [s for s in _memory_spans(traced) if s.name == f"apply_async/{TASK}"]
+        assert len(published) == 1
+        publish = published[0]
+        assert (publish.kind, publish.trace_id, publish.parent_id) == ("PRODUCER", request.trace_id,
+                                                                       outbox[0].span_id)
+        assert publish.attributes["celery.task_name"] == TASK
+        messages = [json.loads(raw) for key in broker.keys(f"{prefix}*") if broker.type(key) == b"list"
+                    for raw in broker.lrange(key, 0, -1)]
+        sent = [m for m in messages if m["headers"].get("id", "").startswith(job_id) or
+                m["headers"].get("task") == TASK]
+        assert sent, messages
+        _version, trace_id, parent_id, flags = sent[0]["headers"]["traceparent"].split("-")
+        assert (trace_id, parent_id) == (request.trace_id, publish.span_id) and int(flags, 16) & 1
+    finally:
+        for key in broker.keys(f"{prefix}*"):
+            broker.delete(key)
+        broker.close()
+
+
+def test_a_cli_command_that_changes_state_is_a_trace_of_its_own(make_app, traced):
+    """`flask entities sync-indexes` (a maintenance command) runs under a root span named by its command
+    path, its SQL under it; a read-only command (`flask products list`) makes no span of its own."""
+    app = make_app()
+    runner = app.test_cli_runner()
+    result = runner.invoke(args=["entities", "sync-indexes", "--org", f"no-such-org-{uuid.uuid4().hex[:6]}"])
+    assert result.exit_code == 0, result.output
+    spans = _memory_spans(traced)
+    roots = [s for s in spans if s.parent_id is None]
+    assert [(s.name, s.kind) for s in roots] == [("flask entities sync-indexes", "INTERNAL")]
+    command = roots[0]
+    assert command.attributes["process.exit.code"] == 0
+    sql = _sql_under(command, spans)
+    assert sql and {s.trace_id for s in sql} == {command.trace_id}
+
+    traced.clear()
+    result = runner.invoke(args=["products", "create", "!!!"])
+    assert result.exit_code != 0
+    failed = [s for s in traced.get_finished_spans() if s.parent is None]
+    assert [s.name for s in failed] == ["flask products create"]
+    assert failed[0].status.status_code.name == "ERROR" and failed[0].attributes["process.exit.code"] == 2
+
+    traced.clear()
+    assert runner.invoke(args=["products", "list"]).exit_code == 0
+    assert not [s for s in traced.get_finished_spans() if s.name.startswith("flask ")]
