@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import logging
 import os
 import threading
@@ -158,8 +159,13 @@ def _exporter(name: str):
         from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
         return ConsoleSpanExporter()
+    import sys
+
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
+    module = sys.modules[OTLPSpanExporter.__module__]
+    if callable(getattr(module, "encode_spans", None)) and getattr(module.encode_spans, "__module__", "") != __name__:
+        module.encode_spans = _lean_encoder()  # what its `export` calls: the same request for less work
     exporter = OTLPSpanExporter()  # endpoint, headers, timeout, compression, certificates: OTEL_EXPORTER_OTLP_*
     if not _otlp_exporters and hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=_forget_export_connections)
@@ -169,6 +175,146 @@ def _exporter(name: str):
 
 _otlp_exporters: list = []  # the OTLP exporters this process made (a forked child inherits them)
 
+
+def _lean_encoder():
+    """`encode_spans` of the OTLP exporter: the same protobuf request, byte for byte, for about half the
+    work (installed in the exporter's module by `_exporter`). Encoding the spans of a kept request cost
+    more than making them. Here:
+
+    - spans are grouped by resource and by instrumentation scope as the SDK's encoder groups them (by
+      equality), with one hash per distinct resource or scope object of the batch instead of one per
+      span (a Resource hashes by serialising its attributes to JSON), each encoded once per batch;
+    - the fields of a span the SDK made (`ReadableSpan`, what a span processor receives) are read
+      directly, not through properties that copy its attributes, events and links;
+    - a field left at its default (no parent, empty trace state, no events, no links, nothing dropped)
+      is not passed at all (proto3 does not serialise defaults: the same bytes);
+    - an attribute whose value is a str, bool, int or float is encoded without the type walk, and the
+      encoded pairs are kept (up to 4 096, forgotten all at once when full) for the next spans: most
+      attributes repeat from span to span (method, route, scheme, host, database system, name, user,
+      server address and port, statement); so does an unset status.
+
+    Anything else (sequences, mappings, bytes, None; a span of another class) goes through the SDK's
+    own functions. A test compares its serialised output with the SDK encoder's."""
+    from opentelemetry.attributes import BoundedAttributes
+    from opentelemetry.exporter.otlp.proto.common._internal import (
+        _encode_instrumentation_scope,
+        _encode_key_value,
+    )
+    from opentelemetry.exporter.otlp.proto.common._internal import trace_encoder as sdk
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+    from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, SpanFlags
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.sdk.util import BoundedList
+
+    kinds = sdk._SPAN_KIND_MAP
+    encode_events, encode_links, encode_status = sdk._encode_events, sdk._encode_links, sdk._encode_status
+    encode_trace_state = sdk._encode_trace_state
+    local_flags = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
+    remote_flags = local_flags | SpanFlags.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
+    encoded: dict = {}
+    statuses: dict = {}
+    limit = 4096
+    plain = {str: "string_value", bool: "bool_value", int: "int_value", float: "double_value"}
+
+    def attributes_of(attributes) -> list:
+        if not attributes:
+            return []
+        out = []
+        items = attributes._dict.items() if type(attributes) is BoundedAttributes else attributes.items()
+        for key, value in items:
+            kind = plain.get(type(value))
+            if kind is None or type(key) is not str:
+                try:
+                    out.append(_encode_key_value(key, value))
+                except Exception:  # as the SDK's encoder: the attribute is left out, the span is sent
+                    log.exception("tracing: could not encode attribute %s", key)
+                continue
+            entry = (key, kind, value)
+            found = encoded.get(entry)
+            if found is None:
+                if len(encoded) >= limit:
+                    encoded.clear()
+                try:
+                    found = encoded[entry] = KeyValue(key=key, value=AnyValue(**{kind: value}))
+                except Exception:  # an int beyond 64 bits: left out, as the SDK's encoder does
+                    log.exception("tracing: could not encode attribute %s", key)
+                    continue
+            out.append(found)
+        return out
+
+    def status_of(status):
+        if status is None:
+            return None
+        if status.description is not None:
+            return encode_status(status)
+        found = statuses.get(status.status_code)
+        if found is None:
+            found = statuses[status.status_code] = encode_status(status)
+        return found
+
+    def one_span(span) -> PbSpan:
+        if type(span) is ReadableSpan:
+            context, parent, attributes = span._context, span._parent, span._attributes
+            events, links = span._events, span._links
+            fields = {"name": span._name, "kind": kinds[span._kind], "start_time_unix_nano": span._start_time,
+                      "end_time_unix_nano": span._end_time, "status": status_of(span._status)}
+            dropped = (attributes.dropped if type(attributes) is BoundedAttributes else 0,
+                       events.dropped if type(events) is BoundedList else 0,
+                       links.dropped if type(links) is BoundedList else 0)
+        else:
+            context, parent, attributes = span.get_span_context(), span.parent, span.attributes
+            events, links = span.events, span.links
+            fields = {"name": span.name, "kind": kinds[span.kind], "start_time_unix_nano": span.start_time,
+                      "end_time_unix_nano": span.end_time, "status": encode_status(span.status)}
+            dropped = (span.dropped_attributes, span.dropped_events, span.dropped_links)
+        fields["trace_id"] = context.trace_id.to_bytes(16, "big")
+        fields["span_id"] = context.span_id.to_bytes(8, "big")
+        if context.trace_state:
+            fields["trace_state"] = encode_trace_state(context.trace_state)
+        if parent:
+            fields["parent_span_id"] = parent.span_id.to_bytes(8, "big")
+            fields["flags"] = remote_flags if parent.is_remote else local_flags
+        else:
+            fields["flags"] = local_flags
+        if attributes:
+            fields["attributes"] = attributes_of(attributes)
+        if events:
+            fields["events"] = encode_events(tuple(events))
+        if links:
+            fields["links"] = encode_links(tuple(links))
+        if dropped[0]:
+            fields["dropped_attributes_count"] = dropped[0]
+        if dropped[1]:
+            fields["dropped_events_count"] = dropped[1]
+        if dropped[2]:
+            fields["dropped_links_count"] = dropped[2]
+        return PbSpan(**fields)
+
+    def encode_spans(sdk_spans):
+        groups: dict = {}  # Resource -> {scope -> [span]}, equal keys merged as the SDK's encoder does
+        seen: dict = {}  # (id(resource), id(scope)) -> the list its spans go to: one hash per distinct object
+        for span in sdk_spans:
+            if type(span) is ReadableSpan:
+                resource, scope = span._resource, span._instrumentation_scope
+            else:
+                resource, scope = span.resource, span.instrumentation_scope
+            scope = scope or None
+            found = seen.get((id(resource), id(scope)))
+            if found is None:
+                found = seen[(id(resource), id(scope))] = groups.setdefault(resource, {}).setdefault(scope, [])
+            found.append(one_span(span))
+        return ExportTraceServiceRequest(resource_spans=[
+            ResourceSpans(resource=Resource(attributes=attributes_of(resource.attributes)),
+                          scope_spans=[ScopeSpans(scope=_encode_instrumentation_scope(scope), spans=spans,
+                                                  schema_url=scope.schema_url if scope else None)
+                                       for scope, spans in scopes.items()],
+                          schema_url=resource.schema_url)
+            for resource, scopes in groups.items()])
+
+    return encode_spans
 
 def _forget_export_connections() -> None:
     """In a process forked from one that exports (a pool process the prefork worker's main process starts
@@ -197,6 +343,84 @@ def _instrument(provider, publisher_only: bool = False) -> None:
         if not instrumentor.is_instrumented_by_opentelemetry:
             instrumentor.instrument(tracer_provider=provider, skip_dep_check=True)
             _instrumentors.append(instrumentor)
+
+
+def _context_var():
+    """The ContextVar that holds OpenTelemetry's current context when the runtime context is the SDK's
+    default (contextvars): reading it, setting it and resetting it directly is what `get_current`,
+    `attach` and `detach` do, without their two Python calls each. None for any other runtime context
+    (then the API's functions are used)."""
+    from opentelemetry import context
+    from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
+
+    runtime = getattr(context, "_RUNTIME_CONTEXT", None)
+    if type(runtime) is ContextVarsRuntimeContext:
+        return runtime._current_context
+    return None
+
+
+class _SpanStarter:
+    """The SDK's `Tracer.start_span`, for the two cases where the sampler's answer is known before it is
+    asked, without asking it: a child of a sampled span under a parent-based sampler that keeps such
+    children (`always_on` for sampled parents, the default of every `parentbased_*`), and a root span
+    whose trace id `_RootSampling` already found kept. The span is the SDK's own (`_Span`), made with
+    the same arguments `start_span` gives it (trace flags, trace state, parent, resource, scope, limits,
+    span processor, the tracer's span metrics) and started the same way; what is skipped is the
+    lookup of the parent in the context, the sampler's calls and its result objects.
+
+    `make(tracer)` returns None when the tracer or its sampler is not what this reproduces; a sampler
+    swapped later (tests) sends every span back through `start_span`."""
+
+    @classmethod
+    def make(cls, tracer):
+        from opentelemetry.sdk.trace import Tracer, _Span
+        from opentelemetry.sdk.trace.sampling import ALWAYS_ON, Decision, ParentBased
+
+        sampler = getattr(tracer, "sampler", None)
+        needed = ("id_generator", "resource", "span_processor", "instrumentation_info", "_span_limits",
+                  "_instrumentation_scope", "_tracer_metrics", "_tracer_config")
+        if (type(tracer) is not Tracer or not isinstance(sampler, ParentBased)
+                or sampler._local_parent_sampled is not ALWAYS_ON or sampler._remote_parent_sampled is not ALWAYS_ON
+                or not all(hasattr(tracer, name) for name in needed)):
+            return None
+        return cls(tracer, sampler, _Span, Decision.RECORD_AND_SAMPLE)
+
+    def __init__(self, tracer, sampler, span_class, decision) -> None:
+        from opentelemetry.trace import SpanContext, TraceFlags
+
+        self._tracer, self._sampler, self._span_class, self._decision = tracer, sampler, span_class, decision
+        self._context = SpanContext
+        self._sampled = TraceFlags(TraceFlags.SAMPLED)
+        self._sampled_random = TraceFlags(TraceFlags.SAMPLED | TraceFlags.RANDOM_TRACE_ID)
+
+    def _start(self, name, kind, context, trace_id, parent, flags, trace_state):
+        tracer = self._tracer
+        span = self._span_class(
+            name=name,
+            context=self._context(trace_id, tracer.id_generator.generate_span_id(), False, flags, trace_state),
+            parent=parent, sampler=self._sampler, resource=tracer.resource, attributes=None,
+            span_processor=tracer.span_processor, kind=kind, links=(),
+            instrumentation_info=tracer.instrumentation_info, record_exception=True, set_status_on_exception=True,
+            limits=tracer._span_limits, instrumentation_scope=tracer._instrumentation_scope,
+            record_end_metrics=tracer._tracer_metrics.start_span(parent, self._decision))
+        span.start(start_time=None, parent_context=context)
+        return span
+
+    def child(self, name, kind, context, parent):
+        """A span under `parent` (the valid, sampled span context of the current span in `context`)."""
+        tracer = self._tracer
+        if tracer.sampler is not self._sampler or not tracer._tracer_config.is_enabled:
+            return tracer.start_span(name, context=context, kind=kind)
+        flags = self._sampled_random if parent.trace_flags.random_trace_id else self._sampled
+        return self._start(name, kind, context, parent.trace_id, parent, flags, parent.trace_state)
+
+    def root(self, name, kind, trace_id, random_id: bool):
+        """A root span of the kept trace `trace_id` (drawn by the tracer's id generator)."""
+        tracer = self._tracer
+        if tracer.sampler is not self._sampler or not tracer._tracer_config.is_enabled:
+            return None
+        return self._start(name, kind, None, trace_id, None, self._sampled_random if random_id else self._sampled,
+                           None)
 
 
 _LeanCursorTracer = None
@@ -237,10 +461,14 @@ def _lean_cursor_tracer(base):
 
     suppress, suppress_plain = context._SUPPRESS_INSTRUMENTATION_KEY, _SUPPRESS_INSTRUMENTATION_KEY_PLAIN
     get_current, attach, detach, Context = context.get_current, context.attach, context.detach, context.Context
+    var = _context_var()
+    if var is not None:  # the same, without two Python calls each
+        get_current, attach, detach = var.get, var.set, var.reset
     client, sdk_span = SpanKind.CLIENT, trace.Span
 
     class LeanCursorTracer(base):
         _plain = None  # the per-connection settings, decided at the first statement (see _decide)
+        _starter = None  # its _SpanStarter, when the tracer allows one
 
         def _decide(self):
             integration = self._db_api_integration
@@ -259,6 +487,7 @@ def _lean_cursor_tracer(base):
             plain = (str, int, float, bool)  # what `_plain_attributes` may store as it is
             lean = lean and all(isinstance(key, str) and key and type(value) in plain
                                 for key, value in {**constant, **connection}.items())
+            self._starter = _SpanStarter.make(tracer) if lean else None
             self._plain = (lean, tracer, constant, tuple(probe), connection)
             return self._plain
 
@@ -270,9 +499,12 @@ def _lean_cursor_tracer(base):
             if not lean:
                 return super().traced_execution(cursor, query_method, *args, **kwargs)
             parent = current.get(_SPAN_KEY)
+            found = None
             if parent is not None:
                 found = parent.get_span_context()
-                if found.is_valid and not found.trace_flags.sampled:  # the sampler drops it: no span
+                if not found.is_valid:
+                    found = None
+                elif not found.trace_flags.sampled:  # the sampler drops it: no span
                     return query_method(*args, **kwargs)
             name = self.get_operation_name(cursor, args) or (
                 self._db_api_integration.database or self._db_api_integration.name)
@@ -281,7 +513,11 @@ def _lean_cursor_tracer(base):
             for key in statement_keys:
                 attributes[key] = statement
             attributes.update(connection)
-            span = tracer.start_span(name, context=current, kind=client)
+            starter = self._starter
+            if found is not None and starter is not None:  # a sampled parent: kept, without the sampler
+                span = starter.child(name, client, current, found)
+            else:
+                span = tracer.start_span(name, context=current, kind=client)
             if span.is_recording():
                 _plain_attributes(span, attributes)
             values = dict(current)
@@ -344,14 +580,29 @@ class ServerSpans:
         self._error = Status(StatusCode.ERROR)
         self._status = Status
         self._get_current, self._context = context.get_current, context.Context
+        var = _context_var()
+        if var is not None:  # the same, without two Python calls each
+            self._get_current, self._attach, self._detach = var.get, var.set, var.reset
         self._span_key = trace.propagation._SPAN_KEY
+        try:  # Flask's own context variable of the request context (what `request` looks up)
+            from flask.globals import _cv_request
+
+            self._request_context = functools.partial(_cv_request.get, None)
+        except ImportError:
+            self._request_context = lambda: None
         self._root = _RootSampling(self.tracer)
+        self._starter = _SpanStarter.make(self.tracer) if self._root.fast else None
         app.before_request(self.start)
-        app.after_request(self.respond)
+        # the response's status is read for a recording span only: `respond` is registered per request
+        # (after_this_request) by `start`, so a request the sampler leaves out runs two hooks, not three
+        from flask import after_this_request
+
+        self._after_this_request = after_this_request
         app.teardown_request(self.end)
 
     def start(self) -> None:
-        req = request._get_current_object()  # one proxy lookup: this runs on every request
+        found = self._request_context()  # the request, read from Flask's context variable: every request
+        req = found.request if found is not None else request._get_current_object()
         if self.excluded is not None and self.excluded.url_disabled(req.url):
             return
         environ = req.environ
@@ -360,6 +611,7 @@ class ServerSpans:
             if name in environ:
                 parent = self._extract(req.headers)
                 break
+        kept = None  # the trace id of a root span the sampler keeps (drawn by `_RootSampling`)
         if parent is None and self._root.fast:
             current = self._get_current()
             if current.get(self._span_key) is None:  # a root span: the sampler's decision is taken here
@@ -370,11 +622,18 @@ class ServerSpans:
                     values[self._suppress] = True
                     _REQUEST_SPAN.set((span, self._attach(self._context(values)), False))
                     return
-                # kept: the SDK makes the span below, with the trace id drawn for the decision
+                # kept: the span is made below, with the trace id drawn for the decision
+                kept = self._starter is not None
         rule = req.url_rule
         route = rule.rule if rule is not None else None
         method = req.method
-        span = self.tracer.start_span(f"{method} {route}" if route else method, context=parent, kind=self._server)
+        name = f"{method} {route}" if route else method
+        span = None
+        if kept:
+            root = self._root
+            span = self._starter.root(name, self._server, root._drawn.generate_trace_id(), root.random_ids)
+        if span is None:
+            span = self.tracer.start_span(name, context=parent, kind=self._server)
         current = self._in_context(span, parent)
         recording = span.is_recording()
         if recording:
@@ -384,6 +643,7 @@ class ServerSpans:
             if route:
                 attributes["http.route"] = route
             _plain_attributes(span, attributes)
+            self._after_this_request(self.respond)
         else:
             current = self._set_value(self._suppress, True, current)
         _REQUEST_SPAN.set((span, self._attach(current), recording))
@@ -408,7 +668,10 @@ class ServerSpans:
                 span.record_exception(exc)
                 span.set_status(self._status(self._error.status_code, type(exc).__name__))
             span.end()
-        self._detach(token)
+        try:
+            self._detach(token)
+        except ValueError:  # a token of another context (as OpenTelemetry's `detach`: logged, not raised)
+            log.exception("tracing: could not restore the context of the request")
 
 
 # (span, context token, recording) of the request this thread serves, from `ServerSpans.start` to its `end`
@@ -452,19 +715,42 @@ class _RootSampling:
         self._ids = ids
         self._drawn = _DrawnTraceIds(ids)
         tracer.id_generator = self._drawn  # this tracer's only: the server spans'
-        flags = TraceFlags.DEFAULT | (TraceFlags.RANDOM_TRACE_ID if ids.is_trace_id_random() else 0)
+        self.random_ids = ids.is_trace_id_random()
+        flags = TraceFlags.DEFAULT | (TraceFlags.RANDOM_TRACE_ID if self.random_ids else 0)
         self._flags = TraceFlags(flags)
         self._span, self._span_context = NonRecordingSpan, SpanContext
+        # the SDK's default id generator draws `random.getrandbits` (128 bits, 64 bits; never 0): drawn
+        # here directly, and the span context built as SpanContext.__new__ builds it (a tuple of six)
+        from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+        from opentelemetry.trace.span import DEFAULT_TRACE_STATE
+
+        self._bits = None
+        probe = SpanContext(1, 1, False, self._flags)
+        if (type(ids) is RandomIdGenerator and len(probe) == 6
+                and vars(NonRecordingSpan(probe)) == {"_context": probe}):
+            self._new = object.__new__
+            import random
+
+            self._bits, self._state = random.getrandbits, DEFAULT_TRACE_STATE
         self.fast = True
 
     def dropped(self):
         """A non-recording root span when the sampler leaves the new trace out; None when it keeps it
         (the trace id is then the next one the SDK draws in this thread)."""
-        trace_id = self._ids.generate_trace_id()
+        bits = self._bits
+        if bits is None:
+            trace_id = self._ids.generate_trace_id()
+        else:
+            trace_id = bits(128) or self._ids.generate_trace_id()
         if trace_id & self._mask < self._bound:
             self._drawn.local.trace_id = trace_id
             return None
-        return self._span(self._span_context(trace_id, self._ids.generate_span_id(), False, self._flags))
+        if bits is None:
+            return self._span(self._span_context(trace_id, self._ids.generate_span_id(), False, self._flags))
+        span_id = bits(64) or self._ids.generate_span_id()  # both ids valid: is_valid is True
+        span = self._new(self._span)  # NonRecordingSpan.__init__ sets its context, nothing else
+        span._context = tuple.__new__(self._span_context, (trace_id, span_id, False, self._flags, self._state, True))
+        return span
 
 
 class _DrawnTraceIds:

@@ -398,3 +398,97 @@ def test_a_cli_command_that_changes_state_is_a_trace_of_its_own(make_app, traced
     traced.clear()
     assert runner.invoke(args=["products", "list"]).exit_code == 0
     assert not [s for s in traced.get_finished_spans() if s.name.startswith("flask ")]
+
+
+def test_the_lean_otlp_encoder_sends_what_the_sdks_encoder_sends():
+    """`_lean_encoder` (installed in the OTLP exporter) serialises a batch exactly as the SDK's encoder:
+    spans of two resources (one of them as two equal objects) and two scopes, every attribute type
+    (and one the protobuf cannot hold), events, links, a remote parent, error status, trace state; and
+    again with its cache of encoded attributes warm."""
+    from opentelemetry.exporter.otlp.proto.common._internal.trace_encoder import encode_spans
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import (
+        Link,
+        NonRecordingSpan,
+        SpanContext,
+        SpanKind,
+        Status,
+        StatusCode,
+        TraceFlags,
+        set_span_in_context,
+    )
+    from opentelemetry.trace.span import TraceState
+
+    from app.observability.tracing import _lean_encoder
+
+    memory = InMemorySpanExporter()
+    for resource in (Resource.create({"service.name": "a", "n": 1}), Resource.create({"service.name": "a", "n": 1}),
+                     Resource.create({"service.name": "b"})):
+        provider = TracerProvider(resource=resource)
+        provider.add_span_processor(SimpleSpanProcessor(memory))
+        for scope in ("one", "two"):
+            tracer = provider.get_tracer(scope, "1.0")
+            remote = SpanContext(0x1234, 0x5678, True, TraceFlags(1), TraceState([("k", "v")]))
+            with tracer.start_as_current_span("root", context=set_span_in_context(NonRecordingSpan(remote)),
+                                              kind=SpanKind.SERVER,
+                                              attributes={"s": "x", "b": True, "i": 7, "f": 1.5, "big": 2 ** 70,
+                                                          "seq": ("a", "b"), "ints": [1, 2], "by": b"\x00"},
+                                              links=[Link(remote, {"l": 1})]) as span:
+                span.add_event("e", {"x": "y"})
+                span.set_status(Status(StatusCode.ERROR, "bad"))
+                with tracer.start_as_current_span("child", kind=SpanKind.CLIENT, attributes={"s": "x"}):
+                    pass
+    spans = memory.get_finished_spans()
+    assert len(spans) == 12
+    lean = _lean_encoder()
+    expected = encode_spans(spans).SerializeToString()
+    assert lean(spans).SerializeToString() == expected
+    assert lean(spans).SerializeToString() == expected  # the cache warm
+    assert lean([]).SerializeToString() == encode_spans([]).SerializeToString()
+
+
+def test_the_span_starter_makes_the_span_the_sdk_makes():
+    """`_SpanStarter` (spans whose sampling decision is known: a child of a sampled span, a kept root)
+    makes the SDK's span with what `Tracer.start_span` gives it; it is not used when the sampler is
+    not one it reproduces."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, TraceIdRatioBased
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
+    from opentelemetry.trace.span import TraceState
+
+    from app.observability.tracing import _SpanStarter
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(1.0)))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("scope", "2.0")
+    starter = _SpanStarter.make(tracer)
+    assert starter is not None
+
+    def fields(span):
+        return (span.name, span.kind, span.parent, span.context.trace_id, span.context.trace_flags,
+                span.context.trace_state, span.context.is_remote, span.resource, span.instrumentation_scope,
+                dict(span.attributes), span.status.status_code, span.is_recording())
+
+    for parent in (SpanContext(0xABC, 0xDEF, True, TraceFlags(1), TraceState([("k", "v")])),
+                   SpanContext(0xABC, 0xDEF, False, TraceFlags(3))):
+        context = trace.set_span_in_context(NonRecordingSpan(parent))
+        made = starter.child("q", SpanKind.CLIENT, context, parent)
+        sdk = tracer.start_span("q", context=context, kind=SpanKind.CLIENT)
+        assert fields(made) == fields(sdk) and made.context.span_id != sdk.context.span_id
+        made.end()
+        sdk.end()
+    assert len(memory.get_finished_spans()) == 4
+    root = starter.root("GET /x", SpanKind.SERVER, 0x1234, True)
+    sdk = tracer.start_span("GET /x", kind=SpanKind.SERVER)
+    assert fields(root)[:3] == fields(sdk)[:3] and fields(root)[4:] == fields(sdk)[4:]
+    assert root.context.trace_id == 0x1234
+    assert _SpanStarter.make(TracerProvider(sampler=ALWAYS_ON).get_tracer("x")) is None
+    tracer.sampler = ParentBased(TraceIdRatioBased(0.5))  # swapped: back to the SDK's start_span
+    assert starter.root("r", SpanKind.SERVER, 1, True) is None
