@@ -435,6 +435,42 @@ def _lean_sql_spans() -> None:
     if _LeanCursorTracer is None:
         _LeanCursorTracer = _lean_cursor_tracer(instrumented.CursorTracer)
     instrumented.CursorTracer = _LeanCursorTracer
+    factory = getattr(instrumented, "_new_cursor_factory", None)
+    if callable(factory) and not getattr(factory, "_lean", False):
+        instrumented._new_cursor_factory = _suppressed_statements_untouched(factory)
+
+
+def _suppressed_statements_untouched(factory):
+    """The instrumentation's cursor class factory (one class per connection), whose `execute` runs a
+    statement with instrumentation suppressed (a request the sampler left out) straight on the base
+    cursor's `execute`: what the traced path does for it (`_lean_cursor_tracer`), without the layer of
+    the tracer's call, the `super()` object and its bound method."""
+    from opentelemetry import context
+    from opentelemetry.instrumentation.utils import _SUPPRESS_INSTRUMENTATION_KEY_PLAIN
+
+    var = _context_var()
+    suppress, suppress_plain = context._SUPPRESS_INSTRUMENTATION_KEY, _SUPPRESS_INSTRUMENTATION_KEY_PLAIN
+
+    @functools.wraps(factory)
+    def lean_factory(*args, **kwargs):
+        cls = factory(*args, **kwargs)
+        traced = cls.__dict__.get("execute")
+        if var is None or traced is None or len(cls.__mro__) < 2:
+            return cls
+        base_execute = cls.__mro__[1].execute
+        get_current = var.get
+
+        def execute(self, *args, **kwargs):
+            current = get_current()
+            if current.get(suppress) or current.get(suppress_plain):
+                return base_execute(self, *args, **kwargs)
+            return traced(self, *args, **kwargs)
+
+        cls.execute = execute
+        return cls
+
+    lean_factory._lean = True
+    return lean_factory
 
 
 def _lean_cursor_tracer(base):
