@@ -165,7 +165,9 @@ def _exporter(name: str):
 
     module = sys.modules[OTLPSpanExporter.__module__]
     if callable(getattr(module, "encode_spans", None)) and getattr(module.encode_spans, "__module__", "") != __name__:
-        module.encode_spans = _lean_encoder()  # what its `export` calls: the same request for less work
+        lean = _checked_lean_encoder(module.encode_spans)
+        if lean is not None:
+            module.encode_spans = lean  # what its `export` calls: the same request for less work
     exporter = OTLPSpanExporter()  # endpoint, headers, timeout, compression, certificates: OTEL_EXPORTER_OTLP_*
     if not _otlp_exporters and hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=_forget_export_connections)
@@ -174,6 +176,34 @@ def _exporter(name: str):
 
 
 _otlp_exporters: list = []  # the OTLP exporters this process made (a forked child inherits them)
+
+
+def _checked_lean_encoder(sdk_encode):
+    """`_lean_encoder()` when it encodes a probe span (parent, attributes, event, link, error status) to
+    the same bytes as the SDK's `sdk_encode`; None (the SDK's encoder stays) when it does not or fails,
+    e.g. after an SDK upgrade that moved what it reads."""
+    try:
+        from opentelemetry.attributes import BoundedAttributes
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import Event, ReadableSpan
+        from opentelemetry.sdk.util import BoundedList
+        from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+        lean = _lean_encoder()
+        parent = SpanContext(1, 3, True, TraceFlags(1))
+        probe = [ReadableSpan(
+            name="probe", context=SpanContext(1, 2, False, TraceFlags(1)), parent=parent,
+            resource=Resource.create({"service.name": "probe"}), kind=SpanKind.SERVER,
+            attributes=BoundedAttributes(8, {"s": "v", "n": 1, "f": 0.5, "b": True, "t": ("x",)}, immutable=False),
+            events=BoundedList.from_seq(8, [Event("e", {"k": "v"}, timestamp=5)]),
+            links=BoundedList.from_seq(8, [Link(parent, {"l": 1})]),
+            status=Status(StatusCode.ERROR, "bad"), start_time=1, end_time=9)]
+        if lean(probe).SerializeToString() == sdk_encode(probe).SerializeToString():
+            return lean
+        log.warning("tracing: the OTLP encoder of this SDK differs from the lean one; the SDK's is used")
+    except Exception:
+        log.warning("tracing: the lean OTLP encoder does not fit this SDK; the SDK's is used", exc_info=True)
+    return None
 
 
 def _lean_encoder():

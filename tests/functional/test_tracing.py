@@ -448,6 +448,13 @@ def test_the_lean_otlp_encoder_sends_what_the_sdks_encoder_sends():
     assert lean(spans).SerializeToString() == expected
     assert lean(spans).SerializeToString() == expected  # the cache warm
     assert lean([]).SerializeToString() == encode_spans([]).SerializeToString()
+    # installed only when it agrees with the SDK's encoder on a probe span
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from app.observability.tracing import _checked_lean_encoder
+
+    assert _checked_lean_encoder(encode_spans) is not None
+    assert _checked_lean_encoder(lambda spans: ExportTraceServiceRequest()) is None
 
 
 def test_the_span_starter_makes_the_span_the_sdk_makes():
