@@ -9,7 +9,9 @@ they are also read from the settings file ENV_FILE (app.config), like every othe
 
 Each process sets tracing up once, after it was forked (a batch span processor's thread does not
 survive a fork): gunicorn's `post_fork` hook (docker/gunicorn.conf.py) in each API process, Celery's
-`worker_process_init` in each pool process (workers/__init__.py). `configure` installs the tracer
+`worker_process_init` in each pool process (workers/__init__.py); a prefork worker's main process traces
+its Celery publishes only (`publisher_only`: the outbox dispatcher's sends), and a `flask` command that
+changes state sets it up itself and runs under a root span (`command_span`, app.cli). `configure` installs the tracer
 provider and instruments Celery (publish and run spans, the W3C trace context in the message headers),
 psycopg (a span per SQL statement), Redis and requests (outgoing HTTP); create_app gives its Flask app
 a server span per request (`instrument_app`, `ServerSpans`) when tracing is on in the process that
@@ -943,7 +945,7 @@ def publish_failed(task, message_id: str, exc: BaseException) -> None:
 
 def message_headers(carrier: Mapping[str, Any] | None) -> dict[str, str] | None:
     """Headers of the Celery message of an outbox row: its trace context, so a task sent by a process
-    that does not trace (a worker's main process, which re-sends the outbox) still continues the trace.
+    that does not trace (tracing off there, on in the worker) still continues the trace.
     A tracing publisher replaces them with its publish span's context, a child of the same."""
     if not carrier:
         return None
