@@ -14,12 +14,15 @@ A job's step that commits on its own opens `db.product_session(product)`.
 from __future__ import annotations
 
 import contextlib
+import datetime
+import decimal
 import functools
 import json
 import logging
 import re
 import threading
 import time
+import uuid
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -80,6 +83,13 @@ SHAPED_MAX = 2048  # statement shapes kept per app (cleared when full, as the to
 SHAPED_MAX_CHARS = 4_000_000
 SCAN_JSON = True  # False: json_loads is json.loads (A/B: bench.ab_entities scan)
 DRIVER_ROWS = True  # False: execute_shaped's cached SQL runs through exec_driver_sql (A/B: bench.ab_entities driver)
+REPEATED_PLANS = True  # False: a driver read is planned at every execution (A/B: bench.cpu_entities --ab-plans)
+PLAN_AFTER = 2  # a (statement, values) pair runs with its values written in from its 2nd read on
+SEEN_READS_MAX = 4096  # (statement, values) pairs counted (cleared when full)
+# pairs run with their values written in (cleared when full), below psycopg's 100 prepared statements per
+# connection (prepared_max: beyond it each new one deallocates the oldest) …
+PLANNED_READS_MAX = 64
+PLANNED_READS_CHARS = 1_000_000  # … and the characters of their SQL
 RAW_READS = True  # False: shaped reads of a read-only request use its session (A/B: bench.cpu_entities --ab-raw)
 
 
@@ -569,6 +579,92 @@ def _checked_shape(compiled, keys: list, named: dict[str, Any]) -> _Shaped | Non
     return _Shaped(compiled.string, tuple(names), processors)
 
 
+# --- a plan per connection for reads repeated with the same values ---------------------------------
+#
+# Every pooled connection plans each statement for its values (plan_cache_mode = force_custom_plan: a
+# filter's selectivity depends on them, a generic plan can be far off), so a prepared statement is parsed
+# once but planned at every execution: 0.1-0.2 ms of the backend's CPU for a count or a record GET, 0.3-0.5
+# ms for a page statement. A hot read often repeats both its statement and its values, though (a polled
+# list or count, a record's GET). A driver read (`_execute_read`) that comes the PLAN_AFTER-th time with
+# the same SQL and the same values runs from then on as that SQL with the values written in as typed
+# literals (each `'text'::type` as the driver binds it: the type it declares for the parameter, or none
+# where it lets PostgreSQL infer it), prepared: a statement without parameters keeps the one plan it was
+# given, and that plan is the custom plan of those values (the planner folds bound values into constants
+# the same way), so it is planned once per connection and the answer is the one planned for its values.
+
+_SEEN: dict[tuple, int] = {}  # (sql, values) → times seen
+_READS: dict[tuple, str] = {}  # (sql, values) → the SQL with the values written in
+_READ_CHARS = [0]  # characters of SQL held in _READS
+_KEYED_TYPES = frozenset((str, int, float, bool, type(None), decimal.Decimal, datetime.date, datetime.datetime,
+                          uuid.UUID))  # values compared by value and written as literals by the driver
+# equal values the literal of one would not write for the other (1.0 and 1.00, one instant in two zones)
+_BY_TEXT = frozenset((float, decimal.Decimal, datetime.datetime))
+_PLACEHOLDER = re.compile(r"%%|%\((\w+)\)s")
+
+
+def _execute_read(conn, cur, sql: str, params: dict[str, Any]) -> None:
+    """`cur.execute(sql, params)` for a driver read; a repeated (statement, values) pair as its SQL with
+    the values written in, prepared (see above)."""
+    literal = _repeated(conn, sql, params) if REPEATED_PLANS else None
+    if literal is None:
+        cur.execute(sql, params)
+    else:
+        cur.execute(literal, prepare=True)
+
+
+def _repeated(conn, sql: str, params: dict[str, Any]) -> str | None:
+    values = []
+    for name, v in params.items():
+        t = type(v)
+        if t in _BY_TEXT:
+            v = repr(v)
+        elif t is list and all(type(x) in _KEYED_TYPES for x in v):  # a flat list of scalars (an array)
+            v = tuple((type(x), repr(x) if type(x) in _BY_TEXT else x) for x in v)
+        elif t not in _KEYED_TYPES:  # a JSON value…: not remembered
+            return None
+        values.append((name, t, v))
+    key = (sql, tuple(values))
+    literal = _READS.get(key)
+    if literal is not None:
+        return literal
+    seen = _SEEN.get(key, 0) + 1
+    if seen < PLAN_AFTER:
+        if len(_SEEN) >= SEEN_READS_MAX:
+            _SEEN.clear()
+        _SEEN[key] = seen
+        return None
+    _SEEN.pop(key, None)
+    try:
+        literal = _literal_sql(conn, sql, params)
+    except (ValueError, TypeError, LookupError, AttributeError, psycopg.DataError):  # a value or type the
+        log.warning("repeated read not planned once: %.80s", sql, exc_info=True)  # driver cannot write
+        return None
+    if len(_READS) >= PLANNED_READS_MAX or _READ_CHARS[0] + len(literal) > PLANNED_READS_CHARS:
+        _READS.clear()  # a new set of repeated reads: the connections' old statements age out of psycopg's LRU
+        _READ_CHARS[0] = 0
+    _READS[key] = literal
+    _READ_CHARS[0] += len(literal)
+    return literal
+
+
+def _literal_sql(conn, sql: str, params: dict[str, Any]) -> str:
+    """`sql` (pyformat) with each parameter written as the literal the driver's value is, cast to the type
+    the driver would declare for it when it declares one (psycopg's own conversion and dumpers)."""
+    from psycopg._queries import PostgresQuery
+
+    tx = psycopg.adapt.Transformer(conn)
+    query = PostgresQuery(tx)
+    query.convert(sql, params)
+    written = {}
+    for name, oid in zip(query._order or (), query.types, strict=True):
+        text = tx.as_literal(params[name]).decode()
+        info = conn.adapters.types.get(oid) if oid else None
+        if oid and info is None:
+            raise ValueError(f"no type name for parameter {name} (oid {oid})")
+        written[name] = f"({text})::{info.name}{'[]' if oid == info.array_oid else ''}" if oid else text
+    return _PLACEHOLDER.sub(lambda m: written[m.group(1)] if m.group(1) else "%", sql)
+
+
 def _cursor_listened(engine: Engine) -> bool:
     """Whether engine cursor events are listened to (the engine's `_has_events` is also set by its own
     isolation level's connect hook, and stays set after a listener is removed)."""
@@ -609,10 +705,10 @@ def _first_row(engine: Engine, conn, sql: str, params: dict[str, Any], invalidat
     try:
         if fetch_all:
             with conn.cursor(row_factory=_row_maker(sql)) as cur:
-                cur.execute(sql, params)
+                _execute_read(conn, cur, sql, params)
                 return DriverResult(cur.fetchall() if cur.description is not None else [])
         with conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(sql, params)
+            _execute_read(conn, cur, sql, params)
             return cur.fetchone()
     except dialect.loaded_dbapi.Error as exc:
         disconnect = dialect.is_disconnect(exc, conn, None)
@@ -719,7 +815,7 @@ def _driver_rows(connection, sql: str, params: dict[str, Any]) -> DriverResult:
         with dbapi_connection.cursor(row_factory=_row_maker(sql)) as cur:
             if events:
                 connection.dispatch.before_cursor_execute(connection, cur, sql, params, None, False)
-            cur.execute(sql, params)
+            _execute_read(dbapi_connection, cur, sql, params)
             if events:
                 connection.dispatch.after_cursor_execute(connection, cur, sql, params, None, False)
             return DriverResult(cur.fetchall() if cur.description is not None else [])

@@ -1,6 +1,6 @@
 """CPU per entity read, app and PostgreSQL, in one process (issue 25's query path):
 
-    .venv/bin/python -m bench.cpu_entities [N] [--save FILE] [--check FILE] [--ab | --ab-raw]
+    .venv/bin/python -m bench.cpu_entities [N] [--save FILE] [--check FILE] [--ab | --ab-raw | --ab-plans]
 
 On the entities benchmark's data set (bench.bench_entities builds it on first use), for the side-by-side
 bench's queries (a)-(e), the count of three equalities and a record GET through the Flask test client:
@@ -11,7 +11,8 @@ bytes; `--check FILE` compares this run's answers with a saved run's, byte for b
 not change when the engine does). `--ab`: every call also made with the driver-cursor rows and the
 JSON scan off (app.db.DRIVER_ROWS, app.db.SCAN_JSON: the engine before them), interleaved, both sides
 reported. `--ab-raw`: the same with a read-only request's shaped reads on its session's connection
-(app.db.RAW_READS off) as the before side.
+(app.db.RAW_READS off) as the before side. `--ab-plans`: the same with a repeated read planned at every
+execution (app.db.REPEATED_PLANS off) as the before side.
 """
 
 from __future__ import annotations
@@ -78,8 +79,9 @@ def main() -> None:
           f"page bytes (a) {len(answers['(a)'].get_data())}")
     from app import db
 
-    sides = (False, True) if "--ab" in args or "--ab-raw" in args else (True,)
-    levers = ("RAW_READS",) if "--ab-raw" in args else ("DRIVER_ROWS", "SCAN_JSON")
+    sides = (False, True) if {"--ab", "--ab-raw", "--ab-plans"} & set(args) else (True,)
+    levers = ("RAW_READS",) if "--ab-raw" in args else ("REPEATED_PLANS",) if "--ab-plans" in args \
+        else ("DRIVER_ROWS", "SCAN_JSON")
     app_cpu = {(name, b): [] for name in calls for b in sides}
     pg_cpu = {(name, b): [] for name in calls for b in sides}
     for _ in range(10):

@@ -2,7 +2,8 @@
 bench's questions, their plans and the backend's CPU per execution, beside the plain SQL Directus
 runs on its own table.
 
-    .venv/bin/python -m bench.pg_entities [N] [--explain] [--sql] [--directus] [--only NAME,...] [--dump FILE]
+    .venv/bin/python -m bench.pg_entities [N] [--explain] [--sql] [--directus] [--repeated] [--only NAME,...]
+        [--dump FILE]
 
 On the entity benchmark's data set (bench.bench_entities builds it on first use): each question of
 bench.cpu_entities ((a)-(e), the count, the record GET) is asked once through the app (Flask test
@@ -10,12 +11,14 @@ client) with its statements captured (a cached definition: the statements of a w
 those very statements (SQL and parameters) are run N times each (200) on one psycopg connection set
 up as the app's pool sets up its connections (plan_cache_mode, statement timeout; prepared after
 psycopg's threshold, as in the app), interleaved, and the backend's CPU time per execution is read
-from /proc/<backend pid>/schedstat (p50 and mean, ms). `--explain`: EXPLAIN (ANALYZE, BUFFERS) of
+from /proc/<backend pid>/schedstat (p50 and mean, ms). `--explain`: EXPLAIN (ANALYZE, BUFFERS, SUMMARY) of
 each. `--directus`: the same questions as Directus asks them (knex: count + page, unnamed
 statements, custom plans) on a copy of the rows in Directus's layout with the indexes the peers bench
 gives it (`peers_scratch.deals` in the bench database: no Directus needed), measured the same way
-(its core statements only: whatever else Directus sends per request is not in them). `--dump FILE`:
-the captured statements and parameters, pickled (to replay variants of them).
+(its core statements only: whatever else Directus sends per request is not in them). `--repeated`: beside them,
+the same statements as the app runs a read repeated with the same values (app.db._literal_sql: the
+values written in, prepared; planned once per connection). `--dump FILE`: the captured statements and
+parameters, pickled (to replay variants of them).
 """
 
 from __future__ import annotations
@@ -133,6 +136,10 @@ def main() -> None:
             ensure_scratch(conn, ids[BIG_ORG])
         for name, stmts in statements.items():
             runs["ours", name] = stmts
+            if "--repeated" in args:
+                from app.db import _literal_sql
+
+                runs["repeated", name] = [(_literal_sql(conn, s, p), None) for s, p in stmts]
             if "--sql" in args:
                 for s, p in stmts:
                     print(f"--- {name}\n{s}\n{p}\n")
@@ -146,7 +153,7 @@ def main() -> None:
                 for s, p in stmts:
                     if side == "Directus":
                         conn.execute(f"SET search_path = {SCRATCH}, public")
-                    plan = conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + s, p).fetchall()
+                    plan = conn.execute("EXPLAIN (ANALYZE, BUFFERS, SUMMARY) " + s, p).fetchall()
                     conn.execute("RESET search_path")
                     print(f"=== {side} {name}\n" + "\n".join(r[0] for r in plan) + "\n")
         spent: dict[tuple[str, str], list[float]] = {k: [] for k in runs}
@@ -155,7 +162,7 @@ def main() -> None:
             if side == "Directus":
                 conn.execute(f"SET search_path = {SCRATCH}, public")
             for s, p in stmts:  # Directus (knex, pg): unnamed statements, never prepared
-                cur = conn.execute(s, p, prepare=False if side == "Directus" else None)
+                cur = conn.execute(s, p, prepare=False if side == "Directus" else True if p is None else None)
                 if cur.description is not None:
                     cur.fetchall()
             if side == "Directus":
@@ -182,7 +189,7 @@ def main() -> None:
           f"per execution of the question's statements (p50 / mean)")
     for name in statements:
         line = f"{name:6s}"
-        for side in ("ours", "Directus"):
+        for side in ("ours", "repeated", "Directus"):
             if (side, name) in spent:
                 s = [x - (base if side == "Directus" else 0) for x in spent[side, name]]
                 line += f"  {side} {statistics.median(s):5.2f} / {statistics.mean(s):5.2f}"
