@@ -39,7 +39,7 @@ from sqlalchemy.pool import QueuePool
 from sqlalchemy.sql import ClauseElement, Executable
 
 from app.embedded_pg import embedded_url, refuse_new_state
-from app.observability import metrics
+from app.observability import metrics, tracing
 
 log = logging.getLogger(__name__)
 
@@ -641,8 +641,10 @@ def _repeated(conn, sql: str, params: dict[str, Any]) -> str | None:
         return None
     if len(_READS) >= PLANNED_READS_MAX or _READ_CHARS[0] + len(literal) > PLANNED_READS_CHARS:
         _READS.clear()  # a new set of repeated reads: the connections' old statements age out of psycopg's LRU
+        tracing.STATEMENT_SOURCES.clear()
         _READ_CHARS[0] = 0
     _READS[key] = literal
+    tracing.STATEMENT_SOURCES[literal] = sql  # its span records the statement with placeholders
     _READ_CHARS[0] += len(literal)
     return literal
 

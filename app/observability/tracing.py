@@ -51,6 +51,11 @@ _configured_pid: int | None = None
 _provider = None  # the SDK TracerProvider of this process
 _instrumentors: list = []
 
+# SQL a statement span records in place of the text sent: app.db runs a repeated read as its SQL with the
+# values written in (a plan kept per connection); its span records the statement with placeholders, as
+# every other read's span does, so that no value reaches a trace. Filled and cleared by app.db.
+STATEMENT_SOURCES: dict[str, str] = {}
+
 EXPORTERS = ("otlp", "console")
 SAMPLERS = ("always_on", "always_off", "traceidratio", "parentbased_always_on", "parentbased_always_off",
             "parentbased_traceidratio")
@@ -558,6 +563,10 @@ def _lean_cursor_tracer(base):
             self._starter = _SpanStarter.make(tracer) if lean else None
             self._plain = (lean, tracer, constant, tuple(probe), connection)
             return self._plain
+
+        def get_statement(self, cursor, args):
+            statement = super().get_statement(cursor, args)
+            return STATEMENT_SOURCES.get(statement, statement)
 
         def traced_execution(self, cursor, query_method, *args, **kwargs):
             current = get_current()

@@ -499,3 +499,25 @@ def test_the_span_starter_makes_the_span_the_sdk_makes():
     assert _SpanStarter.make(TracerProvider(sampler=ALWAYS_ON).get_tracer("x")) is None
     tracer.sampler = ParentBased(TraceIdRatioBased(0.5))  # swapped: back to the SDK's start_span
     assert starter.root("r", SpanKind.SERVER, 1, True) is None
+
+
+def test_a_repeated_read_run_with_its_values_written_in_records_its_statement_with_placeholders(
+        make_app, auth, traced, sample_ratio):
+    """A read repeated with the same values runs as its SQL with the values written in (a plan kept per
+    connection); its span still records the statement as sent with placeholders: no value of a request
+    reaches a trace."""
+    from app import db as db_module
+
+    sample_ratio(1.0)
+    app = make_app()
+    client, headers = app.test_client(), auth()
+    create_definition(client, headers, "notes", SCHEMA)
+    resp = client.post(f"{BASE}/notes/records", headers=headers, json={"name": "n", "fields": {"body": "b", "n": 1}})
+    assert resp.status_code == 201, resp.get_json()
+    record_id = resp.get_json()["id"]
+    traced.clear()
+    for _ in range(db_module.PLAN_AFTER + 2):
+        assert client.get(f"{BASE}/notes/records/{record_id}", headers=headers).status_code == 200
+    assert any(record_id in literal for literal in db_module._READS.values())  # the read ran with its values in
+    statements = [str(s.attributes.get("db.statement", "")) for s in _memory_spans(traced) if s.kind == "CLIENT"]
+    assert statements and not any(record_id in statement for statement in statements)
