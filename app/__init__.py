@@ -17,10 +17,11 @@ from inspect import iscoroutinefunction
 from types import FunctionType, MethodType
 from typing import Any
 
-from flask import Flask, current_app, g, request
+from flask import Flask, current_app
 
 from app.config import load_config
 from app.errors import error_response
+from app.reqctx import app_object, current_g, current_request
 
 log = logging.getLogger(__name__)
 _SANE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -238,16 +239,17 @@ def new_request_id() -> str:
 
 
 def _assign_request_id() -> None:
-    incoming = request.headers.get("X-Request-ID", "")
-    g.request_id = incoming if _SANE_REQUEST_ID.match(incoming) else new_request_id()
+    incoming = current_request().headers.get("X-Request-ID", "")
+    current_g().request_id = incoming if _SANE_REQUEST_ID.match(incoming) else new_request_id()
 
 
 def _finish_response(response):
-    response = _refuse_oversized(response)
-    response.headers["X-Request-ID"] = g.get("request_id") or new_request_id()
-    origin = request.headers.get("Origin")
+    config = app_object().config
+    response = _refuse_oversized(response, config)
+    response.headers["X-Request-ID"] = current_g().get("request_id") or new_request_id()
+    origin = current_request().headers.get("Origin")
     if origin:
-        origins = _cors_origins(_current_config("CORS_ORIGINS") or "")
+        origins = _cors_origins(config.get("CORS_ORIGINS") or "")
         if origin in origins or "*" in origins:
             response.headers["Access-Control-Allow-Origin"] = origin
             response.headers["Access-Control-Allow-Headers"] = ("Authorization, Content-Type, X-Request-ID, "
@@ -271,21 +273,17 @@ def _cors_origins(setting: str) -> frozenset[str]:
     return origins
 
 
-def _refuse_oversized(response):
+def _refuse_oversized(response, config=None):
     """A JSON answer above MAX_RESPONSE_BYTES (e.g. a page of huge records) is replaced by a 413 that
     says how to ask for less, instead of shipping hundreds of megabytes."""
-    limit = _current_config("MAX_RESPONSE_BYTES")
+    limit = (config if config is not None else current_app.config).get("MAX_RESPONSE_BYTES")
     # the cheap tests first (every answer but a huge one stops at its Content-Length)
     if (not limit or (response.content_length or 0) <= limit or response.direct_passthrough or response.is_streamed
             or response.mimetype != "application/json"):
         return response
     log.warning("response of %s bytes to %s refused (MAX_RESPONSE_BYTES %s)", response.content_length,
-                request.path, limit)
+                current_request().path, limit)
     return error_response(413, "PAYLOAD_TOO_LARGE",
                           "The response would be larger than the service sends at once; ask for fewer "
                           "records (pageSize) or fewer fields.",
                           {"responseBytes": response.content_length, "maxResponseBytes": limit})
-
-
-def _current_config(name: str):
-    return current_app.config.get(name)

@@ -34,12 +34,13 @@ import json
 import re
 from typing import Any
 
-from flask import current_app, has_app_context, request
+from flask import current_app, has_app_context
 from flask.json.provider import DefaultJSONProvider
 from marshmallow import ValidationError, fields
 
 from app.config import SETTINGS
 from app.errors import ApiError, InvalidInput, PayloadTooLarge, ValidationFailed
+from app.reqctx import current_request
 
 NUL_MESSAGE = "must not contain the NUL character (U+0000)"
 NUL_KEY_MESSAGE = "a key contains the NUL character (U+0000)"
@@ -182,7 +183,8 @@ def refuse_nul_in_url() -> None:
     """The NUL rule for the URL (create_app runs it before every route, after authentication and
     authorization: an anonymous caller still gets 401 on /api/v1). Before routing, so an unknown path
     with a NUL is the same 400, and no domain needs a check of its own."""
-    problem = nul_problem(request.path, request.args)
+    req = current_request()
+    problem = nul_problem(req.path, req.args)
     if problem is not None:
         raise problem
 
