@@ -126,6 +126,27 @@ def tenant_from_claims(claims: dict[str, Any], config=None) -> Tenant:
                   scopes=tuple(scopes), product=product)
 
 
+# The Tenant made from a token's claims, per claims dict (a cached token's claims are `_VERIFIED`'s value,
+# the same dict object on every hit), so a client's repeated requests build it once: key = id of that
+# dict, value = (the dict itself, which keeps the id from being reused, DEFAULT_PRODUCT, the Tenant).
+# Exact: the claims are never changed, the tenant depends on them and DEFAULT_PRODUCT only, and the one
+# time-dependent check ("iat in the future") cannot fail later once it has passed (the leeway is part of
+# `_VERIFIED`'s key: another leeway means another dict). Bounded as `_VERIFIED`.
+_TENANTS: dict[int, tuple[dict[str, Any], Any, Tenant]] = {}
+
+
+def _tenant_of(claims: dict[str, Any], config) -> Tenant:
+    default_product = config["DEFAULT_PRODUCT"]
+    entry = _TENANTS.get(id(claims))
+    if entry is not None and entry[0] is claims and entry[1] == default_product:
+        return entry[2]
+    tenant = tenant_from_claims(claims, config)
+    if len(_TENANTS) >= VERIFIED_CACHE_SIZE:
+        _TENANTS.clear()
+    _TENANTS[id(claims)] = (claims, default_product, tenant)
+    return tenant
+
+
 def authenticate_request() -> None:
     """before_request: verify the credentials of every /api/v1 and /internal request and install the
     caller (the tenant, or on /internal the internal-token caller `g.internal_caller`)."""
@@ -145,7 +166,7 @@ def authenticate_request() -> None:
             raise Unauthorized(f"{INTERNAL_TOKEN_HEADER} or an admin bearer token is required.")
     app = app_object()
     config = app.config
-    tenant = tenant_from_claims(decode_token(_bearer_token(req), config), config)
+    tenant = _tenant_of(decode_token(_bearer_token(req), config), config)
     if not internal:
         products.registry(app).require(tenant.product)
     set_tenant(tenant, req)
