@@ -16,10 +16,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import jwt
-from flask import Flask, current_app, g, request
+from flask import Flask, current_app, g
 
 from app.db import product_slug
 from app.errors import Forbidden, Unauthorized
+from app.reqctx import app_object, current_g, current_request
 from app.tenancy import Tenant, current_tenant, products, set_tenant
 from app.tokens import ALGORITHM as ALGORITHM  # re-exported: signing and minting live in app.tokens
 from app.tokens import MIN_SECRET_BYTES as MIN_SECRET_BYTES
@@ -47,8 +48,8 @@ def load_secret(app: Flask) -> str:
     return signing_secret(app.config)
 
 
-def _bearer_token() -> str:
-    header = request.headers.get("Authorization", "")
+def _bearer_token(req=None) -> str:
+    header = (req if req is not None else current_request()).headers.get("Authorization", "")
     if not header:
         raise Unauthorized("Missing bearer token.")
     if len(header) > MAX_AUTH_HEADER:
@@ -68,8 +69,9 @@ _VERIFIED: dict[tuple, dict[str, Any]] = {}
 VERIFIED_CACHE_SIZE = 4096
 
 
-def decode_token(token: str) -> dict[str, Any]:
-    config = current_app.config
+def decode_token(token: str, config=None) -> dict[str, Any]:
+    if config is None:
+        config = app_object().config
     key = (token, config["JWT_SECRET"], config["JWT_AUDIENCE"], config["JWT_ISSUER"], config["JWT_LEEWAY_SECONDS"])
     claims = _VERIFIED.get(key)
     if claims is not None:
@@ -101,7 +103,9 @@ def _verify(token: str, config) -> dict[str, Any]:
         raise Unauthorized(f"Invalid token: {exc}.") from None
 
 
-def tenant_from_claims(claims: dict[str, Any]) -> Tenant:
+def tenant_from_claims(claims: dict[str, Any], config=None) -> Tenant:
+    if config is None:
+        config = app_object().config
     org, user = claims.get("org_id"), claims.get("user_id")
     if not isinstance(org, str) or not org or not isinstance(user, str) or not user:
         raise Unauthorized("Token lacks org_id or user_id.")
@@ -111,9 +115,9 @@ def tenant_from_claims(claims: dict[str, Any]) -> Tenant:
     if not isinstance(scopes, list) or not all(isinstance(s, str) for s in scopes):
         raise Unauthorized("Token scopes must be a list of strings.")
     iat = claims.get("iat")
-    if isinstance(iat, (int, float)) and iat > time.time() + current_app.config["JWT_LEEWAY_SECONDS"]:
+    if isinstance(iat, (int, float)) and iat > time.time() + config["JWT_LEEWAY_SECONDS"]:
         raise Unauthorized("Token not valid yet (iat in the future).")
-    raw_product = claims.get("product") or current_app.config["DEFAULT_PRODUCT"]
+    raw_product = claims.get("product") or config["DEFAULT_PRODUCT"]
     try:
         product = product_slug(str(raw_product))
     except ValueError:
@@ -122,26 +126,50 @@ def tenant_from_claims(claims: dict[str, Any]) -> Tenant:
                   scopes=tuple(scopes), product=product)
 
 
+# The Tenant made from a token's claims, per claims dict (a cached token's claims are `_VERIFIED`'s value,
+# the same dict object on every hit), so a client's repeated requests build it once: key = id of that
+# dict, value = (the dict itself, which keeps the id from being reused, DEFAULT_PRODUCT, the Tenant).
+# Exact: the claims are never changed, the tenant depends on them and DEFAULT_PRODUCT only, and the one
+# time-dependent check ("iat in the future") cannot fail later once it has passed (the leeway is part of
+# `_VERIFIED`'s key: another leeway means another dict). Bounded as `_VERIFIED`.
+_TENANTS: dict[int, tuple[dict[str, Any], Any, Tenant]] = {}
+
+
+def _tenant_of(claims: dict[str, Any], config) -> Tenant:
+    default_product = config["DEFAULT_PRODUCT"]
+    entry = _TENANTS.get(id(claims))
+    if entry is not None and entry[0] is claims and entry[1] == default_product:
+        return entry[2]
+    tenant = tenant_from_claims(claims, config)
+    if len(_TENANTS) >= VERIFIED_CACHE_SIZE:
+        _TENANTS.clear()
+    _TENANTS[id(claims)] = (claims, default_product, tenant)
+    return tenant
+
+
 def authenticate_request() -> None:
     """before_request: verify the credentials of every /api/v1 and /internal request and install the
     caller (the tenant, or on /internal the internal-token caller `g.internal_caller`)."""
-    path = request.path
+    req = current_request()
+    path = req.path
     internal = path == INTERNAL_PREFIX or path.startswith(INTERNAL_PREFIX + "/")
     if not (path.startswith(API_PREFIX) or internal) or path.startswith(PUBLIC_PREFIXES):
         return
-    if request.method == "OPTIONS" or request.routing_exception is not None:
+    if req.method == "OPTIONS" or req.routing_exception is not None:
         return  # CORS preflight; unknown path or method answers 404/405 without a token
     if internal:
-        if INTERNAL_TOKEN_HEADER in request.headers and _view_marker("_internal_token"):
-            _check_internal_token(request.headers[INTERNAL_TOKEN_HEADER])
+        if INTERNAL_TOKEN_HEADER in req.headers and _view_marker("_internal_token"):
+            _check_internal_token(req.headers[INTERNAL_TOKEN_HEADER])
             g.internal_caller = "internal-token"
             return
-        if not request.headers.get("Authorization"):
+        if not req.headers.get("Authorization"):
             raise Unauthorized(f"{INTERNAL_TOKEN_HEADER} or an admin bearer token is required.")
-    tenant = tenant_from_claims(decode_token(_bearer_token()))
+    app = app_object()
+    config = app.config
+    tenant = _tenant_of(decode_token(_bearer_token(req), config), config)
     if not internal:
-        products.require(tenant.product)
-    set_tenant(tenant)
+        products.registry(app).require(tenant.product)
+    set_tenant(tenant, req)
     if internal:
         g.internal_caller = f"user:{tenant.user_id}"
 
@@ -154,12 +182,16 @@ def _check_internal_token(sent: str) -> None:
         raise Unauthorized("Invalid internal token.")
 
 
-def _view():
-    view = current_app.view_functions.get(request.url_rule.endpoint) if request.url_rule is not None else None
+def _view(req=None):
+    if req is None:
+        req = current_request()
+    rule = req.url_rule
+    view = app_object().view_functions.get(rule.endpoint) if rule is not None else None
     view_class = getattr(view, "view_class", None)
     if view_class is not None:
-        view = getattr(view_class, request.method.lower(), None)
-        if view is None and request.method == "HEAD":
+        method = req.method
+        view = getattr(view_class, method.lower(), None)
+        if view is None and method == "HEAD":
             view = getattr(view_class, "get", None)
     return view
 
@@ -169,7 +201,7 @@ def _view_marker(name: str):
 
 
 def is_internal_token_caller() -> bool:
-    return g.get("internal_caller") == "internal-token"
+    return current_g().get("internal_caller") == "internal-token"
 
 
 def authorize_request() -> None:
@@ -177,17 +209,23 @@ def authorize_request() -> None:
     any body or query parsing, so an unauthorized caller learns nothing from validation errors.
     The markers are those `require` leaves (functools.wraps copies them up through flask-smorest's
     decorators, so they are found whatever the decorator order is)."""
-    if request.url_rule is None or (g.get("tenant") is None and not is_internal_token_caller()):
+    req = current_request()
+    if req.url_rule is None:
         return
-    view = _view()
+    names = current_g()
+    tenant = names.get("tenant")
+    if tenant is None and names.get("internal_caller") != "internal-token":
+        return
+    view = _view(req)
     _check(getattr(view, "_required_scopes", None), getattr(view, "_required_roles", None),
-           getattr(view, "_star_bypasses", True), bool(getattr(view, "_internal_token", False)))
+           getattr(view, "_star_bypasses", True), bool(getattr(view, "_internal_token", False)), tenant)
 
 
-def _check(scopes, roles, star_bypasses: bool, internal_token: bool) -> None:
+def _check(scopes, roles, star_bypasses: bool, internal_token: bool, tenant: Tenant | None = None) -> None:
     if internal_token and is_internal_token_caller():
         return  # authenticate_request verified the shared token, on a route that accepts it
-    tenant = current_tenant()
+    if tenant is None:
+        tenant = current_tenant()
     if roles:
         _check_role(tenant, roles, star_bypasses)
     if scopes:

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from flask import Flask, current_app, g, has_app_context
+from flask import Flask, g
+from flask.globals import _cv_app
 from psycopg.rows import dict_row
 from psycopg.types.json import set_json_loads
 from sqlalchemy import MetaData, Table, create_engine, event, text
@@ -40,6 +41,7 @@ from sqlalchemy.sql import ClauseElement, Executable
 
 from app.embedded_pg import embedded_url, refuse_new_state
 from app.observability import metrics, tracing
+from app.reqctx import current_g, g_or_none
 
 log = logging.getLogger(__name__)
 
@@ -248,8 +250,9 @@ class Database:
         app.teardown_appcontext(self._teardown)
 
     def _state(self) -> _DatabaseState:
-        if has_app_context():
-            state = current_app.extensions.get("db")
+        ctx = _cv_app.get(None)
+        if ctx is not None:
+            state = ctx.app.extensions.get("db")
             if state is not None:
                 return state
         if self._last is None:
@@ -279,17 +282,20 @@ class Database:
     def context_product(self) -> str:
         """The product of the current app context: the verified tenant's (`g.tenant`, installed by
         app.tenancy.set_tenant), else the default product (tasks and CLI name theirs explicitly)."""
-        tenant = g.get("tenant") if has_app_context() else None
+        names = g_or_none()
+        tenant = names.get("tenant") if names is not None else None
         return tenant.product if tenant is not None else self.default_product
 
     @property
     def session(self) -> Session:
         """The Session of the current app context, bound to the current product."""
-        session = g.get("_db_session")
+        names = current_g()
+        session = names.get("_db_session")
         if session is None:
-            session = Session(bind=self.engine_for(self.context_product(), autocommit=g.get("_db_reads_only", False)),
+            session = Session(bind=self.engine_for(self.context_product(),
+                                                   autocommit=names.get("_db_reads_only", False)),
                               expire_on_commit=False)
-            g._db_session = session
+            names._db_session = session
         return session
 
     def lag_tolerant(self, fn: Callable) -> Callable:
@@ -367,8 +373,9 @@ class Database:
         snapshot inside a transaction too. A shaped read (`execute_shaped`) before the session has
         taken a connection runs on a pooled connection of its own, returned at once (`_reads_raw`).
         Does nothing when the session exists already."""
-        if g.get("_db_session") is None:
-            g._db_reads_only = True
+        names = current_g()
+        if names.get("_db_session") is None:
+            names._db_reads_only = True
 
     def read_first(self, stmt: Executable, params: dict[str, Any]) -> dict[str, Any] | None:
         """The first row (column name → value) of a hot one-statement read: `stmt` is a module-level
@@ -391,14 +398,15 @@ class Database:
             rendered = state.rendered[(stmt, product)] = (str(compiled), compiled.params)
         sql, defaults = rendered
         params = {**defaults, **params}  # the statement's own bound values, then the caller's
-        session = g.get("_db_session") if has_app_context() else None
+        names = g_or_none()
+        session = names.get("_db_session") if names is not None else None
         # pending writes (autoflush would send them) or an open transaction: read on the session's
         # connection, so the statement sees what this request has written
         if session is not None and (session.in_transaction() or session.new or session.dirty or session.deleted):
             session.flush()  # what autoflush would do before a Session query
             row = session.connection().exec_driver_sql(sql, params).first()
             return dict(row._mapping) if row is not None else None
-        if session is None and has_app_context() and g.get("_db_reads_only"):
+        if session is None and names is not None and names.get("_db_reads_only"):
             # a read-only request (db.reads_only) runs its next statements on its session's connection,
             # in autocommit: this read takes that connection now (one pool checkout per request, no
             # autocommit switch), through the driver's cursor all the same
@@ -473,7 +481,8 @@ class Database:
         a connection (opening one, with its autocommit switch on checkout and back on checkin, and
         closing it costs ~0.1-0.2 ms of CPU) and holds no pending writes, and no engine cursor event is
         listened to (statement captures see the session's path, as before)."""
-        return (has_app_context() and g.get("_db_reads_only", False) and session is g.get("_db_session")
+        names = g_or_none()
+        return (names is not None and names.get("_db_reads_only", False) and session is names.get("_db_session")
                 and not session.in_transaction() and not (session.new or session.dirty or session.deleted)
                 and not _cursor_listened(session.get_bind()))
 
@@ -485,24 +494,25 @@ class Database:
         (app.tasks.init_celery) and the CLI commands that write; services add and flush, never commit.
         Nested blocks belong to the outermost one (it alone commits). A read-only context
         (`reads_only()`: autocommit) has nothing to commit; a session never created is not created."""
-        depth = g.get("_db_uow_depth", 0)
-        g._db_uow_depth = depth + 1
+        names = current_g()  # the app context's g: the block begins and ends in the same context
+        depth = names.get("_db_uow_depth", 0)
+        names._db_uow_depth = depth + 1
         try:
             yield
         except BaseException:
             if depth == 0:
-                session = g.get("_db_session")
+                session = names.get("_db_session")
                 if session is not None:
                     session.rollback()
             raise
         else:
-            session = g.get("_db_session")
-            if depth == 0 and session is not None and not g.get("_db_reads_only"):
+            session = names.get("_db_session")
+            if depth == 0 and session is not None and not names.get("_db_reads_only"):
                 # also with no transaction begun (no statement ran: no round trip): after_commit sends
                 # the tasks it enqueued (app.tasks, eager mode writes no outbox row)
                 session.commit()
         finally:
-            g._db_uow_depth = depth
+            names._db_uow_depth = depth
 
     @contextlib.contextmanager
     def product_session(self, product: str) -> Iterator[Session]:
@@ -519,8 +529,9 @@ class Database:
             session.close()
 
     def _teardown(self, exc: BaseException | None) -> None:
-        replica_session = g.pop("_db_replica_session", None) if has_app_context() else None
-        session = g.pop("_db_session", None) if has_app_context() else None
+        names = g_or_none()
+        replica_session = names.pop("_db_replica_session", None) if names is not None else None
+        session = names.pop("_db_session", None) if names is not None else None
         if replica_session is not None and replica_session is not session:
             replica_session.close()  # autocommit: nothing to roll back
         if session is not None:

@@ -7,6 +7,7 @@ import functools
 from apispec import BasePlugin
 from celery import Celery
 from flask import Blueprint as _FlaskBlueprint
+from flask.views import MethodView
 from flask_smorest import Api as _Api
 from flask_smorest import Blueprint as _Blueprint
 from marshmallow import RAISE, Schema, fields
@@ -18,6 +19,7 @@ from app import idempotency
 from app.auth import require
 from app.db import db
 from app.jsonbody import loads, require_json_body
+from app.reqctx import app_object, current_request
 
 
 class ErrorBodySchema(Schema):
@@ -224,14 +226,56 @@ def in_unit_of_work(view):
     `app.idempotency.run_idempotent` instead (the same unit of work, its answer stored in it or
     replayed); any other request pays one header lookup for that."""
 
+    plain = _plain_method_view(view)
+
     @functools.wraps(view)
     def edge(*args, **kwargs):
         if idempotency.wanted(view):
             return idempotency.run_idempotent(view, args, kwargs)
         with db.unit_of_work():
+            if plain and not args:
+                return _dispatch_method_view(view.view_class, kwargs)
             return view(*args, **kwargs)
 
     return edge
+
+
+def _as_view_code():
+    class _Probe(MethodView):
+        pass
+
+    return _Probe.as_view("probe").__code__
+
+
+_AS_VIEW_CODE = _as_view_code()
+
+
+def _plain_method_view(view) -> bool:
+    """Whether `view` is what `MethodView.as_view(name)` makes for a class that keeps MethodView's
+    `dispatch_request`, makes an instance per request, has no `decorators` and takes no constructor
+    arguments: then `_dispatch_method_view` does exactly what it would."""
+    cls = getattr(view, "view_class", None)
+    if not (isinstance(cls, type) and issubclass(cls, MethodView)) \
+            or getattr(view, "__code__", None) is not _AS_VIEW_CODE:
+        return False
+    if cls.dispatch_request is not MethodView.dispatch_request or not cls.init_every_request or cls.decorators:
+        return False
+    cells = dict(zip(view.__code__.co_freevars, (c.cell_contents for c in view.__closure__ or ()), strict=True))
+    return cells.get("class_args") == () and cells.get("class_kwargs") == {}
+
+
+def _dispatch_method_view(view_class, kwargs):
+    """Flask's `as_view` function and `MethodView.dispatch_request`, with the request and the app read
+    once from their context variables (app.reqctx) instead of through the proxies (4 reads: ~30 000
+    instructions). `view_class` is read from the view function on every call, as Flask does."""
+    req = current_request()
+    self = view_class()
+    method = req.method
+    meth = getattr(self, method.lower(), None)
+    if meth is None and method == "HEAD":
+        meth = getattr(self, "get", None)
+    assert meth is not None, f"Unimplemented method {method!r}"
+    return app_object().ensure_sync(meth)(**kwargs)
 
 
 class _UnitOfWorkAtTheEdge(_FlaskBlueprint):

@@ -63,6 +63,7 @@ from werkzeug.exceptions import HTTPException
 
 from app.db import PLATFORM_SCHEMA, db
 from app.errors import ApiError, Conflict, InvalidInput, handle_api_error, handle_http_exception
+from app.reqctx import current_request
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +124,7 @@ class Claim:
 def wanted(view) -> bool:
     """Whether this request asks for idempotency on an operation that offers it (`@blp.idempotent`).
     Called by the unit of work at the edge for every request: one header lookup when it has none."""
-    if HEADER not in request.headers:
+    if HEADER not in current_request().headers:
         return False
     return bool(getattr(_method_of(view), "_idempotent", False))
 

@@ -34,12 +34,14 @@ import json
 import re
 from typing import Any
 
-from flask import current_app, has_app_context, request
+from flask import current_app, has_app_context
 from flask.json.provider import DefaultJSONProvider
 from marshmallow import ValidationError, fields
+from werkzeug.datastructures import ImmutableMultiDict
 
 from app.config import SETTINGS
 from app.errors import ApiError, InvalidInput, PayloadTooLarge, ValidationFailed
+from app.reqctx import current_request
 
 NUL_MESSAGE = "must not contain the NUL character (U+0000)"
 NUL_KEY_MESSAGE = "a key contains the NUL character (U+0000)"
@@ -182,11 +184,14 @@ def refuse_nul_in_url() -> None:
     """The NUL rule for the URL (create_app runs it before every route, after authentication and
     authorization: an anonymous caller still gets 401 on /api/v1). Before routing, so an unknown path
     with a NUL is the same 400, and no domain needs a check of its own."""
-    problem = nul_problem(request.path, request.args)
+    req = current_request()
+    # no query string: no parameters to look at (and `args`, parsed on first use, is left for later)
+    problem = nul_problem(req.path, req.args if req.environ.get("QUERY_STRING") else _NO_ARGS)
     if problem is not None:
         raise problem
 
 
+_NO_ARGS = ImmutableMultiDict()
 NUL_QUERY_MAX_NAMED = 20  # query parameters an answer names at most (as check_strings stops at 20 problems)
 
 
@@ -253,10 +258,31 @@ class BoundedJson(fields.Dict):
 
 
 class SafeJSONProvider(DefaultJSONProvider):
-    """`request.get_json()` parses through `loads()` as well."""
+    """`request.get_json()` parses through `loads()` as well.
+
+    `response()` (jsonify, flask-smorest's answers) encodes the compact form with one encoder kept per
+    setting (`default`, `ensure_ascii`, `sort_keys`): `json.dumps` with those arguments builds a new
+    JSONEncoder on every call, and an encoder keeps nothing between calls. The same text; the indented
+    form (debug, `compact = False`) is Flask's."""
+
+    def __init__(self, app) -> None:
+        super().__init__(app)
+        self._encoders: dict[tuple, json.JSONEncoder] = {}
 
     def loads(self, s: str | bytes, **kwargs: Any) -> Any:
         return loads(s)
+
+    def response(self, *args: Any, **kwargs: Any):
+        if (self.compact is None and self._app.debug) or self.compact is False:
+            return super().response(*args, **kwargs)
+        obj = self._prepare_response_obj(args, kwargs)
+        key = (self.default, self.ensure_ascii, self.sort_keys)
+        encoder = self._encoders.get(key)
+        if encoder is None:
+            encoder = self._encoders[key] = json.JSONEncoder(
+                default=self.default, ensure_ascii=self.ensure_ascii, sort_keys=self.sort_keys,
+                separators=(",", ":"))
+        return self._app.response_class(f"{encoder.encode(obj)}\n", mimetype=self.mimetype)
 
 
 def is_json_mimetype(mimetype: str) -> bool:

@@ -21,6 +21,7 @@ from flask import Response, has_request_context, request
 from werkzeug.datastructures import ETags
 
 from app.errors import PreconditionFailed
+from app.reqctx import current_request
 
 
 def etag(version: int | str) -> str:
@@ -47,8 +48,9 @@ def tagged(body, tag: str, status: int = 200):
     """A read's answer with its ETag; 304 Not Modified (ETag, no body) when If-None-Match names it
     (weak comparison, as RFC 9110 says for If-None-Match) or is `*`. `body` is what the view returns
     (a dict for its response schema, or a Response)."""
-    if request.method in ("GET", "HEAD") and "If-None-Match" in request.headers \
-            and request.if_none_match.contains_weak(tag.strip('"')):
+    req = current_request()
+    if req.method in ("GET", "HEAD") and "If-None-Match" in req.headers \
+            and req.if_none_match.contains_weak(tag.strip('"')):
         return Response(status=304, headers={"ETag": tag})
     if isinstance(body, Response):
         body.headers["ETag"] = tag

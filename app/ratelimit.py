@@ -30,6 +30,7 @@ from flask import Flask, current_app, g
 
 from app.errors import RateLimited
 from app.observability import metrics
+from app.reqctx import current_g
 from app.tenancy import current_tenant
 
 log = logging.getLogger(__name__)
@@ -224,7 +225,7 @@ def may_be_rate_limited(group: str):
 
 
 def _add_headers(response):
-    decision = g.get("rate_limit")
+    decision = current_g().get("rate_limit")
     if decision is not None:
         for key, value in decision.headers().items():
             response.headers.setdefault(key, value)
@@ -371,7 +372,7 @@ def enter(group: str) -> None:
 
 def _release_slots(_exc: BaseException | None) -> None:
     """After the response is built (or the request failed): free what `enter` took."""
-    for limiter, slot in g.pop("_concurrency_slots", {}).values():
+    for limiter, slot in current_g().pop("_concurrency_slots", {}).values():
         limiter.release(slot)
 
 

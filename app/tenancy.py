@@ -12,13 +12,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from flask import current_app, g, has_app_context, request
 from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
 from app.db import db
 from app.errors import Forbidden, NotFound, Unauthorized
 from app.platform_models import Product
+from app.reqctx import app_object, current_g, g_or_none, request_or_none
 
 T = TypeVar("T")
 
@@ -37,11 +37,14 @@ class Tenant:
                 "role": self.role, "scopes": list(self.scopes), "product": self.product}
 
 
-def set_tenant(tenant: Tenant) -> None:
-    """Install the verified tenant and re-stamp the identity headers from it."""
-    g.tenant = tenant
-    if request:
-        env = request.environ
+def set_tenant(tenant: Tenant, req: Any = None) -> None:
+    """Install the verified tenant and re-stamp the identity headers from it (`req`: the current
+    request object, when the caller has it at hand)."""
+    current_g().tenant = tenant
+    if req is None:
+        req = request_or_none()
+    if req is not None:
+        env = req.environ
         env["HTTP_X_ORG_ID"] = tenant.org_id
         env["HTTP_X_USER_ID"] = tenant.user_id
         env["HTTP_X_USER_EMAIL"] = tenant.email or ""
@@ -49,7 +52,8 @@ def set_tenant(tenant: Tenant) -> None:
 
 
 def current_tenant() -> Tenant:
-    tenant = g.get("tenant") if has_app_context() else None
+    names = g_or_none()
+    tenant = names.get("tenant") if names is not None else None
     if tenant is None:
         raise Unauthorized("Authentication required.")
     return tenant
@@ -109,8 +113,8 @@ class _CurrentAppProducts:
     `app.extensions["product_registry"]` (it was one registry per process, filled from whichever
     database asked first)."""
 
-    def registry(self) -> ProductRegistry:
-        extensions = current_app.extensions
+    def registry(self, app: Any = None) -> ProductRegistry:
+        extensions = (app if app is not None else app_object()).extensions
         found = extensions.get("product_registry")
         if found is None:
             found = extensions.setdefault("product_registry", ProductRegistry())  # atomic: one per app

@@ -25,6 +25,7 @@ from app.console.services import (
 from app.db import product_slug
 from app.errors import Forbidden, Unauthorized, ValidationFailed
 from app.jsonbody import loads, require_json_body
+from app.reqctx import current_request
 from app.tenancy import products
 from app.wire import SUCCESS, json_response
 
@@ -137,12 +138,14 @@ def docs_asset(filename: str):
 def security_headers(response):
     """CSP and friends on the console and docs pages only: scripts and styles from this origin,
     no inline script, no third-party origin, no framing. API responses are left as they are."""
-    if request.path.startswith(PAGE_PREFIXES) and not request.path.startswith("/api/v1/docs/assets"):
+    path = current_request().path
+    if not path.startswith(PAGE_PREFIXES):
+        return response
+    if not path.startswith("/api/v1/docs/assets"):
         response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
         response.headers["X-Frame-Options"] = "DENY"
         response.headers["Referrer-Policy"] = "no-referrer"
-    if request.path.startswith(PAGE_PREFIXES):
-        response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["X-Content-Type-Options"] = "nosniff"
     return response
 
 

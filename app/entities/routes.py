@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from flask import request
 from flask.views import MethodView
 
 from app.db import db
@@ -44,6 +43,7 @@ from app.entities.services import common, definitions, records, relationships, v
 from app.extensions import Blueprint, SuccessSchema, path_param
 from app.preconditions import etag, if_match, tagged, with_etag
 from app.ratelimit import concurrency_limited, may_be_rate_limited, rate_limited
+from app.reqctx import current_request
 from app.tenancy import current_tenant
 from app.wire import SUCCESS, accepted, json_response, preferences, wants_async
 
@@ -69,8 +69,9 @@ SELF_CHECKED = {"entities.BulkCreate", "entities.BulkUpdate", "entities.BulkDele
 def _refuse_unstorable() -> None:
     """JSON bodies must be storable (no number too big for a float) — a 400, never a database error.
     (A NUL character anywhere in a request is the parser's one rule, app.jsonbody.)"""
-    if request.endpoint not in SELF_CHECKED and request.is_json and request.get_data(cache=True):
-        body = request.get_json(silent=True)
+    req = current_request()
+    if req.endpoint not in SELF_CHECKED and req.is_json and req.get_data(cache=True):
+        body = req.get_json(silent=True)
         if body is not None:
             common.check_storable(body)
 

@@ -33,9 +33,11 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from flask import Flask, Response, current_app, g, request
+from flask import Flask, Response, current_app, request
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
+
+from app.reqctx import current_g, current_request
 
 log = logging.getLogger(__name__)
 
@@ -316,7 +318,7 @@ _KEY = "_metrics_started"
 
 
 def _request_started() -> None:
-    setattr(g, _KEY, time.perf_counter())
+    setattr(current_g(), _KEY, time.perf_counter())
     recorder = _recorder
     with recorder.lock:
         recorder.in_flight += 1
@@ -325,9 +327,9 @@ def _request_started() -> None:
 
 
 def _request_finished(response):
-    started = getattr(g, _KEY, None)
+    started = getattr(current_g(), _KEY, None)
     if started is not None:
-        req = request._get_current_object()  # one proxy lookup for the attributes below
+        req = current_request()
         rule = req.url_rule
         method = req.method
         status = response.status_code
@@ -339,7 +341,7 @@ def _request_finished(response):
 
 
 def _request_torn_down(_exc=None) -> None:
-    if g.pop(_KEY, None) is not None:  # (the request was counted in flight by this app's hook)
+    if current_g().pop(_KEY, None) is not None:  # (the request was counted in flight by this app's hook)
         recorder = _recorder
         with recorder.lock:
             recorder.in_flight -= 1
