@@ -270,13 +270,15 @@ class Blueprint(_Blueprint, _UnitOfWorkAtTheEdge):
 
     ARGUMENTS_PARSER = SafeParser()
 
-    def __init__(self, *args, tag: str | None = None, **kwargs):
+    def __init__(self, *args, tag: str | None = None, refuse_unknown_query: bool = True, **kwargs):
         """`tag`: the OpenAPI tag of the blueprint's operations, in sentence case ("Tool definitions",
         "Entity store"): a heading of Swagger UI and of generated clients. The blueprint's name stays what
         it was (the prefix of its Flask endpoints, in url_for and logs), so renaming a heading never
-        renames an endpoint."""
+        renames an endpoint. `refuse_unknown_query=False`: its operations without query parameters
+        ignore the query string (add_url_rule), for callers that are not API clients (health probes)."""
         super().__init__(*args, **kwargs)
         self.tag = tag
+        self.refuse_unknown_query = refuse_unknown_query
         self._prepare_doc_cbks.append(_prepare_http_semantics_doc)
 
     @staticmethod
@@ -305,12 +307,12 @@ class Blueprint(_Blueprint, _UnitOfWorkAtTheEdge):
         a query `arguments` gets an empty one (NoQueryParameters), so `?x=1` is the same 400 naming `x` as
         an unknown parameter of an operation that takes some (`arguments` below). A MethodView's methods
         are replaced on its class."""
-        if isinstance(view_func, type) and issubclass(view_func, MethodView):
+        if self.refuse_unknown_query and isinstance(view_func, type) and issubclass(view_func, MethodView):
             for method in view_func.methods or ():
                 function = getattr(view_func, method.lower(), None)
                 if function is not None and not _declares_query(function):
                     setattr(view_func, method.lower(), self._no_query_parameters(function))
-        elif view_func is not None and not _declares_query(view_func):
+        elif self.refuse_unknown_query and view_func is not None and not _declares_query(view_func):
             view_func = self._no_query_parameters(view_func)
         super().add_url_rule(rule, endpoint, view_func, provide_automatic_options, **options)
 
