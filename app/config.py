@@ -203,6 +203,9 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "ENTITY_LIST_DEFAULT_LIMIT": (100, int, "Items per page of the entity definition and view lists when `limit` "
                                             "is not given"),
     "ENTITY_LIST_MAX_LIMIT": (1000, int, "Largest `limit` of the entity definition and view lists (400 above)"),
+    "ENTITY_LIST_MAX_BYTES": (8 * 1024 * 1024, int, "A page of the entity definition or view list ends before "
+                                                    "the item that would take it past this many bytes "
+                                                    "(`nextCursor` goes on); a larger item comes alone on its page"),
     "REGISTRY_LIST_DEFAULT_LIMIT": (100, int, "Items per page of an agent-registry list when `limit` is not given"),
     "REGISTRY_LIST_MAX_LIMIT": (1000, int, "Largest `limit` of an agent-registry list (400 above)"),
     "REGISTRY_LIST_MAX_BYTES": (8 * 1024 * 1024, int, "A page of an agent-registry list ends before the item that "

@@ -211,6 +211,14 @@ class SafeParser(FlaskParser):
 
     DEFAULT_VALIDATION_STATUS = 400  # schema failures are 400 VALIDATION_ERROR, not webargs' 422
 
+    def parse(self, argmap, req=None, *, location=None, **kwargs):
+        """webargs' parse; an operation that takes no query parameter (NoQueryParameters) and gets none
+        costs no schema load (the answer would be `{}`); any parameter sent goes through the schema, which
+        refuses it as unknown."""
+        if argmap.__class__ is NoQueryParameters and location == "query" and not (req or current_request()).query_string:
+            return {}
+        return super().parse(argmap, req, location=location, **kwargs)
+
     def _raw_load_json(self, req):
         if not require_json_body(req):
             return core.missing
@@ -304,13 +312,15 @@ class Blueprint(_Blueprint, _UnitOfWorkAtTheEdge):
 
     ARGUMENTS_PARSER = SafeParser()
 
-    def __init__(self, *args, tag: str | None = None, **kwargs):
+    def __init__(self, *args, tag: str | None = None, refuse_unknown_query: bool = True, **kwargs):
         """`tag`: the OpenAPI tag of the blueprint's operations, in sentence case ("Tool definitions",
         "Entity store"): a heading of Swagger UI and of generated clients. The blueprint's name stays what
         it was (the prefix of its Flask endpoints, in url_for and logs), so renaming a heading never
-        renames an endpoint."""
+        renames an endpoint. `refuse_unknown_query=False`: its operations without query parameters
+        ignore the query string (add_url_rule), for callers that are not API clients (health probes)."""
         super().__init__(*args, **kwargs)
         self.tag = tag
+        self.refuse_unknown_query = refuse_unknown_query
         self._prepare_doc_cbks.append(_prepare_http_semantics_doc)
 
     @staticmethod
@@ -333,6 +343,23 @@ class Blueprint(_Blueprint, _UnitOfWorkAtTheEdge):
     def requires(*scopes: str, roles: tuple[str, ...] = (), star_bypasses: bool = True,
                  internal_token: bool = False):
         return require(*scopes, roles=roles, star_bypasses=star_bypasses, internal_token=internal_token)
+
+    def add_url_rule(self, rule, endpoint=None, view_func=None, provide_automatic_options=None, **options):
+        """flask-smorest's, with every operation refusing query parameters it does not declare: one without
+        a query `arguments` gets an empty one (NoQueryParameters), so `?x=1` is the same 400 naming `x` as
+        an unknown parameter of an operation that takes some (`arguments` below). A MethodView's methods
+        are replaced on its class."""
+        if self.refuse_unknown_query and isinstance(view_func, type) and issubclass(view_func, MethodView):
+            for method in view_func.methods or ():
+                function = getattr(view_func, method.lower(), None)
+                if function is not None and not _declares_query(function):
+                    setattr(view_func, method.lower(), self._no_query_parameters(function))
+        elif self.refuse_unknown_query and view_func is not None and not _declares_query(view_func):
+            view_func = self._no_query_parameters(view_func)
+        super().add_url_rule(rule, endpoint, view_func, provide_automatic_options, **options)
+
+    def _no_query_parameters(self, function):
+        return self.arguments(NoQueryParameters, location="query", as_kwargs=True)(function)
 
     def arguments(self, schema, *args, **kwargs):
         """flask-smorest's `arguments`, given one schema instance per route: webargs instantiates a schema
@@ -363,6 +390,16 @@ class Blueprint(_Blueprint, _UnitOfWorkAtTheEdge):
 
 
 UNKNOWN_QUERY_PARAMETER = "Unknown query parameter."
+
+
+class NoQueryParameters(Schema):
+    """The query schema of an operation that declares none (Blueprint.add_url_rule): every parameter
+    sent is unknown."""
+
+
+def _declares_query(function) -> bool:
+    arguments = getattr(function, "_apidoc", {}).get("arguments", {}).get("parameters", [])
+    return any(argument.get("in") == "query" for argument in arguments)
 
 
 def _refuse_unknown_query_parameters(schema: Schema) -> None:
@@ -405,7 +442,7 @@ def _document_limits(doc: dict, rate_limit_group: str | None, concurrency_group:
     concurrency limit (`concurrency_limited`)."""
     responses = doc.setdefault("response", {}).setdefault("responses", {})
     arguments = doc.get("arguments", {}).get("parameters", [])
-    if any(argument.get("location", "json") == "json" for argument in arguments):
+    if any(argument.get("in", "json") == "json" for argument in arguments):
         _add_response(responses, 413, "PAYLOAD_TOO_LARGE: the body exceeds MAX_CONTENT_LENGTH")
         _add_response(responses, 415, "INVALID_INPUT: the body is not application/json")
     limits = []

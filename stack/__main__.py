@@ -382,16 +382,7 @@ def postgres() -> int:
     argv = [str(POSTGRES_BIN_PATH / "postgres"), "-D", str(server.pgdata), "-p", str(stack.pg_port),
             "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=",
             "-c", "log_min_messages=warning"]
-    proc = subprocess.Popen(argv, user=server.system_user, group=_group_of(server.system_user),
-                            extra_groups=[] if server.system_user else None)
-
-    def fast_shutdown(_signum, _frame):
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-
-    signal.signal(signal.SIGTERM, fast_shutdown)
-    signal.signal(signal.SIGINT, fast_shutdown)
-    return proc.wait()
+    return _run_in_foreground(argv, server.system_user)
 
 
 def replica() -> int:
@@ -423,18 +414,9 @@ def replica() -> int:
             shutil.rmtree(pgdata)  # an interrupted copy
         _log(f"copying the primary into {pgdata} (pg_basebackup -R -S {REPLICA_SLOT})")
         create_replica(f"host=127.0.0.1 port={stack.pg_port} user=postgres", pgdata, slot=REPLICA_SLOT)
-    user = _system_user()
     argv = [str(POSTGRES_BIN_PATH / "postgres"), "-D", pgdata, "-p", str(stack.replica_port),
             "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=", "-c", "log_min_messages=warning"]
-    proc = subprocess.Popen(argv, user=user, group=_group_of(user), extra_groups=[] if user else None)
-
-    def fast_shutdown(_signum, _frame):
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-
-    signal.signal(signal.SIGTERM, fast_shutdown)
-    signal.signal(signal.SIGINT, fast_shutdown)
-    return proc.wait()
+    return _run_in_foreground(argv, _system_user())
 
 
 def warn_about_a_left_slot(conn, stack: Stack) -> None:
@@ -450,6 +432,20 @@ def warn_about_a_left_slot(conn, stack: Stack) -> None:
         _log(f"the replication slot {REPLICA_SLOT} of an earlier REPLICA=1 run holds {row[0]} of WAL and keeps "
              f"all WAL from now on: start with REPLICA=1, or drop it: psql -h 127.0.0.1 -p {stack.pg_port} "
              f"-U postgres -c \"SELECT pg_drop_replication_slot('{REPLICA_SLOT}')\" (docs/operations.md)")
+
+
+def _run_in_foreground(argv: list[str], user: str | None) -> int:
+    """Run a PostgreSQL server (`argv`) as `user` (None: this process's user) until it exits, and return its
+    status. SIGTERM and SIGINT to this process are passed on as SIGINT: a fast shutdown."""
+    proc = subprocess.Popen(argv, user=user, group=_group_of(user), extra_groups=[] if user else None)
+
+    def fast_shutdown(_signum, _frame):
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+
+    signal.signal(signal.SIGTERM, fast_shutdown)
+    signal.signal(signal.SIGINT, fast_shutdown)
+    return proc.wait()
 
 
 def _group_of(user: str | None):

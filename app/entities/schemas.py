@@ -139,7 +139,7 @@ class ListPageArgsSchema(Schema):
     limit = QueryInt(validate=validate.Range(min=1), metadata={
         "maximum_setting": "ENTITY_LIST_MAX_LIMIT",
         "description": "items per page: default ENTITY_LIST_DEFAULT_LIMIT (100), at most ENTITY_LIST_MAX_LIMIT "
-                       "(1000)"})
+                       "(1000); a page also ends before ENTITY_LIST_MAX_BYTES (8 MiB)"})
     cursor = ma.String(validate=validate.Length(min=1, max=4000),
                        metadata={"description": "the `nextCursor` of the previous page"})
 

@@ -11,7 +11,10 @@ from app.ops.schemas import HealthSchema, IdentitySchema
 from app.ops.services import health_report
 from app.tenancy import current_tenant
 
-health_blp = ApiBlueprint("health", __name__, tag="Health", description="Health of this backend service (no token)")
+# the health operations ignore query parameters: a probe (a load balancer's, a monitor's cache buster) is
+# not an API client, and a 400 there would take a healthy node out of rotation
+health_blp = ApiBlueprint("health", __name__, tag="Health", description="Health of this backend service (no token)",
+                          refuse_unknown_query=False)
 blp = ApiBlueprint("ops", __name__, url_prefix="/api/v1", tag="Identity",
                    description="Who the caller is, as the token says")
 blueprints = [health_blp, blp, internal.blp, admin.blp]  # registered in this order (app.DOMAINS)

@@ -139,22 +139,13 @@ class StackHandle:
     def processes(self) -> dict[int, str]:
         """Every process of the stack now: `stack up` and everything below it (honcho, runsv, the nodes in
         their own process groups, PostgreSQL, nginx's workers…), pid -> its start time (pids are reused)."""
-        children: dict[int, list[int]] = {}
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    with open(f"/proc/{entry}/stat") as fh:
-                        parent = int(fh.read().rsplit(")", 1)[1].split()[1])
-                except (OSError, ValueError, IndexError):
-                    continue
-                children.setdefault(parent, []).append(int(entry))
-        found, todo = {}, [self.proc.pid]
-        while todo:
-            pid = todo.pop()
+        from stack.__main__ import _descendants
+
+        found = {}
+        for pid in [self.proc.pid, *_descendants(self.proc.pid)]:
             started = _start_time(pid)
             if started is not None:
                 found[pid] = started
-            todo += children.get(pid, [])
         return found
 
     def stop(self) -> float | None:

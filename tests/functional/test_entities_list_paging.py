@@ -103,6 +103,56 @@ def test_views_page_by_limit_and_cursor(client, headers):
     assert_error(client.get(f"{url}?limit=0", headers=headers), 400)
 
 
+@pytest.fixture()
+def small_budget(app):
+    """ENTITY_LIST_MAX_BYTES low enough for a few items of ~3 KB to fill a page."""
+    saved = app.config["ENTITY_LIST_MAX_BYTES"]
+    app.config["ENTITY_LIST_MAX_BYTES"] = 8000
+    yield 8000
+    app.config["ENTITY_LIST_MAX_BYTES"] = saved
+
+
+def _padded(size: int) -> dict:
+    return {"type": "object", "properties": {"title": {"type": "string", "description": "x" * size}}}
+
+
+def test_a_definition_page_ends_within_the_byte_budget_and_the_walk_goes_on(client, headers, small_budget):
+    """A page ends before the definition that would take it past ENTITY_LIST_MAX_BYTES (limit aside),
+    `nextCursor` goes on, and the walk yields every definition once; a definition larger than the whole
+    budget comes alone on its page."""
+    names = [f"b{n:02d}" for n in range(6)]
+    for name in names:
+        create_definition(client, headers, name, _padded(2500))
+    create_definition(client, headers, "zz-big", _padded(12000))
+    first = client.get(f"{BASE}/definitions?limit=100", headers=headers).get_json()
+    assert 1 < len(first["definitions"]) < len(names) and first["nextCursor"]
+    items, pages = walk(client, headers, f"{BASE}/definitions", "definitions", limit=100)
+    assert [d["name"] for d in items] == [*names, "zz-big"]
+    assert pages >= 3
+    last = client.get(f"{BASE}/definitions?module=none", headers=headers).get_json()
+    assert last == {"definitions": [], "nextCursor": None}
+    alone = [d["name"] for d in walk(client, headers, f"{BASE}/definitions", "definitions", limit=100)[0]
+             if d["name"] == "zz-big"]
+    assert alone == ["zz-big"]
+
+
+def test_a_view_page_ends_within_the_byte_budget(client, headers, small_budget):
+    create_definition(client, headers, "items", SCHEMA)
+    url = f"{BASE}/definitions/items/views"
+    made = []
+    for n in range(5):
+        answer = client.post(url, json={"name": f"v{n}", "columns": ["title"], "description": "y" * 2500},
+                             headers=headers)
+        assert answer.status_code == 201, answer.get_json()
+        made.append(answer.get_json()["id"])
+    first = client.get(url, headers=headers).get_json()
+    assert 1 < len(first["views"]) < 5 and first["nextCursor"]
+    items, pages = walk(client, headers, url, "views")
+    assert [v["id"] for v in items] == made and pages >= 2
+    # the limit still counts: a page is the smaller of the two
+    assert len(client.get(f"{url}?limit=1", headers=headers).get_json()["views"]) == 1
+
+
 def test_the_openapi_document_states_the_paging(client):
     paths = client.get("/api/v1/openapi.json").get_json()["paths"]
     for path in ("/api/v1/entities/definitions", "/api/v1/entities/definitions/{entityName}/views"):

@@ -39,7 +39,9 @@ from tests.support import token
 
 TOKEN = "prom-internal-" + "p" * 32
 SCHEMA = {"type": "object", "properties": {"body": {"type": "text"}, "n": {"type": "int"}}}
-# every family of docs/operations.md "Metrics" (a histogram by its _count series)
+# every family of docs/operations.md "Metrics" (a histogram by its _count series) but the read replica's
+# (gateway_db_replica_lag_seconds, _lag_bytes, _fallbacks_total: only an API with DATABASE_REPLICA_URL has
+# them, and this one has none; tests/deploy/test_replica.py checks them on a stack with a replica)
 FAMILIES = [
     "gateway_http_request_duration_seconds_count", "gateway_http_requests_in_flight", "gateway_http_refusals_total",
     "gateway_rate_limited_total", "gateway_image_provider_request_duration_seconds_count",

@@ -67,6 +67,40 @@ def test_known_parameters_and_operations_without_a_query_schema_are_unchanged(cl
     agent_id = made.get_json()["agent"]["id"]
     assert client.get("/api/v1/agents?status=draft&limit=10", headers=headers).status_code == 200
     assert client.get(f"{BASE}/definitions?status=active&limit=10", headers=headers).status_code == 200
-    # an operation that declares no query parameters does not read the query string at all
-    assert client.get(f"/api/v1/agents/{agent_id}?anything=1", headers=headers).status_code == 200
+    assert client.get(f"/api/v1/agents/{agent_id}", headers=headers).status_code == 200
+    assert client.get("/api/v1/me", headers=headers).status_code == 200
+    # the health probes are not API clients: a parameter (a monitor's cache buster) is ignored
+    assert client.get("/health?verbose=1").status_code == 200
+
+
+def test_an_operation_without_query_parameters_refuses_any(client, headers):
+    """An operation that declares no query parameter answers the same 400 for one sent (it would otherwise
+    be ignored): `?x=1` on GET /api/v1/me, the envelope naming it and saying the operation takes none."""
+    response = client.get("/api/v1/me?x=1", headers=headers)
+    error = unknown(response, "x")
+    assert error["message"] == "Unknown query parameter 'x'; this operation takes: none."
+    body = response.get_json()
+    assert body["metadata"]["success"] is False and isinstance(body["metadata"]["timestamp"], int)
+
+
+@pytest.mark.parametrize("method,url,names", [
+    ("get", "/api/v1/me?x=1&y=2", ("x", "y")),
+    ("get", f"{BASE}/definitions/items?limit=1", ("limit",)),
+    ("put", f"{BASE}/definitions/items?dryRun=true", ("dryRun",)),
+    ("post", "/api/v1/agents?draft=1", ("draft",)),
+])
+def test_operations_without_query_parameters_refuse_unknown_ones(client, headers, method, url, names):
+    create_definition(client, headers, "items", SCHEMA)
+    body = {"description": "changed"} if method == "put" else agent_body() if method == "post" else None
+    unknown(getattr(client, method)(url, json=body, headers=headers), *names)
+    # nothing changed: the definition keeps its description, no agent was created
+    assert client.get(f"{BASE}/definitions/items", headers=headers).get_json()["definition"].get(
+        "description") != "changed"
+    assert client.get("/api/v1/agents", headers=headers).get_json()["agents"] == []
+
+
+def test_a_method_view_refuses_unknown_parameters_per_method(client, headers):
+    """A route class's methods each refuse what they do not declare: GET agent by id takes none."""
+    agent_id = client.post("/api/v1/agents", json=agent_body(), headers=headers).get_json()["agent"]["id"]
+    unknown(client.get(f"/api/v1/agents/{agent_id}?anything=1", headers=headers), "anything")
 

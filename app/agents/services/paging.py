@@ -21,17 +21,15 @@ import hashlib
 import json
 from typing import Any
 
-from flask import current_app
-from sqlalchemy import Text, and_, case, cast, func, or_, select
+from sqlalchemy import Text, case, cast, func, select
 
 from app.db import db
+from app.entities import budget as page_budget
 from app.entities import cursor as keyset
 from app.errors import PayloadTooLarge
 from app.tenancy import current_org, tenant_select
 
 PATH = "cursor"
-WRAPPER_ALLOWANCE = 64 * 1024  # room for the list's key, nextCursor and `omitted` in a response
-UNLIMITED = 2**62
 
 
 def _digest(list_id: str, filters: dict[str, Any]) -> str:
@@ -40,13 +38,8 @@ def _digest(list_id: str, filters: dict[str, Any]) -> str:
 
 
 def _bounds(limit: int | None) -> tuple[int, int, int]:
-    """(limit, page byte budget, largest document a list may serve)."""
-    config = current_app.config
-    limit = int(limit or config["REGISTRY_LIST_DEFAULT_LIMIT"])
-    response_cap = int(config.get("MAX_RESPONSE_BYTES") or 0)
-    servable = max(response_cap - WRAPPER_ALLOWANCE, 1024) if response_cap else UNLIMITED
-    budget = min(int(config["REGISTRY_LIST_MAX_BYTES"]) or UNLIMITED, servable)
-    return limit, budget, servable
+    """(limit, page byte budget, largest document a list may serve): app.entities.budget's rule."""
+    return page_budget.bounds(limit, "REGISTRY_LIST_DEFAULT_LIMIT", "REGISTRY_LIST_MAX_BYTES")
 
 
 def page(model, column, key: str, list_id: str, *where, limit: int | None = None, cursor: str | None = None,
@@ -66,12 +59,10 @@ def page(model, column, key: str, list_id: str, *where, limit: int | None = None
     size = func.octet_length(rows.c.body)
     order = (rows.c.name, rows.c.id)
     # bytes of the page up to and including this row (rows too large to serve count for nothing)
-    running = func.sum(case((size <= servable, size), else_=0)).over(order_by=order)
+    running = page_budget.running_bytes(size, order, servable)
     sized = select(rows.c.id, rows.c.name, rows.c.body, size.label("size"), running.label("running"),
                    func.row_number().over(order_by=order).label("n")).subquery()
-    # on this page: within the limit, servable, and within the budget (or the page's first row)
-    on_page = and_(sized.c.n <= limit, sized.c.size <= servable,
-                   or_(sized.c.running <= budget, sized.c.running == sized.c.size))
+    on_page = page_budget.on_page(sized.c.n, sized.c.size, sized.c.running, limit, budget, servable)
     stmt = (select(sized.c.id, sized.c.name, sized.c.size, sized.c.n, case((on_page, sized.c.body)).label("body"))
             .order_by(sized.c.name, sized.c.id))
 

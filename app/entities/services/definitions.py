@@ -16,6 +16,7 @@ from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.orm import Session
 
 from app.db import db, schema_for
+from app.entities import budget as page_budget
 from app.entities import cursor as keyset
 from app.entities import hooks, indexes
 from app.entities.fieldtypes import CompiledSchema, compile_definition_schema
@@ -76,9 +77,11 @@ def list_definitions_page(module: str | None = None, status: str | None = None, 
     the org, this list and its filters; its key is the last row's (name, createdAt)."""
     org = current_org()
     digest = keyset.query_digest({"filters": {"module": module, "status": status}})
-    limit = int(limit or current_app.config["ENTITY_LIST_DEFAULT_LIMIT"])
+    limit, budget, _servable = page_budget.bounds(limit, "ENTITY_LIST_DEFAULT_LIMIT", "ENTITY_LIST_MAX_BYTES")
     D = EntityDefinition
-    stmt = tenant_select(D).order_by(D.name, D.created_at, D.id).limit(limit + 1)
+    stmt = (tenant_select(D).with_only_columns(D.id, D.name, D.created_at, (ROW_SIZE + page_budget.ITEM_FIXED_BYTES)
+                                               .label("size"))
+            .order_by(D.name, D.created_at, D.id).limit(limit + 1))
     if module is not None:
         stmt = stmt.where(D.module == module)
     if status is not None:
@@ -93,10 +96,9 @@ def list_definitions_page(module: str | None = None, status: str | None = None, 
                                    {"fields": {"cursor": ["not a cursor of this list"]}}) from None
         stmt = stmt.where(tuple_(D.name, D.created_at, D.id) > tuple_(literal(name), literal(created_at),
                                                                       literal(position.id)))
-    rows = list(db.session.scalars(stmt))
-    if len(rows) <= limit:
+    rows, more = page_budget.page_rows(db.session, D, stmt, (D.name, D.created_at, D.id), limit, budget)
+    if not more:
         return rows, None
-    rows = rows[:limit]
     last = rows[-1]
     return rows, keyset.encode(org, LIST_ID, digest,
                                keyset.Position(0, [last.name, last.created_at.isoformat()], last.id))

@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from flask import current_app
-from sqlalchemy import update
+from sqlalchemy import Text, cast, func, update
 from sqlalchemy.orm import Session
 
+from app.entities import budget as page_budget
 from app.entities import cursor as keyset
 from app.entities.filters import FieldResolver, parse_filters
 from app.entities.models import EntityDefinition, EntityView
@@ -32,25 +32,32 @@ def list_views(session: Session, definition: EntityDefinition) -> list[EntityVie
     return list(session.scalars(stmt))
 
 
+# a view's bytes on a list page (app.entities.budget), measured by PostgreSQL: its unbounded columns
+VIEW_SIZE = (func.octet_length(EntityView.name) + func.coalesce(func.octet_length(EntityView.description), 0)
+             + func.coalesce(func.octet_length(cast(EntityView.columns, Text)), 0)
+             + func.coalesce(func.octet_length(cast(EntityView.filters, Text)), 0)
+             + func.coalesce(func.octet_length(cast(EntityView.config, Text)), 0) + page_budget.ITEM_FIXED_BYTES)
+
+
 def list_views_page(session: Session, definition: EntityDefinition, *, limit: int | None = None,
                     cursor: str | None = None) -> tuple[list[EntityView], str | None]:
     """A page of `list_views` (by creation, then id) and the next page's cursor (None on the last): the
     entity store's keyset cursor, bound to the org and this definition's view list."""
     list_id = f"views:{definition.id}"
     digest = keyset.query_digest({})
-    limit = int(limit or current_app.config["ENTITY_LIST_DEFAULT_LIMIT"])
-    stmt = tenant_select(EntityView, definition.org_id).where(EntityView.entity_id == definition.id).order_by(
-        EntityView.created_at, EntityView.id).limit(limit + 1)
+    limit, budget, _servable = page_budget.bounds(limit, "ENTITY_LIST_DEFAULT_LIMIT", "ENTITY_LIST_MAX_BYTES")
+    V = EntityView
+    stmt = (tenant_select(V, definition.org_id).with_only_columns(V.id, V.created_at, VIEW_SIZE.label("size"))
+            .where(V.entity_id == definition.id).order_by(V.created_at, V.id).limit(limit + 1))
     if cursor:
         position = keyset.decode(cursor, definition.org_id, list_id, digest, path="cursor", what="list")
         if not isinstance(position.key, datetime):
             raise ValidationFailed("Invalid cursor: not a cursor of this list.",
                                    {"fields": {"cursor": ["not a cursor of this list"]}})
         stmt = stmt.where(keyset.after(EntityView.created_at, EntityView.id, False, position))
-    rows = list(session.scalars(stmt))
-    if len(rows) <= limit:
+    rows, more = page_budget.page_rows(session, V, stmt, (V.created_at, V.id), limit, budget)
+    if not more:
         return rows, None
-    rows = rows[:limit]
     last = rows[-1]
     return rows, keyset.encode(definition.org_id, list_id, digest, keyset.Position(0, last.created_at, last.id))
 
