@@ -215,7 +215,8 @@ class SafeParser(FlaskParser):
         """webargs' parse; an operation that takes no query parameter (NoQueryParameters) and gets none
         costs no schema load (the answer would be `{}`); any parameter sent goes through the schema, which
         refuses it as unknown."""
-        if argmap.__class__ is NoQueryParameters and location == "query" and not (req or current_request()).query_string:
+        if (argmap.__class__ is NoQueryParameters and location == "query"
+                and not (req or current_request()).query_string):
             return {}
         return super().parse(argmap, req, location=location, **kwargs)
 
