@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 import psycopg
@@ -32,7 +33,7 @@ from sqlalchemy import JSON, Integer, Text, bindparam, cast, func, literal_colum
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.elements import ColumnElement
 
-from app.db import db
+from app.db import DriverRow, db
 from app.entities import cursor as cursors
 from app.entities import hooks, projection, similar
 from app.entities.counting import COUNT_MODES, counted, record_scope
@@ -296,12 +297,14 @@ def _plain_page(columns: list, where: list, order_by: list, offset: int, limit: 
 # --- the answer ------------------------------------------------------------------------------------
 
 def _answer(plan: QueryPlan, total: int, how: str, rows: list) -> dict[str, Any]:
-    records = [_wire(row) for row in rows]
-    raw_fields = [record["fields"] for record in records]  # before include/exclude: lookups read them all
-    records = [_shape(record, row, plan.include, plan.exclude, plan.compiled)
-               for record, row in zip(records, rows, strict=True)]
-    if plan.lookups:
-        _resolve_lookups(plan.definition, records, raw_fields, plan.lookups)
+    record_of = _getter(rows, "record")
+    records = [_wire(row, record_of) for row in rows]
+    if plan.include is not None or plan.exclude or plan.compiled.distance is not None or plan.lookups:
+        raw_fields = [record["fields"] for record in records]  # before include/exclude: lookups read them all
+        records = [_shape(record, row, plan.include, plan.exclude, plan.compiled)
+                   for record, row in zip(records, rows, strict=True)]
+        if plan.lookups:
+            _resolve_lookups(plan.definition, records, raw_fields, plan.lookups)
     page, page_size = plan.page, plan.page_size
     if how != "exact":  # an estimate never contradicts the page in hand
         total = max(total, plan.offset + len(records) + (1 if len(records) == page_size else 0))
@@ -429,9 +432,19 @@ def _counted_page(P, count_where: list, where: list, order: list, keyset, offset
     # no page row: the count's row alone (id NULL); a record subquery finds its row in the same snapshot
     # (the projection holds exactly the active records), else the row is left out as the join would
     by_subquery = projected and RECORD_JSON
+    id_of = _getter(rows, "id")
+    record_of = _getter(rows, "record") if by_subquery else None
     return (int(first["total"] or 0), first["row_token"] if token_of is not None else None,
-            [row for row in rows if row._mapping["id"] is not None
-             and not (by_subquery and row._mapping["record"] is None)])
+            [row for row in rows if id_of(row) is not None and not (by_subquery and record_of(row) is None)])
+
+
+def _getter(rows: list, name: str):
+    """`row._mapping.get(name)` for the rows of one result, by position when they are the driver's rows
+    (db.DriverRow: one row class per statement, its columns' positions known; no mapping per call)."""
+    if rows and isinstance(rows[0], DriverRow):
+        index = rows[0]._index.get(name)
+        return (lambda row: None) if index is None else itemgetter(index)
+    return lambda row: row._mapping.get(name)
 
 
 # `createdAt`/`updatedAt` as app.wire.iso writes them: UTC, milliseconds (truncated), Z
@@ -504,9 +517,10 @@ def _projection(catalog, names: list[str] | None, key: str) -> set[str] | None:
     return set(names)
 
 
-def _wire(row) -> dict:
-    """The record of a page's row: built by PostgreSQL (`_record_json`), or from its columns."""
-    record = row._mapping.get("record")
+def _wire(row, record_of) -> dict:
+    """The record of a page's row: built by PostgreSQL (`_record_json`; `record_of`: its getter, `_getter`),
+    or from its columns."""
+    record = record_of(row)
     return record if record is not None else record_to_wire(row)
 
 
