@@ -57,14 +57,18 @@ _LIMIT, _OFFSET = bindparam("page_limit", type_=Integer), bindparam("page_offset
 # --- compiling the request's filter ------------------------------------------------------------------
 
 def compile_request_filters(raw: Any, dctx: DefinitionContext, *, sort_by: str | None = None,
-                            projected: bool = False) -> CompiledFilter:
+                            projected: bool = False, reuse: bool = False) -> CompiledFilter:
     """The request's filter compiled (filters.compile_request): against the definition's ready typed
     projection when `projected` and it answers the filter (and `sort_by`) exactly, else entity_records;
-    `$similar` resolved through the app's similarity hook (embedding the query text: the only I/O)."""
+    `$similar` resolved through the app's similarity hook (embedding the query text: the only I/O).
+    `reuse`: through the context's cache of compiled filter shapes (`dctx.shapes`): the result may carry
+    its values apart (`CompiledFilter.values`), which every statement built from it must bind
+    (db.execute_shaped `values`); for the exact count and the page, not for an estimate."""
     resolver = projection.resolver_for(dctx.definition, dctx.filters.catalog) if projected else None
     return compile_request(raw, dctx.filters, projection=resolver, sort_by=sort_by,
                            resolve_similar=lambda spec: similar.resolve(spec, dctx.filters,
-                                                                        hooks.current().similarity))
+                                                                        hooks.current().similarity),
+                           shapes=dctx.shapes if reuse else None)
 
 
 # --- counting, and proving a cached definition current -----------------------------------------------
@@ -83,11 +87,11 @@ def _count(entry: definitions.CachedDefinition, compiled: CompiledFilter, mode: 
         total, how = by_clause
     elif compiled.projected:  # the projection holds exactly the definition's active records
         total, how, token = counted([compiled.where], mode, table=compiled.table, token_of=token_of,
-                                    token=definitions.TOKEN_OF)
+                                    token=definitions.TOKEN_OF, values=compiled.values)
     else:
         scope = record_scope(definition)
         total, how, token = counted([*scope, compiled.where], mode, [*scope, compiled.where_to_count],
-                                    token_of=token_of, token=definitions.TOKEN_OF)
+                                    token_of=token_of, token=definitions.TOKEN_OF, values=compiled.values)
     _check_current(entry, token)
     return total, how
 
@@ -150,7 +154,8 @@ def count_records(name: str, filters: Any, count_mode: str = "exact") -> tuple[i
     """How many active records of the org's definition `name` match `filters`, and how that number
     was counted."""
     return _reading(name, lambda entry, projected: _count(
-        entry, compile_request_filters(filters, entry.context, projected=projected), count_mode))
+        entry, compile_request_filters(filters, entry.context, projected=projected, reuse=count_mode == "exact"),
+        count_mode))
 
 
 def query_records(name: str, params: dict[str, Any], count_mode: str = "exact") -> dict[str, Any]:
@@ -224,7 +229,8 @@ def _plan(entry: definitions.CachedDefinition, params: dict[str, Any], count_mod
     dctx = entry.context
     page_size = _page_size(params.get("pageSize", 20))
     sort_by, sort_order = params.get("sortBy"), params.get("sortOrder")
-    compiled = compile_request_filters(params.get("filters") or {}, dctx, sort_by=sort_by, projected=projected)
+    compiled = compile_request_filters(params.get("filters") or {}, dctx, sort_by=sort_by, projected=projected,
+                                       reuse=count_mode == "exact")
     resolver = compiled.resolver  # entity_records, or the projection: where, order and cursor key alike
     order = _order_spec(resolver, compiled, sort_by, sort_order)
     keyset = _keyset(resolver, compiled, sort_by, sort_order)
@@ -265,7 +271,7 @@ def _run_counted_page(plan: QueryPlan) -> tuple[int, str, list]:
     count_where = plan.where if compiled.projected else [*record_scope(plan.definition), compiled.where_to_count]
     total, token, rows = _counted_page(compiled.table, count_where, plan.page_where, plan.order, plan.keyset,
                                        plan.skip, plan.page_size, plan.definition.id if plan.entry.cached else None,
-                                       once=plan.scan_once)
+                                       once=plan.scan_once, values=compiled.values)
     _check_current(plan.entry, token)
     return total, "exact", rows
 
@@ -274,7 +280,8 @@ def _run_page(plan: QueryPlan, total: int) -> list:
     """The page alone (after `_count`), from the executor of its strategy."""
     compiled = plan.compiled
     if compiled.projected:
-        return _projected_page(compiled.table, plan.page_where, plan.order, plan.keyset, plan.skip, plan.page_size)
+        return _projected_page(compiled.table, plan.page_where, plan.order, plan.keyset, plan.skip, plan.page_size,
+                               compiled.values)
     columns = [T.c[name] for name in RECORD_COLUMNS]
     if compiled.distance is not None:
         columns.append(compiled.distance.label("distance"))
@@ -283,15 +290,16 @@ def _run_page(plan: QueryPlan, total: int) -> list:
     if plan.by_similarity and plan.position is None:
         return similar.page(db.session, columns, plan.where, compiled.similarity, compiled.rank, total,
                             plan.offset, plan.page_size)
-    return _plain_page(columns, plan.page_where, _ordered(plan.order), plan.skip, plan.page_size)
+    return _plain_page(columns, plan.page_where, _ordered(plan.order), plan.skip, plan.page_size, compiled.values)
 
 
-def _plain_page(columns: list, where: list, order_by: list, offset: int, limit: int) -> list:
-    """A page of entity_records in `order_by` (one statement per shape: db.execute_shaped)."""
+def _plain_page(columns: list, where: list, order_by: list, offset: int, limit: int, values=None) -> list:
+    """A page of entity_records in `order_by` (one statement per shape: db.execute_shaped; `values`:
+    a reused filter shape's, CompiledFilter.values)."""
     return list(db.execute_shaped(
         db.session, ("page",),
         lambda: select(*columns).where(*where).order_by(*order_by).limit(_LIMIT).offset(_OFFSET),
-        [*columns, *where, *order_by], {"page_limit": limit, "page_offset": offset}))
+        [*columns, *where, *order_by], {"page_limit": limit, "page_offset": offset}, values))
 
 
 # --- the answer ------------------------------------------------------------------------------------
@@ -353,7 +361,8 @@ def _position(definition: EntityDefinition, params: dict[str, Any], keyset, dige
     return cursors.decode(text, definition.org_id, definition.id, digest)
 
 
-def _projected_page(P, where: list, order: list, keyset, offset: int, limit: int) -> list:  # noqa: N803
+def _projected_page(P, where: list, order: list, keyset, offset: int, limit: int,  # noqa: N803
+                    values: dict | None = None) -> list:
     """A page on a definition's projection: the page's ids and sort keys from the projection alone
     (filter, order, LIMIT/OFFSET on its indexes), then those records from entity_records by primary
     key, in the same order."""
@@ -371,11 +380,13 @@ def _projected_page(P, where: list, order: list, keyset, offset: int, limit: int
     shape = ("projected page", P.schema, P.name, tuple((d, n) for _, d, n in order), keyset is not None,
              RECORD_JSON)
     sources = [*where, *(expr for expr, _, _ in order), *([keyset[0]] if keyset is not None else [])]
-    return db.execute_shaped(db.session, shape, build, sources, {"page_limit": limit, "page_offset": offset}).all()
+    return db.execute_shaped(db.session, shape, build, sources, {"page_limit": limit, "page_offset": offset},
+                             values).all()
 
 
 def _counted_page(P, count_where: list, where: list, order: list, keyset, offset: int,  # noqa: N803
-                  limit: int, token_of: str | None, once: bool = False) -> tuple[int, str | None, list]:
+                  limit: int, token_of: str | None, once: bool = False,
+                  values: dict | None = None) -> tuple[int, str | None, list]:
     """`counted` and the page (`fetch_page`'s plain order, or `_projected_page` when `P` is the
     definition's projection) in one statement: one round trip, one snapshot. The exact count of
     `count_where` over `P`, the row token of definition `token_of` (None: not asked) and the page's
@@ -427,7 +438,7 @@ def _counted_page(P, count_where: list, where: list, order: list, keyset, offset
     named = {"page_limit": limit, "page_offset": offset}
     if token_of is not None:
         named["definition_token_id"] = token_of
-    rows = db.execute_shaped(db.session, shape, build, sources, named).all()
+    rows = db.execute_shaped(db.session, shape, build, sources, named, values).all()
     first = rows[0]._mapping
     # no page row: the count's row alone (id NULL); a record subquery finds its row in the same snapshot
     # (the projection holds exactly the active records), else the row is left out as the join would
