@@ -20,6 +20,7 @@ Without an enabled `embeddingsConfig` on the definition it matches nothing (no r
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -975,7 +976,7 @@ def _compiled_shape(parsed: ParsedFilter, ctx: FilterContext, projection: FieldR
     cached = shapes.get(key)
     if cached is not None and cached is not _NO_SHAPE and cached[0] is projection:
         _, template, slots = cached
-        out = replace(template)
+        out = copy.copy(template)  # (dataclasses.replace re-reads the fields: ~10 times the cost)
         out.values = {id(bind): (bind, derive(leaves[i])) for bind, i, derive in slots}
         return out
     compiled = _compile_parsed(parsed, ctx, projection, sort_by, None)

@@ -545,6 +545,8 @@ def _shape(record: dict, row, include: set[str] | None, exclude: set[str] | None
 
 
 def _lookup_specs(catalog, items: list[dict]) -> list[dict]:
+    if not items:
+        return []
     lookups = catalog.lookup_fields()
     specs = []
     for i, item in enumerate(items):
