@@ -801,6 +801,10 @@ class _Unshaped(Exception):  # noqa: N818 (a signal: compile this filter every t
     pass
 
 
+class _Ambiguous(_Unshaped):
+    """This request's values cannot tell the parameters apart (two equal values): try with a later one."""
+
+
 def _skeleton(parsed: ParsedFilter) -> tuple[tuple, list]:
     """(the structure of `parsed`, its values in walk order): strings, numbers, instants and the texts of
     `$search` are values; None and booleans (they choose the SQL's form) are structure."""
@@ -946,8 +950,10 @@ def _template(parsed: ParsedFilter, search_at: int | None, leaves: list, compile
         raise _Unshaped
     try:
         others = [_other(v, i) for i, v in enumerate(leaves)]
+        if len({(v.__class__, v) for v in (*leaves, *others)}) != 2 * len(leaves):
+            raise _Ambiguous  # equal values (or one the change above did not change): which is which?
         second = _compile_parsed(_with_leaves(parsed, search_at, others), ctx, projection, sort_by, None)
-    except (ValidationFailed, NotProjected, ArithmeticError, OverflowError):
+    except (ValidationFailed, NotProjected, ArithmeticError, OverflowError, TypeError):
         raise _Unshaped from None
     structure, binds = _bound(compiled)
     structure_2, binds_2 = _bound(second)
@@ -984,6 +990,8 @@ def _compiled_shape(parsed: ParsedFilter, ctx: FilterContext, projection: FieldR
         return compiled
     try:
         slots = _template(parsed, skeleton[1], leaves, compiled, ctx, projection, sort_by)
+    except _Ambiguous:
+        return compiled  # not decided: a later request of this shape tries again
     except _Unshaped:
         entry: Any = _NO_SHAPE
     else:

@@ -90,3 +90,16 @@ def test_other_structures_are_other_shapes():
         compiled = compile_request(other, CTX, shapes=shapes)
         assert rendered(compiled) == rendered(compile_request(other, CTX)), other
     assert rendered(compile_request({"ok": False}, CTX, shapes=shapes)) == rendered(compile_request({"ok": False}, CTX))
+
+
+def test_equal_values_do_not_decide_a_shape():
+    """Two equal values (or a number the second compilation cannot change) cannot tell which parameter
+    carries which: that request compiles afresh, and a later one of the shape decides."""
+    shapes: dict = {}
+    for flt in ({"qty": {"$gte": 5, "$lt": 5}}, {"price": {"$gt": 1e100, "$lt": 2e100}}):
+        compile_request(flt, CTX, shapes=shapes)
+        assert not shapes
+    compile_request({"qty": {"$gte": 5, "$lt": 6}}, CTX, shapes=shapes)
+    reused = compile_request({"qty": {"$gte": 8, "$lt": 8}}, CTX, shapes=shapes)
+    assert reused.values is not None
+    assert rendered(reused) == rendered(compile_request({"qty": {"$gte": 8, "$lt": 8}}, CTX))
