@@ -545,12 +545,18 @@ class Database:
                 self._last.replica.engine.dispose(close=False)
 
 
+class UnboundValues(Exception):  # noqa: N818 (a signal: the caller compiles afresh)
+    """A statement carrying a reused filter shape's values (Database.execute_shaped `values`) cannot take
+    the shaped path: SQLAlchemy's own execution would take the values from the statement's cache key,
+    which the reused filter's memoized key draws from its first compilation (measured: that request's
+    values came back). The caller asks again with the filter compiled afresh."""
+
+
 def _rebound(stmt: Executable, values: dict[int, tuple[Any, Any]] | None) -> Executable:
-    """`stmt` with the parameters of `values` (Database.execute_shaped) bound to their values there (a
-    copy; for the statements that run through SQLAlchemy)."""
-    if not values:
-        return stmt
-    return stmt.params({bind.key: value for bind, value in values.values()})
+    """`stmt` for SQLAlchemy's own execution: `UnboundValues` when it carries values bound apart."""
+    if values:
+        raise UnboundValues
+    return stmt
 
 
 def _render_shaped(stmt: Executable, dialect, translate: dict, keys: list,

@@ -33,7 +33,7 @@ from sqlalchemy import JSON, Integer, Text, bindparam, cast, func, literal_colum
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.elements import ColumnElement
 
-from app.db import DriverRow, db
+from app.db import DriverRow, UnboundValues, db
 from app.entities import cursor as cursors
 from app.entities import hooks, projection, similar
 from app.entities.counting import COUNT_MODES, counted, record_scope
@@ -154,15 +154,30 @@ def _reading(name: str, run):
 def count_records(name: str, filters: Any, count_mode: str = "exact") -> tuple[int, str]:
     """How many active records of the org's definition `name` match `filters`, and how that number
     was counted."""
-    return _reading(name, lambda entry, projected: _count(
-        entry, compile_request_filters(filters, entry.context, projected=projected, reuse=count_mode == "exact"),
-        count_mode))
+    def run(reuse: bool):
+        return _reading(name, lambda entry, projected: _count(
+            entry, compile_request_filters(filters, entry.context, projected=projected, reuse=reuse), count_mode))
+    return _unless_unbound(run, count_mode)
 
 
 def query_records(name: str, params: dict[str, Any], count_mode: str = "exact") -> dict[str, Any]:
     """One page of records of the org's definition `name` matching the filters, as a PaginatedResult
     (`countMode` says how `totalCount` was counted: exact unless the caller preferred otherwise)."""
-    return _reading(name, lambda entry, projected: _execute(_plan(entry, params, count_mode, projected)))
+    return _unless_unbound(lambda reuse: _reading(
+        name, lambda entry, projected: _execute(_plan(entry, params, count_mode, projected, reuse))), count_mode)
+
+
+def _unless_unbound(run, count_mode: str):
+    """`run(reuse)`: with reused filter shapes for an exact count; if one of its statements cannot bind
+    them (db.UnboundValues: a statement that runs through SQLAlchemy), asked again compiled afresh (a
+    read-only request: nothing of the first try is kept)."""
+    if count_mode != "exact" or not REUSE_SHAPES:
+        return run(False)
+    try:
+        return run(True)
+    except UnboundValues:
+        db.session.rollback()
+        return run(False)
 
 
 # --- the plan --------------------------------------------------------------------------------------
@@ -225,13 +240,13 @@ class QueryPlan:
 
 
 def _plan(entry: definitions.CachedDefinition, params: dict[str, Any], count_mode: str,
-          projected: bool) -> QueryPlan:
+          projected: bool, reuse: bool = False) -> QueryPlan:
     """The request's plan; every 400 of a page query is raised here, in the order the parameters are read."""
     dctx = entry.context
     page_size = _page_size(params.get("pageSize", 20))
     sort_by, sort_order = params.get("sortBy"), params.get("sortOrder")
     compiled = compile_request_filters(params.get("filters") or {}, dctx, sort_by=sort_by, projected=projected,
-                                       reuse=count_mode == "exact")
+                                       reuse=reuse and count_mode == "exact")
     resolver = compiled.resolver  # entity_records, or the projection: where, order and cursor key alike
     order = _order_spec(resolver, compiled, sort_by, sort_order)
     keyset = _keyset(resolver, compiled, sort_by, sort_order)
