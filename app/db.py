@@ -417,7 +417,8 @@ class Database:
         return _read_first_raw(state.engine, sql, params)
 
     def execute_shaped(self, session: Session, shape: Hashable, build: Callable[[], Executable],
-                       sources: Sequence[ClauseElement], named: dict[str, Any] | None = None):
+                       sources: Sequence[ClauseElement], named: dict[str, Any] | None = None,
+                       values: dict[int, tuple[Any, Any]] | None = None):
         """`session.execute(build())` for a hot read whose statement has few shapes and many values
         (a record query's count and page): the SQL is rendered once per shape and product, and later
         calls skip building the statement, SQLAlchemy's cache key over it, its compiled cache and its
@@ -433,15 +434,17 @@ class Database:
         every path.
         `shape` must say everything else the statement depends on (its tables, its form). A statement
         whose parameters are not all covered by those (or that needs post-compile expansion) runs
-        through `session.execute` every time. Returns the result (rows with `_mapping`)."""
+        through `session.execute` every time. Returns the result (rows with `_mapping`).
+        `values`: id of a BindParameter of the sources → (that parameter, the value to bind in its place)
+        (a compiled filter shape reused with this request's values: filters.CompiledFilter.values)."""
         state = self._state()
         named = named or {}
         if not SHAPED:
-            return session.execute(build(), named)
+            return session.execute(_rebound(build(), values), named)
         translate = session.get_bind().get_execution_options().get("schema_translate_map") or {}
         keys = [source._generate_cache_key() for source in sources]
         if any(k is None for k in keys):
-            return session.execute(build(), named)
+            return session.execute(_rebound(build(), values), named)
         # each source's key is taken on its own: which bound values are one object across sources
         # (one parameter of the SQL) is part of the shape, or a later call could bind one value twice
         first: dict[int, int] = {}
@@ -458,13 +461,14 @@ class Database:
                 state.shaped[key] = shaped
                 state.shaped_chars += size
             if shaped is None:
-                return session.execute(stmt, named)
+                return session.execute(_rebound(stmt, values), named)
         elif shaped is None:
-            return session.execute(build(), named)
+            return session.execute(_rebound(build(), values), named)
         params: dict[str, Any] = {}
         for k, names in zip(keys, shaped.names, strict=True):
             for bind, name in zip(k.bindparams, names, strict=True):
-                params[name] = bind.effective_value
+                bound = values.get(id(bind)) if values else None
+                params[name] = bind.effective_value if bound is None else bound[1]
         params.update(named)
         for name, processor in shaped.processors.items():
             params[name] = processor(params[name])
@@ -560,6 +564,20 @@ class Database:
             self._last.engine.dispose(close=False)
             if self._last.replica is not None:
                 self._last.replica.engine.dispose(close=False)
+
+
+class UnboundValues(Exception):  # noqa: N818 (a signal: the caller compiles afresh)
+    """A statement carrying a reused filter shape's values (Database.execute_shaped `values`) cannot take
+    the shaped path: SQLAlchemy's own execution would take the values from the statement's cache key,
+    which the reused filter's memoized key draws from its first compilation (measured: that request's
+    values came back). The caller asks again with the filter compiled afresh."""
+
+
+def _rebound(stmt: Executable, values: dict[int, tuple[Any, Any]] | None) -> Executable:
+    """`stmt` for SQLAlchemy's own execution: `UnboundValues` when it carries values bound apart."""
+    if values:
+        raise UnboundValues
+    return stmt
 
 
 def _render_shaped(stmt: Executable, dialect, translate: dict, keys: list,

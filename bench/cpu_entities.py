@@ -1,6 +1,7 @@
 """CPU per entity read, app and PostgreSQL, in one process (issue 25's query path):
 
-    .venv/bin/python -m bench.cpu_entities [N] [--save FILE] [--check FILE] [--ab | --ab-raw | --ab-plans]
+    .venv/bin/python -m bench.cpu_entities [N] [--save FILE] [--check FILE] [--ab | --ab-raw | --ab-plans |
+        --ab-shapes]
 
 On the entities benchmark's data set (bench.bench_entities builds it on first use), for the side-by-side
 bench's queries (a)-(e), the count of three equalities and a record GET through the Flask test client:
@@ -12,7 +13,8 @@ not change when the engine does). `--ab`: every call also made with the driver-c
 JSON scan off (app.db.DRIVER_ROWS, app.db.SCAN_JSON: the engine before them), interleaved, both sides
 reported. `--ab-raw`: the same with a read-only request's shaped reads on its session's connection
 (app.db.RAW_READS off) as the before side. `--ab-plans`: the same with a repeated read planned at every
-execution (app.db.REPEATED_PLANS off) as the before side.
+execution (app.db.REPEATED_PLANS off) as the before side. `--ab-shapes`: the same with every filter compiled
+afresh (app.entities.query.REUSE_SHAPES off: no reuse of compiled filter shapes) as the before side.
 """
 
 from __future__ import annotations
@@ -78,10 +80,14 @@ def main() -> None:
     print(f"load average {', '.join(f'{x:.1f}' for x in os.getloadavg())}; {n} calls each; "
           f"page bytes (a) {len(answers['(a)'].get_data())}")
     from app import db
+    from app.entities import query
 
-    sides = (False, True) if {"--ab", "--ab-raw", "--ab-plans"} & set(args) else (True,)
-    levers = ("RAW_READS",) if "--ab-raw" in args else ("REPEATED_PLANS",) if "--ab-plans" in args \
-        else ("DRIVER_ROWS", "SCAN_JSON")
+    sides = (False, True) if {"--ab", "--ab-raw", "--ab-plans", "--ab-shapes"} & set(args) else (True,)
+    levers = [(db, "RAW_READS")] if "--ab-raw" in args else [(db, "DRIVER_ROWS"), (db, "SCAN_JSON")]
+    if "--ab-plans" in args:
+        levers = [(db, "REPEATED_PLANS")]
+    if "--ab-shapes" in args:
+        levers = [(query, "REUSE_SHAPES")]
     app_cpu = {(name, b): [] for name in calls for b in sides}
     pg_cpu = {(name, b): [] for name in calls for b in sides}
     for _ in range(10):
@@ -90,15 +96,15 @@ def main() -> None:
     for i in range(n):
         for name, fn in calls.items():
             for b in (sides if i % 2 else sides[::-1]):
-                for lever in levers:
-                    setattr(db, lever, b)
+                for module, lever in levers:
+                    setattr(module, lever, b)
                 p0 = pg.read()
                 c0 = time.thread_time()
                 fn()
                 app_cpu[name, b].append((time.thread_time() - c0) * 1000)
                 pg_cpu[name, b].append(PgCpu.spent(p0, pg.read()) / 1e6)
-    for lever in levers:
-        setattr(db, lever, True)
+    for module, lever in levers:
+        setattr(module, lever, True)
     for name in calls:
         for b in sides:
             a, p = percentile(app_cpu[name, b], .5), percentile(pg_cpu[name, b], .5)

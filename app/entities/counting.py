@@ -49,25 +49,29 @@ def planned_count(where: list, table=T) -> int:
 
 
 def counted(where: list, mode: str = "exact", count_where: list | None = None, table=T,
-            token_of: str | None = None, token=None) -> tuple[int, str, str | None]:
+            token_of: str | None = None, token=None, values: dict | None = None) -> tuple[int, str, str | None]:
     """(count, how it was counted, a row token). `estimated` counts exactly while the estimate is at most
     ENTITY_COUNT_ESTIMATE_ABOVE, and reports the estimate beyond (PostgREST's `count=estimated`).
     `count_where` (a `$similar`: CompiledFilter.where_to_count) is the same set, cheaper to count
     exactly; the planner estimates `where` (it cannot estimate the stamp's `embedded_version = version`).
     `token_of`: a definition id whose current row token (`token`: the column of it, definitions.TOKEN_OF)
     the exact count selects beside the count, from the same snapshot (the token is None when not asked
-    or when no exact count ran)."""
+    or when no exact count ran). `values`: the bound values of a reused filter shape
+    (filters.CompiledFilter.values; exact counts only: an estimate renders `where` as it is)."""
     if mode in ("planned", "estimated"):
+        if values:
+            raise ValueError("an estimate renders `where` with its own values: not for a reused filter shape")
         estimate = planned_count(where, table)
         if mode == "planned" or estimate > current_app.config["ENTITY_COUNT_ESTIMATE_ABOVE"]:
             return estimate, "planned" if mode == "planned" else "estimated", None
     terms = count_where or where
     if token_of is None:
         result = db.execute_shaped(db.session, ("count", table.schema, table.name),
-                                   lambda: select(func.count()).select_from(table).where(*terms), terms)
+                                   lambda: select(func.count()).select_from(table).where(*terms), terms,
+                                   values=values)
         return int(result.scalar() or 0), "exact", None
     result = db.execute_shaped(db.session, ("count+token", table.schema, table.name),
                                lambda: select(func.count(), token).select_from(table).where(*terms),
-                               terms, {"definition_token_id": token_of})
+                               terms, {"definition_token_id": token_of}, values=values)
     count, row_token = result.first()
     return int(count or 0), "exact", row_token

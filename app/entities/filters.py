@@ -20,10 +20,11 @@ Without an enabled `embeddingsConfig` on the definition it matches nothing (no r
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -490,6 +491,9 @@ class CompiledFilter:
     resolver: FieldResolver | None = None     # what it was compiled against (entity_records or a projection)
     count_total: Any = None  # a statement giving the exact count directly (a $similar and nothing else)
     count_projected: Any = None  # a statement giving the exact count from the projection ($similar + filter)
+    # this request's values of a compiled shape's bound parameters (`compile_request(shapes=…)`): id of a
+    # BindParameter of `where`/`rank` → (that parameter, its value here); None: the values are in place
+    values: dict[int, tuple[Any, Any]] | None = None
 
     @property
     def table(self):
@@ -555,13 +559,26 @@ def compile_filters(raw: Any, ctx: FilterContext, similarity: SimilarityClause |
 
 def compile_request(raw: Any, ctx: FilterContext, *, projection: FieldResolver | None = None,
                     sort_by: str | None = None,
-                    resolve_similar: Callable[[SimilarSpec], SimilarityClause | None] | None = None) -> CompiledFilter:
+                    resolve_similar: Callable[[SimilarSpec], SimilarityClause | None] | None = None,
+                    shapes: dict | None = None) -> CompiledFilter:
     """A request's `filters`, from the body to SQL in one pass: parse; against `projection` (a typed
     projection's resolver) when it answers the filter and `sort_by` exactly, else against
     entity_records, narrowed by the top-level terms the projection answers; a `$similar` compiled to
     what `resolve_similar(spec)` gives (the caller's I/O: the app's similarity hook), and counted on
-    the projection when it answers the rest of the filter (`count_projected`)."""
+    the projection when it answers the rest of the filter (`count_projected`).
+
+    `shapes` (a dict the caller keeps per definition context; a filter without `$similar`): each filter
+    shape is compiled once, and a later filter of the same shape reuses that compilation with its own
+    values (`CompiledFilter.values`, which db.execute_shaped binds): see `_compiled_shape`."""
     parsed = parse_filters(raw, ctx)
+    if shapes is not None:
+        return _compiled_shape(parsed, ctx, projection, sort_by, shapes)
+    return _compile_parsed(parsed, ctx, projection, sort_by, resolve_similar)
+
+
+def _compile_parsed(parsed: ParsedFilter, ctx: FilterContext, projection: FieldResolver | None,
+                    sort_by: str | None,
+                    resolve_similar: Callable[[SimilarSpec], SimilarityClause | None] | None) -> CompiledFilter:
     terms = None
     if projection is not None and parsed.similar is None:
         terms = project_terms(parsed, projection)  # each top-level term compiled once against the projection
@@ -762,3 +779,225 @@ def _like_escape(text: str) -> str:
 def _shorten(text: Any, limit: int = 64) -> str:
     text = str(text).replace("\x00", "\\0")
     return text if len(text) <= limit else text[:limit] + "…"
+
+
+# --- compiled shapes --------------------------------------------------------------------------------
+#
+# A filter's SQL depends on its structure (fields, operators, nesting, the kind of each value), not on
+# its values: those are bound parameters. `compile_request(shapes=…)` compiles a structure once and
+# reuses it: the cached compilation (a template) with each value-carrying parameter mapped to the
+# value of this request (`CompiledFilter.values`). Which parameter carries which value, and how (the
+# value itself, `[v]`, a LIKE pattern, `{field: v}`), is found when the shape is first compiled, by
+# compiling it a second time with other values: every parameter of the two compilations must either
+# be the same constant in both or derive, the same way in both, from the same value; anything else
+# (an unknown derivation, a shared value object, a structure that differs) leaves the shape uncached
+# (compiled every time, as without `shapes`).
+
+SHAPES_MAX = 256  # cached shapes per definition context (cleared when full)
+_NO_SHAPE = object()  # a shape found not reusable
+
+
+class _Unshaped(Exception):  # noqa: N818 (a signal: compile this filter every time)
+    pass
+
+
+class _Ambiguous(_Unshaped):
+    """This request's values cannot tell the parameters apart (two equal values): try with a later one."""
+
+
+def _skeleton(parsed: ParsedFilter) -> tuple[tuple, list]:
+    """(the structure of `parsed`, its values in walk order): strings, numbers, instants and the texts of
+    `$search` are values; None and booleans (they choose the SQL's form) are structure."""
+    if parsed.similar is not None:
+        raise _Unshaped
+    leaves: list = []
+
+    def value(v: Any) -> Any:
+        if v is None or v is True or v is False:
+            return ("=", v)
+        if v.__class__ in (str, Decimal, datetime):
+            leaves.append(v)
+            return v.__class__.__name__
+        if v.__class__ is tuple:
+            return ("tuple", *(value(x) for x in v))
+        raise _Unshaped  # a JSON value (_Json), or another kind
+
+    def node(n: Any) -> tuple:
+        if n.__class__ is Condition:
+            return ("c", n.field, n.op, value(n.value))
+        if n.__class__ is Logical:
+            return ("l", n.op, *(node(c) for c in n.children))
+        if n.__class__ is Negation:
+            return ("n", node(n.child))
+        if n.__class__ is TextSearch:
+            leaves.append(n.query)
+            return ("s", n.field)
+        raise _Unshaped
+
+    shape = node(parsed.root)
+    search_at = None
+    if parsed.search is not None:  # the text of the first top-level $search: one of the values
+        search_at = next((i for i, v in enumerate(leaves) if v is parsed.search), None)
+        if search_at is None:
+            raise _Unshaped
+    if len({id(v) for v in leaves}) != len(leaves):
+        raise _Unshaped  # one object in two places (a cached one-character string): ambiguous
+    return (shape, search_at), leaves
+
+
+def _with_leaves(parsed: ParsedFilter, search_at: int | None, leaves: list) -> ParsedFilter:
+    """`parsed` with its values (`_skeleton`'s order) replaced by `leaves`."""
+    it = iter(leaves)
+
+    def value(v: Any) -> Any:
+        if v is None or v is True or v is False:
+            return v
+        if v.__class__ is tuple:
+            return tuple(value(x) for x in v)
+        return next(it)
+
+    def node(n: Any) -> Any:
+        if n.__class__ is Condition:
+            return Condition(n.field, n.op, value(n.value))
+        if n.__class__ is Logical:
+            return Logical(n.op, tuple(node(c) for c in n.children))
+        if n.__class__ is Negation:
+            return Negation(node(n.child))
+        return TextSearch(next(it), n.field)
+
+    root = node(parsed.root)
+    return ParsedFilter(root, None, leaves[search_at] if search_at is not None else None)
+
+
+def _other(v: Any, i: int) -> Any:
+    """A value of the same kind as `v` and unlike any value of the request (the second compilation)."""
+    if v.__class__ is str:
+        return f"{v}\x01{i}"
+    if v.__class__ is Decimal:
+        return v + 1_000_003 + i
+    return v + timedelta(microseconds=1 + i)
+
+
+def _json_scalar_of(v: Any) -> Any:
+    return _json_scalar(v)
+
+
+# how a parameter's value may derive from a filter value: (name, derivation); `same` is identity
+_DERIVATIONS: tuple[tuple[str, Callable[[Any], Any]], ...] = (
+    ("same", lambda v: v),
+    ("list", lambda v: [v]),
+    ("json", _json_scalar_of),
+    ("contains", lambda v: f"%{_like_escape(v)}%" if v.__class__ is str else None),
+    ("startsWith", lambda v: f"{_like_escape(v)}%" if v.__class__ is str else None),
+    ("endsWith", lambda v: f"%{_like_escape(v)}" if v.__class__ is str else None),
+)
+
+
+def _strict_eq(a: Any, b: Any) -> bool:
+    """Equal as bound values: same types throughout (1 and 1.0, or True and 1, bind differently)."""
+    if a.__class__ is not b.__class__:
+        return False
+    if a.__class__ is dict:
+        return a.keys() == b.keys() and all(_strict_eq(a[k], b[k]) for k in a)
+    if a.__class__ in (list, tuple):
+        return len(a) == len(b) and all(_strict_eq(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+def _derivation(first: Any, second: Any, leaves: list, others: list) -> tuple[int, Callable] | None:
+    """(value index, derivation) such that `first` derives from `leaves[i]` and `second` from `others[i]`
+    the same way (also inside a one-key object `{field: …}`, a field's JSONB containment), or None."""
+    wrap = None
+    if first.__class__ is dict and second.__class__ is dict and len(first) == 1 and first.keys() == second.keys():
+        (wrap,) = first
+        first, second = first[wrap], second[wrap]
+    for i, (leaf, other) in enumerate(zip(leaves, others, strict=True)):
+        for name, derive in _DERIVATIONS:
+            if name == "same":
+                found = first is leaf and second is other
+            else:
+                a, b = derive(leaf), derive(other)
+                found = a is not None and _strict_eq(a, first) and _strict_eq(b, second)
+            if found:
+                if wrap is None:
+                    return i, derive
+                return i, (lambda v, derive=derive, key=wrap: {key: derive(v)})
+    return None
+
+
+def _bound(compiled: CompiledFilter) -> tuple[list, list]:
+    """(the cache-key structure, the bound parameters) of what a query binds from a compiled filter:
+    its `where` and its `rank`."""
+    structure, binds = [], []
+    for expr in (compiled.where, compiled.rank):
+        if expr is None:
+            structure.append(None)
+            continue
+        key = expr._generate_cache_key()
+        if key is None:
+            raise _Unshaped
+        structure.append(key.key)
+        binds.extend(key.bindparams)
+    return structure, binds
+
+
+def _template(parsed: ParsedFilter, search_at: int | None, leaves: list, compiled: CompiledFilter,
+              ctx: FilterContext, projection: FieldResolver | None, sort_by: str | None) -> list:
+    """The value-carrying parameters of `compiled` (this request's compilation of `parsed`) as
+    [(parameter, value index, derivation)], from a second compilation with other values; `_Unshaped`
+    when that cannot be told exactly."""
+    if compiled.similar is not None or compiled.count_where is not None or compiled.distance is not None:
+        raise _Unshaped
+    try:
+        others = [_other(v, i) for i, v in enumerate(leaves)]
+        if len({(v.__class__, v) for v in (*leaves, *others)}) != 2 * len(leaves):
+            raise _Ambiguous  # equal values (or one the change above did not change): which is which?
+        second = _compile_parsed(_with_leaves(parsed, search_at, others), ctx, projection, sort_by, None)
+    except (ValidationFailed, NotProjected, ArithmeticError, OverflowError, TypeError):
+        raise _Unshaped from None
+    structure, binds = _bound(compiled)
+    structure_2, binds_2 = _bound(second)
+    if structure != structure_2 or len(binds) != len(binds_2) or compiled.projected != second.projected:
+        raise _Unshaped
+    slots = []
+    for bind, bind_2 in zip(binds, binds_2, strict=True):
+        if bind.callable is not None or bind_2.callable is not None:
+            raise _Unshaped
+        found = _derivation(bind.value, bind_2.value, leaves, others)
+        if found is not None:
+            slots.append((bind, *found))
+        elif not _strict_eq(bind.value, bind_2.value) or any(bind.value is v for v in leaves):
+            raise _Unshaped  # a value the filter's values change in a way not known here
+    return slots
+
+
+def _compiled_shape(parsed: ParsedFilter, ctx: FilterContext, projection: FieldResolver | None,
+                    sort_by: str | None, shapes: dict) -> CompiledFilter:
+    """`parsed` compiled, through the cache of compiled shapes `shapes` (see above)."""
+    try:
+        skeleton, leaves = _skeleton(parsed)
+    except _Unshaped:
+        return _compile_parsed(parsed, ctx, projection, sort_by, None)
+    key = (id(projection), sort_by, skeleton)
+    cached = shapes.get(key)
+    if cached is not None and cached is not _NO_SHAPE and cached[0] is projection:
+        _, template, slots = cached
+        out = copy.copy(template)  # (dataclasses.replace re-reads the fields: ~10 times the cost)
+        out.values = {id(bind): (bind, derive(leaves[i])) for bind, i, derive in slots}
+        return out
+    compiled = _compile_parsed(parsed, ctx, projection, sort_by, None)
+    if cached is _NO_SHAPE:
+        return compiled
+    try:
+        slots = _template(parsed, skeleton[1], leaves, compiled, ctx, projection, sort_by)
+    except _Ambiguous:
+        return compiled  # not decided: a later request of this shape tries again
+    except _Unshaped:
+        entry: Any = _NO_SHAPE
+    else:
+        entry = (projection, compiled, slots)
+    if len(shapes) >= SHAPES_MAX:
+        shapes.clear()
+    shapes[key] = entry
+    return compiled
+

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 import psycopg
@@ -32,7 +33,7 @@ from sqlalchemy import JSON, Integer, Text, bindparam, cast, func, literal_colum
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.elements import ColumnElement
 
-from app.db import db
+from app.db import DriverRow, UnboundValues, db
 from app.entities import cursor as cursors
 from app.entities import hooks, projection, similar
 from app.entities.counting import COUNT_MODES, counted, record_scope
@@ -49,6 +50,7 @@ __all__ = ["COUNT_MODES", "compile_request_filters", "count_records", "query_rec
 T = EntityRecord.__table__
 COUNT_WITH_PAGE = True  # a page and its exact count in one statement (False: two; for A/B benches)
 SCAN_ONCE = True  # relevance order: count and page from one scan of the matches (False: two; A/B benches)
+REUSE_SHAPES = True  # exact counts and pages reuse compiled filter shapes (False: compile each; A/B benches)
 RECORD_JSON = True  # the page's records built by PostgreSQL (`_record_json`; False: from columns; A/B benches)
 _LIMIT, _OFFSET = bindparam("page_limit", type_=Integer), bindparam("page_offset", type_=Integer)
 
@@ -56,14 +58,18 @@ _LIMIT, _OFFSET = bindparam("page_limit", type_=Integer), bindparam("page_offset
 # --- compiling the request's filter ------------------------------------------------------------------
 
 def compile_request_filters(raw: Any, dctx: DefinitionContext, *, sort_by: str | None = None,
-                            projected: bool = False) -> CompiledFilter:
+                            projected: bool = False, reuse: bool = False) -> CompiledFilter:
     """The request's filter compiled (filters.compile_request): against the definition's ready typed
     projection when `projected` and it answers the filter (and `sort_by`) exactly, else entity_records;
-    `$similar` resolved through the app's similarity hook (embedding the query text: the only I/O)."""
+    `$similar` resolved through the app's similarity hook (embedding the query text: the only I/O).
+    `reuse`: through the context's cache of compiled filter shapes (`dctx.shapes`): the result may carry
+    its values apart (`CompiledFilter.values`), which every statement built from it must bind
+    (db.execute_shaped `values`); for the exact count and the page, not for an estimate."""
     resolver = projection.resolver_for(dctx.definition, dctx.filters.catalog) if projected else None
     return compile_request(raw, dctx.filters, projection=resolver, sort_by=sort_by,
                            resolve_similar=lambda spec: similar.resolve(spec, dctx.filters,
-                                                                        hooks.current().similarity))
+                                                                        hooks.current().similarity),
+                           shapes=dctx.shapes if reuse and REUSE_SHAPES else None)
 
 
 # --- counting, and proving a cached definition current -----------------------------------------------
@@ -82,11 +88,11 @@ def _count(entry: definitions.CachedDefinition, compiled: CompiledFilter, mode: 
         total, how = by_clause
     elif compiled.projected:  # the projection holds exactly the definition's active records
         total, how, token = counted([compiled.where], mode, table=compiled.table, token_of=token_of,
-                                    token=definitions.TOKEN_OF)
+                                    token=definitions.TOKEN_OF, values=compiled.values)
     else:
         scope = record_scope(definition)
         total, how, token = counted([*scope, compiled.where], mode, [*scope, compiled.where_to_count],
-                                    token_of=token_of, token=definitions.TOKEN_OF)
+                                    token_of=token_of, token=definitions.TOKEN_OF, values=compiled.values)
     _check_current(entry, token)
     return total, how
 
@@ -148,14 +154,30 @@ def _reading(name: str, run):
 def count_records(name: str, filters: Any, count_mode: str = "exact") -> tuple[int, str]:
     """How many active records of the org's definition `name` match `filters`, and how that number
     was counted."""
-    return _reading(name, lambda entry, projected: _count(
-        entry, compile_request_filters(filters, entry.context, projected=projected), count_mode))
+    def run(reuse: bool):
+        return _reading(name, lambda entry, projected: _count(
+            entry, compile_request_filters(filters, entry.context, projected=projected, reuse=reuse), count_mode))
+    return _unless_unbound(run, count_mode)
 
 
 def query_records(name: str, params: dict[str, Any], count_mode: str = "exact") -> dict[str, Any]:
     """One page of records of the org's definition `name` matching the filters, as a PaginatedResult
     (`countMode` says how `totalCount` was counted: exact unless the caller preferred otherwise)."""
-    return _reading(name, lambda entry, projected: _execute(_plan(entry, params, count_mode, projected)))
+    return _unless_unbound(lambda reuse: _reading(
+        name, lambda entry, projected: _execute(_plan(entry, params, count_mode, projected, reuse))), count_mode)
+
+
+def _unless_unbound(run, count_mode: str):
+    """`run(reuse)`: with reused filter shapes for an exact count; if one of its statements cannot bind
+    them (db.UnboundValues: a statement that runs through SQLAlchemy), asked again compiled afresh (a
+    read-only request: nothing of the first try is kept)."""
+    if count_mode != "exact" or not REUSE_SHAPES:
+        return run(False)
+    try:
+        return run(True)
+    except UnboundValues:
+        db.session.rollback()
+        return run(False)
 
 
 # --- the plan --------------------------------------------------------------------------------------
@@ -218,12 +240,13 @@ class QueryPlan:
 
 
 def _plan(entry: definitions.CachedDefinition, params: dict[str, Any], count_mode: str,
-          projected: bool) -> QueryPlan:
+          projected: bool, reuse: bool = False) -> QueryPlan:
     """The request's plan; every 400 of a page query is raised here, in the order the parameters are read."""
     dctx = entry.context
     page_size = _page_size(params.get("pageSize", 20))
     sort_by, sort_order = params.get("sortBy"), params.get("sortOrder")
-    compiled = compile_request_filters(params.get("filters") or {}, dctx, sort_by=sort_by, projected=projected)
+    compiled = compile_request_filters(params.get("filters") or {}, dctx, sort_by=sort_by, projected=projected,
+                                       reuse=reuse and count_mode == "exact")
     resolver = compiled.resolver  # entity_records, or the projection: where, order and cursor key alike
     order = _order_spec(resolver, compiled, sort_by, sort_order)
     keyset = _keyset(resolver, compiled, sort_by, sort_order)
@@ -264,7 +287,7 @@ def _run_counted_page(plan: QueryPlan) -> tuple[int, str, list]:
     count_where = plan.where if compiled.projected else [*record_scope(plan.definition), compiled.where_to_count]
     total, token, rows = _counted_page(compiled.table, count_where, plan.page_where, plan.order, plan.keyset,
                                        plan.skip, plan.page_size, plan.definition.id if plan.entry.cached else None,
-                                       once=plan.scan_once)
+                                       once=plan.scan_once, values=compiled.values)
     _check_current(plan.entry, token)
     return total, "exact", rows
 
@@ -273,7 +296,8 @@ def _run_page(plan: QueryPlan, total: int) -> list:
     """The page alone (after `_count`), from the executor of its strategy."""
     compiled = plan.compiled
     if compiled.projected:
-        return _projected_page(compiled.table, plan.page_where, plan.order, plan.keyset, plan.skip, plan.page_size)
+        return _projected_page(compiled.table, plan.page_where, plan.order, plan.keyset, plan.skip, plan.page_size,
+                               compiled.values)
     columns = [T.c[name] for name in RECORD_COLUMNS]
     if compiled.distance is not None:
         columns.append(compiled.distance.label("distance"))
@@ -282,26 +306,29 @@ def _run_page(plan: QueryPlan, total: int) -> list:
     if plan.by_similarity and plan.position is None:
         return similar.page(db.session, columns, plan.where, compiled.similarity, compiled.rank, total,
                             plan.offset, plan.page_size)
-    return _plain_page(columns, plan.page_where, _ordered(plan.order), plan.skip, plan.page_size)
+    return _plain_page(columns, plan.page_where, _ordered(plan.order), plan.skip, plan.page_size, compiled.values)
 
 
-def _plain_page(columns: list, where: list, order_by: list, offset: int, limit: int) -> list:
-    """A page of entity_records in `order_by` (one statement per shape: db.execute_shaped)."""
+def _plain_page(columns: list, where: list, order_by: list, offset: int, limit: int, values=None) -> list:
+    """A page of entity_records in `order_by` (one statement per shape: db.execute_shaped; `values`:
+    a reused filter shape's, CompiledFilter.values)."""
     return list(db.execute_shaped(
         db.session, ("page",),
         lambda: select(*columns).where(*where).order_by(*order_by).limit(_LIMIT).offset(_OFFSET),
-        [*columns, *where, *order_by], {"page_limit": limit, "page_offset": offset}))
+        [*columns, *where, *order_by], {"page_limit": limit, "page_offset": offset}, values))
 
 
 # --- the answer ------------------------------------------------------------------------------------
 
 def _answer(plan: QueryPlan, total: int, how: str, rows: list) -> dict[str, Any]:
-    records = [_wire(row) for row in rows]
-    raw_fields = [record["fields"] for record in records]  # before include/exclude: lookups read them all
-    records = [_shape(record, row, plan.include, plan.exclude, plan.compiled)
-               for record, row in zip(records, rows, strict=True)]
-    if plan.lookups:
-        _resolve_lookups(plan.definition, records, raw_fields, plan.lookups)
+    record_of = _getter(rows, "record")
+    records = [_wire(row, record_of) for row in rows]
+    if plan.include is not None or plan.exclude or plan.compiled.distance is not None or plan.lookups:
+        raw_fields = [record["fields"] for record in records]  # before include/exclude: lookups read them all
+        records = [_shape(record, row, plan.include, plan.exclude, plan.compiled)
+                   for record, row in zip(records, rows, strict=True)]
+        if plan.lookups:
+            _resolve_lookups(plan.definition, records, raw_fields, plan.lookups)
     page, page_size = plan.page, plan.page_size
     if how != "exact":  # an estimate never contradicts the page in hand
         total = max(total, plan.offset + len(records) + (1 if len(records) == page_size else 0))
@@ -350,7 +377,8 @@ def _position(definition: EntityDefinition, params: dict[str, Any], keyset, dige
     return cursors.decode(text, definition.org_id, definition.id, digest)
 
 
-def _projected_page(P, where: list, order: list, keyset, offset: int, limit: int) -> list:  # noqa: N803
+def _projected_page(P, where: list, order: list, keyset, offset: int, limit: int,  # noqa: N803
+                    values: dict | None = None) -> list:
     """A page on a definition's projection: the page's ids and sort keys from the projection alone
     (filter, order, LIMIT/OFFSET on its indexes), then those records from entity_records by primary
     key, in the same order."""
@@ -368,11 +396,13 @@ def _projected_page(P, where: list, order: list, keyset, offset: int, limit: int
     shape = ("projected page", P.schema, P.name, tuple((d, n) for _, d, n in order), keyset is not None,
              RECORD_JSON)
     sources = [*where, *(expr for expr, _, _ in order), *([keyset[0]] if keyset is not None else [])]
-    return db.execute_shaped(db.session, shape, build, sources, {"page_limit": limit, "page_offset": offset}).all()
+    return db.execute_shaped(db.session, shape, build, sources, {"page_limit": limit, "page_offset": offset},
+                             values).all()
 
 
 def _counted_page(P, count_where: list, where: list, order: list, keyset, offset: int,  # noqa: N803
-                  limit: int, token_of: str | None, once: bool = False) -> tuple[int, str | None, list]:
+                  limit: int, token_of: str | None, once: bool = False,
+                  values: dict | None = None) -> tuple[int, str | None, list]:
     """`counted` and the page (`fetch_page`'s plain order, or `_projected_page` when `P` is the
     definition's projection) in one statement: one round trip, one snapshot. The exact count of
     `count_where` over `P`, the row token of definition `token_of` (None: not asked) and the page's
@@ -424,14 +454,24 @@ def _counted_page(P, count_where: list, where: list, order: list, keyset, offset
     named = {"page_limit": limit, "page_offset": offset}
     if token_of is not None:
         named["definition_token_id"] = token_of
-    rows = db.execute_shaped(db.session, shape, build, sources, named).all()
+    rows = db.execute_shaped(db.session, shape, build, sources, named, values).all()
     first = rows[0]._mapping
     # no page row: the count's row alone (id NULL); a record subquery finds its row in the same snapshot
     # (the projection holds exactly the active records), else the row is left out as the join would
     by_subquery = projected and RECORD_JSON
+    id_of = _getter(rows, "id")
+    record_of = _getter(rows, "record") if by_subquery else None
     return (int(first["total"] or 0), first["row_token"] if token_of is not None else None,
-            [row for row in rows if row._mapping["id"] is not None
-             and not (by_subquery and row._mapping["record"] is None)])
+            [row for row in rows if id_of(row) is not None and not (by_subquery and record_of(row) is None)])
+
+
+def _getter(rows: list, name: str):
+    """`row._mapping.get(name)` for the rows of one result, by position when they are the driver's rows
+    (db.DriverRow: one row class per statement, its columns' positions known; no mapping per call)."""
+    if rows and isinstance(rows[0], DriverRow):
+        index = rows[0]._index.get(name)
+        return (lambda row: None) if index is None else itemgetter(index)
+    return lambda row: row._mapping.get(name)
 
 
 # `createdAt`/`updatedAt` as app.wire.iso writes them: UTC, milliseconds (truncated), Z
@@ -504,9 +544,10 @@ def _projection(catalog, names: list[str] | None, key: str) -> set[str] | None:
     return set(names)
 
 
-def _wire(row) -> dict:
-    """The record of a page's row: built by PostgreSQL (`_record_json`), or from its columns."""
-    record = row._mapping.get("record")
+def _wire(row, record_of) -> dict:
+    """The record of a page's row: built by PostgreSQL (`_record_json`; `record_of`: its getter, `_getter`),
+    or from its columns."""
+    record = record_of(row)
     return record if record is not None else record_to_wire(row)
 
 
@@ -520,6 +561,8 @@ def _shape(record: dict, row, include: set[str] | None, exclude: set[str] | None
 
 
 def _lookup_specs(catalog, items: list[dict]) -> list[dict]:
+    if not items:
+        return []
     lookups = catalog.lookup_fields()
     specs = []
     for i, item in enumerate(items):

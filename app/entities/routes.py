@@ -326,8 +326,9 @@ class RecordQuery(MethodView):
         # reads only, no transaction needed: statements in autocommit (a `$similar` page too: its index
         # walk settings are then set at session level, app.entities.similar._walk_settings)
         db.reads_only()
-        result = query.query_records(entityName, data["query"], _count_preference())
-        return result, 200, _count_applied(result.pop("countMode"))
+        asked = _asked_count()
+        result = query.query_records(entityName, data["query"], asked or "exact")
+        return result, 200, _count_applied(result.pop("countMode"), asked)
 
 
 @blp.route("/<string:entityName>/records/count", parameters=[ENTITY])
@@ -348,9 +349,9 @@ class RecordCount(MethodView):
 
         Example: the request example counts the high-priority tickets → `1`"""
         db.reads_only()
-        total, how = query.count_records(entityName, data.get("filters"),
-                                         _count_preference())
-        return json_response(total, headers=_count_applied(how))
+        asked = _asked_count()
+        total, how = query.count_records(entityName, data.get("filters"), asked or "exact")
+        return json_response(total, headers=_count_applied(how, asked))
 
 
 @blp.route("/<string:entityName>/records/<string:recordId>", parameters=[ENTITY, RECORD])
@@ -410,12 +411,9 @@ class Record(MethodView):
 
 # --- bulk -----------------------------------------------------------------------------------------
 
-def _count_preference() -> str:
-    """`count=exact|planned|estimated` from Prefer (PostgREST's names); anything else is ignored."""
-    return _asked_count() or "exact"
-
-
 def _asked_count() -> str | None:
+    """`count=exact|planned|estimated` from Prefer (PostgREST's names; the route counts exactly when
+    None); anything else is ignored."""
     for token in preferences():
         name, _, value = token.partition("=")
         value = value.strip().strip('"')
@@ -424,10 +422,11 @@ def _asked_count() -> str | None:
     return None
 
 
-def _count_applied(how: str) -> dict[str, str]:
-    """`Preference-Applied: count=<exact|planned|estimated>` when the caller stated a count preference:
-    `exact` whenever the number is exact (also for `estimated` below the threshold)."""
-    return {"Preference-Applied": f"count={how}"} if _asked_count() else {}
+def _count_applied(how: str, asked: str | None) -> dict[str, str]:
+    """`Preference-Applied: count=<exact|planned|estimated>` when the caller stated a count preference
+    (`asked`, from `_asked_count`): `exact` whenever the number is exact (also for `estimated` below the
+    threshold)."""
+    return {"Preference-Applied": f"count={how}"} if asked else {}
 
 
 def _bulk(entityName: str, operation: str, items: list):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import event, func, literal, select
 
-from app.db import Database, db
+from app.db import Database, _rebound, db
 from app.entities.models import EntityRecord
 from tests.functional.entities_support import BASE, FIXED_RECORDS, create_definition, create_record, org_headers
 from tests.functional.test_entities_projection import bulk, indexing_app, plan_of, pointed  # noqa: F401
@@ -17,9 +17,10 @@ from tests.functional.test_entities_query_api import OPERATOR_CASES
 T = EntityRecord.__table__
 
 
-def _plain(self, session, shape, build, sources, named=None):
-    """SQLAlchemy's own path: build and execute the statement every time."""
-    return session.execute(build(), named or {})
+def _plain(self, session, shape, build, sources, named=None, values=None):
+    """SQLAlchemy's own path: build and execute the statement every time (with a reused filter shape's
+    values in place)."""
+    return session.execute(_rebound(build(), values), named or {})
 
 
 def _bodies() -> list[dict]:

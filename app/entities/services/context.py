@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from flask import current_app
 
@@ -38,6 +38,9 @@ class DefinitionContext:
     definition: EntityDefinition
     schema: CompiledSchema
     filters: FilterContext
+    # the filter shapes compiled against this context (app.entities.filters.compile_request `shapes`):
+    # a cached context (services.definitions.DefinitionCache) keeps them as long as it lives
+    shapes: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
 
 def definition_context(definition: EntityDefinition) -> DefinitionContext:
