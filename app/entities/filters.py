@@ -571,7 +571,7 @@ def compile_request(raw: Any, ctx: FilterContext, *, projection: FieldResolver |
     shape is compiled once, and a later filter of the same shape reuses that compilation with its own
     values (`CompiledFilter.values`, which db.execute_shaped binds): see `_compiled_shape`."""
     parsed = parse_filters(raw, ctx)
-    if shapes is not None:
+    if shapes is not None and parsed.similar is None:  # a `$similar` needs `resolve_similar`: compiled afresh
         return _compiled_shape(parsed, ctx, projection, sort_by, shapes)
     return _compile_parsed(parsed, ctx, projection, sort_by, resolve_similar)
 

@@ -50,7 +50,7 @@ __all__ = ["COUNT_MODES", "compile_request_filters", "count_records", "query_rec
 T = EntityRecord.__table__
 COUNT_WITH_PAGE = True  # a page and its exact count in one statement (False: two; for A/B benches)
 SCAN_ONCE = True  # relevance order: count and page from one scan of the matches (False: two; A/B benches)
-REUSE_SHAPES = False  # exact counts and pages reuse compiled filter shapes (False: compile each; A/B benches)
+REUSE_SHAPES = True  # exact counts and pages reuse compiled filter shapes (False: compile each; A/B benches)
 RECORD_JSON = True  # the page's records built by PostgreSQL (`_record_json`; False: from columns; A/B benches)
 _LIMIT, _OFFSET = bindparam("page_limit", type_=Integer), bindparam("page_offset", type_=Integer)
 

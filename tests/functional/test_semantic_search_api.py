@@ -58,6 +58,23 @@ def topics(client, auth, celery_worker):
     return headers, records
 
 
+def test_similar_is_never_answered_from_a_reused_filter_shape(client, topics, monkeypatch):
+    """With compiled filter shapes reused (app.entities.query.REUSE_SHAPES), a `$similar` filter is still
+    compiled with its similarity resolved: the same ranking and count, before and after plain queries of
+    the same structure (a shape without `$similar` cannot stand in for it)."""
+    from app.entities import query as entity_query
+
+    headers, _ = topics
+    monkeypatch.setattr(entity_query, "REUSE_SHAPES", True)
+    for _ in range(3):
+        plain = query(client, headers, "articles", filters={"rating": {"$gte": 0}})
+        assert plain.status_code == 200, plain.get_json()
+        cars = similar(client, headers, "articles", "automobile")
+        assert names_of(cars)[0] == "Family sedan review" and cars["totalCount"] == len(TOPICS)
+        narrowed = similar(client, headers, "articles", "automobile", filters={"rating": {"$gte": 0}})
+        assert names_of(narrowed)[0] == "Family sedan review" and narrowed["totalCount"] == len(TOPICS)
+
+
 def test_query_ranks_the_record_about_the_topic_first(client, topics):
     headers, _ = topics
     cars = similar(client, headers, "articles", "automobile")
