@@ -257,18 +257,24 @@ def test_a_request_the_sampler_leaves_out_exports_nothing_and_its_task_is_left_o
     assert not int(flags, 16) & 1  # …that is not sampled
 
 
-def test_a_sampled_request_exports_its_span_and_every_sql_span_under_it(make_app, auth, traced, sample_ratio):
-    """At 100 % (the root decision taken before the SDK makes the span, with the same trace id): the
-    server span and one CLIENT span per SQL statement, children of it, with the database attributes;
-    a statement that fails ends its span in error with the exception recorded."""
+def _a_note_traced_in_full(make_app, auth, sample_ratio):
+    """An app traced at 100 % with one `notes` record: (app, client, headers, the record's id)."""
     sample_ratio(1.0)
     app = make_app()
     client, headers = app.test_client(), auth()
     create_definition(client, headers, "notes", SCHEMA)
     resp = client.post(f"{BASE}/notes/records", headers=headers, json={"name": "n", "fields": {"body": "b", "n": 1}})
     assert resp.status_code == 201, resp.get_json()
+    return app, client, headers, resp.get_json()["id"]
+
+
+def test_a_sampled_request_exports_its_span_and_every_sql_span_under_it(make_app, auth, traced, sample_ratio):
+    """At 100 % (the root decision taken before the SDK makes the span, with the same trace id): the
+    server span and one CLIENT span per SQL statement, children of it, with the database attributes;
+    a statement that fails ends its span in error with the exception recorded."""
+    app, client, headers, record_id = _a_note_traced_in_full(make_app, auth, sample_ratio)
     traced.clear()
-    assert client.get(f"{BASE}/notes/records/{resp.get_json()['id']}", headers=headers).status_code == 200
+    assert client.get(f"{BASE}/notes/records/{record_id}", headers=headers).status_code == 200
     spans = _memory_spans(traced)
     server = _request_span(traced, "GET", "/records/<string:recordId>")
     sql = [s for s in spans if s.kind == "CLIENT"]
@@ -508,13 +514,7 @@ def test_a_repeated_read_run_with_its_values_written_in_records_its_statement_wi
     reaches a trace."""
     from app import db as db_module
 
-    sample_ratio(1.0)
-    app = make_app()
-    client, headers = app.test_client(), auth()
-    create_definition(client, headers, "notes", SCHEMA)
-    resp = client.post(f"{BASE}/notes/records", headers=headers, json={"name": "n", "fields": {"body": "b", "n": 1}})
-    assert resp.status_code == 201, resp.get_json()
-    record_id = resp.get_json()["id"]
+    app, client, headers, record_id = _a_note_traced_in_full(make_app, auth, sample_ratio)
     traced.clear()
     for _ in range(db_module.PLAN_AFTER + 2):
         assert client.get(f"{BASE}/notes/records/{record_id}", headers=headers).status_code == 200
