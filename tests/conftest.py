@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -227,6 +228,19 @@ def redis_url() -> str:
     return url
 
 
+def dies_with_parent() -> None:
+    """`preexec_fn` of a server a test starts: the kernel sends it SIGTERM when the test process that
+    started it dies (Linux PR_SET_PDEATHSIG), so a test run killed by a timeout or a signal leaves no
+    Celery worker, gunicorn or nginx running behind it. The signal comes when the starting *thread*
+    exits: start servers from the test's own thread (fixtures do), not from a helper thread."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+
+
 def start_worker(database_url: str, redis_url: str, *, prefix: str = CELERY_KEY_PREFIX, extra_env=None,
                  queues: str = QUEUES, concurrency: int = 2, log_name: str = "worker.log"):
     """Start a real `celery -A workers worker` process (its own process group; the `celery` console
@@ -243,7 +257,8 @@ def start_worker(database_url: str, redis_url: str, *, prefix: str = CELERY_KEY_
     proc = subprocess.Popen(
         [os.path.join(BIN, "celery"), "-A", "workers", "worker", "-Q", queues, "-c", str(concurrency),
          "--loglevel", "INFO", "-n", hostname, "--without-gossip", "--without-mingle"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        preexec_fn=dies_with_parent)
     log.close()
     proc.log_path = log_path
     proc.hostname = hostname.replace("%h", socket.gethostname())

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.conftest import CELERY_KEY_PREFIX, ROOT, TEST_SECRET, TEST_VAR_DIR
+from tests.conftest import CELERY_KEY_PREFIX, ROOT, TEST_SECRET, TEST_VAR_DIR, dies_with_parent
 from tests.images_fakes import FakeAzureImages
 from tests.support import token
 
@@ -76,7 +76,8 @@ def gateway(request, database_url, fake_provider_a) -> Iterator[Gateway]:
     with open(log_path, "w") as log:
         proc = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "gunicorn"), "-c",
                                  "docker/gunicorn.conf.py", "--bind", f"127.0.0.1:{port}", "wsgi:app"],
-                                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=dies_with_parent)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 90

@@ -23,7 +23,7 @@ import urllib.request
 import pytest
 
 from stack import free_port
-from tests.conftest import REQUIRE_SERVICES, ROOT
+from tests.conftest import REQUIRE_SERVICES, ROOT, dies_with_parent
 
 BIN = os.path.dirname(sys.executable)
 # a safety net (the stack also stops when this process dies): the package takes about 12 min alone, more
@@ -303,7 +303,8 @@ def started_stack(name: str, fake_images, **settings: str):
     log_path = os.path.join(directory, "stack.log")
     with open(log_path, "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "stack", "up"], cwd=ROOT, env=env, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+                                stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=dies_with_parent)
     started = time.monotonic()
     handle = None
     try:

@@ -15,7 +15,7 @@ import urllib.request
 import pytest
 
 from stack import free_port
-from tests.conftest import ROOT
+from tests.conftest import ROOT, dies_with_parent
 from tests.deploy.conftest import _need_tools
 
 
@@ -31,7 +31,8 @@ def lone_ingress():
     prepare(stack, {"ENV_FILE": ""})
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     proc = subprocess.Popen([nginx, "-c", os.path.join(directory, "nginx", "nginx.conf"), "-e", "stderr"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=dies_with_parent)
     try:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:

@@ -9,7 +9,7 @@ import time
 import urllib.error
 import urllib.request
 
-from tests.conftest import BIN, CELERY_KEY_PREFIX, ROOT, TEST_SECRET, TEST_VAR_DIR
+from tests.conftest import BIN, CELERY_KEY_PREFIX, ROOT, TEST_SECRET, TEST_VAR_DIR, dies_with_parent
 from tests.functional.test_email_api import _free_port
 
 
@@ -38,7 +38,7 @@ def test_flower_refuses_requests_without_the_credentials(database_url, redis_url
                VAR_DIR=TEST_VAR_DIR, CELERY_KEY_PREFIX=CELERY_KEY_PREFIX, FLOWER_BASIC_AUTH="ops:flower-pass")
     proc = subprocess.Popen([os.path.join(BIN, "celery"), "-A", "workers", "flower", "--address=127.0.0.1",
                              f"--port={port}"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+                            stderr=subprocess.DEVNULL, preexec_fn=dies_with_parent)
     try:
         url = f"http://127.0.0.1:{port}/api/workers"
         deadline = time.time() + 60

@@ -17,7 +17,7 @@ import uuid
 import pytest
 import redis as redis_lib
 
-from tests.conftest import TEST_VAR_DIR, start_worker, stop_worker, wait_for
+from tests.conftest import TEST_VAR_DIR, dies_with_parent, start_worker, stop_worker, wait_for
 from tests.fake_embeddings_server import FakeEmbeddingsServer
 from tests.functional.entities_support import BASE, create_definition
 from tests.functional.test_reliability import _free_port
@@ -40,7 +40,7 @@ class PrivateRedis:
         self.proc = subprocess.Popen(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir, "--save", "",
              "--appendonly", "yes", "--appendfsync", "always"], stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL)
+            stderr=subprocess.DEVNULL, preexec_fn=dies_with_parent)
         client = redis_lib.Redis.from_url(self.url, socket_connect_timeout=0.5)
         wait_for(lambda: _pings(client), timeout=20, interval=0.1)
 

@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from tests.conftest import ROOT, TEST_SECRET, TEST_VAR_DIR, start_worker, stop_worker, wait_for
+from tests.conftest import ROOT, TEST_SECRET, TEST_VAR_DIR, dies_with_parent, start_worker, stop_worker, wait_for
 from tests.functional.entities_support import BASE, create_definition
 from tests.functional.test_reliability import _free_port, _wait_healthy
 from tests.otlp_sink import OtlpSink
@@ -79,7 +79,7 @@ def test_gunicorn_writes_one_json_object_per_line(database_url, org_id, make_tok
         with open(out_path, "w") as out, open(err_path, "w") as err:
             proc = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "gunicorn"), "-c",
                                      "docker/gunicorn.conf.py", "wsgi:app"], cwd=ROOT, env=env, stdout=out,
-                                    stderr=err)
+                                    stderr=err, preexec_fn=dies_with_parent)
         try:
             _wait_healthy(port, proc)
             status, _, _ = _call(port, "POST", f"{BASE}/definitions", token,

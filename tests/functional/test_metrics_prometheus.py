@@ -29,6 +29,7 @@ from tests.conftest import (
     ROOT,
     TEST_SECRET,
     TEST_VAR_DIR,
+    dies_with_parent,
     start_worker,
     stop_worker,
     wait_for,
@@ -132,7 +133,7 @@ def stack(app, database_url, redis_url, fakes, tmp_path_factory):
     with open(log_path, "w") as log:
         api = subprocess.Popen([os.path.join(BIN, "gunicorn"), "-c", os.path.join(ROOT, "docker", "gunicorn.conf.py"),
                                 "--bind", f"127.0.0.1:{api_port}", "wsgi:app"], cwd=ROOT, env=env, stdout=log,
-                               stderr=subprocess.STDOUT, start_new_session=True)
+                               stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=dies_with_parent)
     worker = prom = None
     try:
         base = f"http://127.0.0.1:{api_port}"
@@ -167,7 +168,8 @@ scrape_configs:
             prom = subprocess.Popen([prometheus, f"--config.file={work / 'prometheus.yml'}",
                                      f"--storage.tsdb.path={work / 'data'}",
                                      f"--web.listen-address=127.0.0.1:{prom_port}"],
-                                    cwd=work, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                    cwd=work, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                    preexec_fn=dies_with_parent)
         yield {"api": base, "prometheus": f"http://127.0.0.1:{prom_port}", "worker_port": worker_port,
                "embeddings": embeddings, "log": str(work / "prometheus.log")}
     finally:

@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import Column, MetaData, String, Table, insert, select
 
 from app.db import PRODUCT_PLACEHOLDER, db
-from tests.conftest import ROOT, TEST_SECRET, TEST_VAR_DIR
+from tests.conftest import ROOT, TEST_SECRET, TEST_VAR_DIR, dies_with_parent
 
 
 def _free_port() -> int:
@@ -47,7 +47,7 @@ def start_gunicorn(database_url: str, *args: str, **env_overrides):
                VAR_DIR=TEST_VAR_DIR, REDIS_URL="", WEB_CONCURRENCY="1", **env_overrides)
     proc = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "gunicorn"), "-c",
                              "docker/gunicorn.conf.py", *args, "tests.slow_app:app"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=dies_with_parent)
     try:
         _wait_healthy(port, proc)
     except BaseException:
@@ -325,7 +325,8 @@ def test_the_access_log_line_through_gunicorn(database_url):
                VAR_DIR=TEST_VAR_DIR, REDIS_URL="", WEB_CONCURRENCY="1", GUNICORN_THREADS="4")
     proc = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "gunicorn"), "-c",
                              "docker/gunicorn.conf.py", "tests.slow_app:app"], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            preexec_fn=dies_with_parent)
     try:
         _wait_healthy(port, proc)
         req = urllib.request.Request(f"http://127.0.0.1:{port}/health?x=%22q%22",
