@@ -59,3 +59,43 @@ def test_values_are_written_as_the_driver_binds_them(app):
             except psycopg.errors.InvalidTextRepresentation:
                 pass
         raw.rollback()
+
+
+def test_only_reads_that_repeat_within_the_kept_set_are_written_in(make_app, monkeypatch):
+    """GETs cycling over more records than PLANNED_READS_MAX would push each other's literals out before
+    a second use (a literal, a prepare and a deallocate each): they are never written in; a few records
+    read again and again are. A written-in read beyond the limit drops the oldest, not all of them."""
+    monkeypatch.setattr(app_db, "PLANNED_READS_MAX", 4)
+    monkeypatch.setattr(app_db, "SEEN_READS_MAX", 16)
+    one = make_app(DB_POOL_SIZE=1, DB_PING_IDLE_SECONDS=3600)
+    client = one.test_client()
+    _org, headers = org_headers()
+    create_definition(client, headers)
+    ids = [create_record(client, headers, "items", {"name": f"r{i}", "fields": {"title": f"t{i}"}})["id"]
+           for i in range(40)]
+
+    def get(record_id):
+        response = client.get(f"/api/v1/entities/items/records/{record_id}", headers=headers)
+        assert response.status_code == 200 and response.get_json()["id"] == record_id
+
+    app_db._READS.clear()
+    app_db._SEEN.clear()
+    for _round in range(3):
+        for record_id in ids:  # 40 records in turn: each comes again only after 39 others
+            get(record_id)
+    assert not any(record_id in sql for sql in app_db._READS.values() for record_id in ids)
+    for _round in range(3):
+        for record_id in ids[:3]:  # three records in turn: written in from their second read
+            get(record_id)
+    written = [record_id for record_id in ids if any(record_id in sql for sql in app_db._READS.values())]
+    assert written == ids[:3]
+    for record_id in ids[3:6] * 2:  # three more: the limit (4) drops the oldest one by one
+        get(record_id)
+    written = [record_id for record_id in ids if any(record_id in sql for sql in app_db._READS.values())]
+    assert written == ids[2:6] and len(app_db._READS) == 4
+
+
+def test_the_count_of_reads_seen_covers_a_few_times_the_kept_set():
+    """A pair must come again within SEEN_READS_MAX other pairs to be written in: far above
+    PLANNED_READS_MAX, reads cycling over a set too large to keep would be admitted and churn."""
+    assert app_db.PLANNED_READS_MAX < app_db.SEEN_READS_MAX <= 4 * app_db.PLANNED_READS_MAX
