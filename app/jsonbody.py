@@ -292,8 +292,8 @@ def _may_hold_non_finite(value: Any) -> bool:
         elif cls is float:
             if node - node != 0.0:  # nan - nan and inf - inf are nan
                 return True
-        elif cls is str or cls is int or cls is bool or node is None:
-            continue
+        elif cls is str or cls is int or cls is bool or node is None or cls is PreEncoded:
+            continue  # a PreEncoded text is JSON: it holds no NaN
         elif isinstance(node, float):
             if not math.isfinite(node):
                 return True
@@ -304,6 +304,20 @@ def _may_hold_non_finite(value: Any) -> bool:
         elif not isinstance(node, _KNOWN_LEAVES):
             return True
     return False
+
+
+class PreEncoded:
+    """A JSON value already encoded as text (a page's record as PostgreSQL built it): written as it is
+    by orjson (a Fragment: neither decoded nor encoded again), decoded for json's encoder. Who makes one
+    vouches that its text is what the response schema would dump (ExactDumpSchema takes it as is)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def value(self) -> Any:
+        return json.loads(self.text)
 
 
 class SafeJSONProvider(DefaultJSONProvider):
@@ -318,8 +332,10 @@ class SafeJSONProvider(DefaultJSONProvider):
     (Flask's default) the characters past "~" orjson writes as UTF-8 are escaped as json escapes them
     (`\\uXXXX`): the same bytes as json.dumps but for a float in exponent form with a negative exponent
     (orjson `1e-7`, json `1e-07`; below 1e-4 orjson may write the decimal form `0.00001`, json `1e-05`),
-    the same number. UUIDs orjson writes as `str(uuid)`, as Flask's default does. The indented form
-    (debug, `compact = False`) is Flask's."""
+    the same number. UUIDs orjson writes as `str(uuid)`, as Flask's default does. A `PreEncoded` value
+    (a page's record as PostgreSQL wrote it) orjson writes as its text (JSON-equal, PostgreSQL's
+    spacing and key order), json's encoder decoded. The indented form (debug, `compact = False`) is
+    Flask's."""
 
     def __init__(self, app) -> None:
         super().__init__(app)
@@ -340,7 +356,7 @@ class SafeJSONProvider(DefaultJSONProvider):
     def _orjson(self, obj: Any) -> bytes | str | None:
         """`obj` as compact JSON and a newline by orjson, or None when json.dumps must write it."""
         try:
-            body = orjson.dumps(obj, default=self.default,
+            body = orjson.dumps(obj, default=self._orjson_default,
                                 option=_ORJSON_OPTIONS | orjson.OPT_SORT_KEYS if self.sort_keys else _ORJSON_OPTIONS)
         except TypeError:  # orjson.JSONEncodeError
             return None
@@ -350,14 +366,27 @@ class SafeJSONProvider(DefaultJSONProvider):
             return _NOT_ASCII.sub(_escape_run, body.decode("utf-8"))
         return body
 
+    def _orjson_default(self, o: Any) -> Any:
+        if o.__class__ is PreEncoded:
+            return orjson.Fragment(o.text)
+        return self.default(o)
+
     def _stdlib_encoder(self) -> json.JSONEncoder:
         key = (self.default, self.ensure_ascii, self.sort_keys)
         encoder = self._encoders.get(key)
         if encoder is None:
             encoder = self._encoders[key] = json.JSONEncoder(
-                default=self.default, ensure_ascii=self.ensure_ascii, sort_keys=self.sort_keys,
+                default=self._decoding_default, ensure_ascii=self.ensure_ascii, sort_keys=self.sort_keys,
                 separators=(",", ":"))
         return encoder
+
+    def _decoding_default(self, o: Any) -> Any:
+        return o.value() if o.__class__ is PreEncoded else self.default(o)
+
+    def dumps(self, obj: Any, **kwargs: Any) -> str:
+        """Flask's `dumps` (the indented debug answer, `app.json.dumps`), a PreEncoded value decoded."""
+        kwargs.setdefault("default", self._decoding_default)
+        return super().dumps(obj, **kwargs)
 
 
 def is_json_mimetype(mimetype: str) -> bool:

@@ -22,7 +22,7 @@ from markupsafe import Markup
 
 import app.jsonbody as jsonbody
 from app.db import json_loads
-from app.jsonbody import SafeJSONProvider
+from app.jsonbody import PreEncoded, SafeJSONProvider
 
 # --- decoding -----------------------------------------------------------------------------------------
 
@@ -170,7 +170,8 @@ def test_non_ascii_is_escaped_as_json_escapes_it(provider):
 
 
 def test_datetimes_are_http_dates(provider):
-    assert _answer(provider, {"at": datetime.datetime(2026, 1, 2, 3, 4, 5)}) == b'{"at":"Fri, 02 Jan 2026 03:04:05 GMT"}\n'
+    got = _answer(provider, {"at": datetime.datetime(2026, 1, 2, 3, 4, 5)})
+    assert got == b'{"at":"Fri, 02 Jan 2026 03:04:05 GMT"}\n'
 
 
 def test_settings_are_honoured(provider, monkeypatch):
@@ -203,3 +204,37 @@ JSONISH = st.recursive(
 @given(JSONISH)
 def test_compact_answer_is_json_dumps_answer_for_any_value(provider, obj):
     _same_answer(provider, obj)
+
+
+# --- pre-encoded values (a page's records as PostgreSQL wrote them) -------------------------------------
+
+PG_RECORD = '{"id" : "r1", "name" : "Café ☕", "fields" : {"n": 123456789012345678901234567890, "f": 1e-7, "z": null}}'
+
+
+def test_pre_encoded_text_is_written_as_it_is(provider):
+    got = _answer(provider, {"records": [PreEncoded(PG_RECORD)], "next": None})
+    assert got.isascii()  # its non-ASCII characters escaped as json escapes them
+    assert json.loads(got) == {"records": [json.loads(PG_RECORD)], "next": None}
+    assert b'"n": 123456789012345678901234567890' in got  # not decoded: the big integer as it was
+
+
+@pytest.mark.parametrize("other", [float("nan"), 2**70, {3: "non-str key"}, "\ud800"])
+def test_pre_encoded_text_is_decoded_when_json_writes_the_answer(provider, other):
+    obj = {"records": [PreEncoded(PG_RECORD)], "other": other}
+    assert _answer(provider, obj) == _stdlib(provider, {"records": [json.loads(PG_RECORD)], "other": other})
+
+
+def test_exact_dump_schema_takes_pre_encoded_records_as_they_are():
+    from app.entities.schemas import PaginatedResultSchema, RecordSchema
+
+    record = PreEncoded(PG_RECORD)
+    assert RecordSchema().dump(record) is record
+    page = {"records": [record], "totalCount": 1, "currentPage": 1, "pageSize": 20, "totalPages": 1,
+            "hasNextPage": False, "hasPreviousPage": False, "nextCursor": None}
+    assert PaginatedResultSchema().dump(page)["records"][0] is record
+
+
+def test_pre_encoded_text_in_the_debug_form(provider, monkeypatch):
+    monkeypatch.setattr(provider, "compact", False)
+    got = _answer(provider, [PreEncoded('{"b" : 1, "a" : 2}')])
+    assert got == b'[\n  {\n    "a": 2,\n    "b": 1\n  }\n]\n'
