@@ -494,9 +494,10 @@ def _record_columns(c) -> list:
 def _record_json(c) -> ColumnElement:
     """A record as `record_to_wire` shapes it, built by PostgreSQL as one JSON object (`record`) from the
     RECORD_COLUMNS of `c` (a table's or subquery's columns): one value per row instead of twelve typed
-    columns, and no Python shapes it (PRE_ENCODED: read as its text, sent as it is unless shaped). Same keys, same values: `fields` and
-    `metadata` are the stored JSON as they are, `tags` [] when NULL, the stamps in the wire's one format
-    (the keys and the format are SQL constants, not binds: the statement's shape stays cacheable)."""
+    columns, and no Python shapes it (PRE_ENCODED: read as its text, sent as it is unless shaped). Same
+    keys, same values: `fields` and `metadata` are the stored JSON as they are, `tags` [] when NULL, the
+    stamps in the wire's one format (the keys and the format are SQL constants, not binds: the
+    statement's shape stays cacheable)."""
     def stamp(column):
         return func.to_char(func.timezone(_UTC, column), _ISO_MS)
 
