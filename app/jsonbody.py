@@ -36,6 +36,7 @@ import json
 import math
 import re
 import uuid
+from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
 
 import orjson
@@ -267,42 +268,56 @@ class BoundedJson(fields.Dict):
 # below): datetimes and dataclasses passed to the provider's `default` (Flask's: http_date, asdict), as
 # json.dumps does; the keys sorted and the newline appended by orjson itself.
 _ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_APPEND_NEWLINE
-# the characters ensure_ascii escapes and orjson writes as they are (UTF-8): every one past "~" (DEL too)
-_NOT_ASCII = re.compile("[^\x00-\x7e]+")
+# the bytes a JSON text holds only inside strings, escaped (PostgreSQL's text of a record too): the check
+# that `_ascii_escaped` may run json's string escaper over a whole answer
 _DEL = b"\x7f"
+_CONTROL = bytes(range(0x20))
+_ESCAPED_QUOTE, _ESCAPED_BACKSLASH = '\\"', "\\\\"
 _KNOWN_LEAVES = (str, int, type(None), uuid.UUID, decimal.Decimal, datetime.date)
 
 
-def _escape_run(match: re.Match) -> str:
-    return json.dumps(match.group())[1:-1]  # json's ensure_ascii escapes (\uXXXX, surrogate pairs)
+def _ascii_escaped(body: bytes) -> str | None:
+    """orjson's answer (UTF-8, a newline at the end) with each character past "~" escaped as json's
+    ensure_ascii escapes it (`\\u00e9`, surrogate pairs), or None when it holds a raw control character.
+    json's C string escaper runs over the whole text: it escapes those characters, and doubles every
+    backslash and quote, which two replaces undo exactly (after the escaper a backslash only starts
+    `\\\\`, `\\"` or `\\u`; `\\"` cannot start inside a `\\\\`, as a quote always follows a backslash
+    of its own). ~4x faster than json's encoder over a page; a raw control character (JSON whitespace
+    other than a space) would be escaped where it is not in a string."""
+    text = body[:-1]
+    if len(text.translate(None, _CONTROL)) != len(text):
+        return None
+    escaped = encode_basestring_ascii(text.decode("utf-8"))
+    return escaped[1:-1].replace(_ESCAPED_QUOTE, '"').replace(_ESCAPED_BACKSLASH, "\\") + "\n"
 
 
 def _may_hold_non_finite(value: Any) -> bool:
     """Whether `value` holds a float NaN or ±Infinity (orjson writes null, json.dumps NaN/Infinity), or
     an object this walk cannot see into (a dataclass, an object with `__html__`...): then json.dumps
-    writes the answer. Run only when orjson's text has a `null`."""
-    stack = [value]
+    writes the answer. Run only when orjson's text has a `null`; containers are walked, the common
+    leaves (str, None, int, bool, PreEncoded: JSON text, no NaN) passed over inline."""
+    stack = [[value]]
+    push = stack.append
     while stack:
         node = stack.pop()
-        cls = node.__class__
-        if cls is dict:
-            stack.extend(node.values())
-        elif cls is list or cls is tuple:
-            stack.extend(node)
-        elif cls is float:
-            if node - node != 0.0:  # nan - nan and inf - inf are nan
+        for item in node.values() if node.__class__ is dict else node:
+            cls = item.__class__
+            if cls is str or item is None or cls is int or cls is bool or cls is PreEncoded:
+                continue
+            if cls is dict or cls is list or cls is tuple:
+                push(item)
+            elif cls is float:
+                if item - item != 0.0:  # nan - nan and inf - inf are nan
+                    return True
+            elif isinstance(item, float):
+                if not math.isfinite(item):
+                    return True
+            elif isinstance(item, dict):
+                push(dict(item))  # a subclass: walked as a dict
+            elif isinstance(item, list | tuple):
+                push(item)
+            elif not isinstance(item, _KNOWN_LEAVES):
                 return True
-        elif cls is str or cls is int or cls is bool or node is None or cls is PreEncoded:
-            continue  # a PreEncoded text is JSON: it holds no NaN
-        elif isinstance(node, float):
-            if not math.isfinite(node):
-                return True
-        elif isinstance(node, dict):
-            stack.extend(node.values())
-        elif isinstance(node, list | tuple):
-            stack.extend(node)
-        elif not isinstance(node, _KNOWN_LEAVES):
-            return True
     return False
 
 
@@ -363,7 +378,7 @@ class SafeJSONProvider(DefaultJSONProvider):
         if b"null" in body and _may_hold_non_finite(obj):
             return None
         if self.ensure_ascii and not (body.isascii() and _DEL not in body):
-            return _NOT_ASCII.sub(_escape_run, body.decode("utf-8"))
+            return _ascii_escaped(body)
         return body
 
     def _orjson_default(self, o: Any) -> Any:

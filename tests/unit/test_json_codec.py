@@ -238,3 +238,8 @@ def test_pre_encoded_text_in_the_debug_form(provider, monkeypatch):
     monkeypatch.setattr(provider, "compact", False)
     got = _answer(provider, [PreEncoded('{"b" : 1, "a" : 2}')])
     assert got == b'[\n  {\n    "a": 2,\n    "b": 1\n  }\n]\n'
+
+
+def test_pre_encoded_text_with_raw_whitespace_and_non_ascii(provider):
+    text = '{\n\t"b" : "é",\r\n "a" : [1,\t2]}'  # JSON whitespace json's escaper would escape: json writes it
+    assert _answer(provider, [PreEncoded(text)]) == _stdlib(provider, [json.loads(text)])
