@@ -282,8 +282,9 @@ def _ascii_escaped(body: bytes) -> str | None:
     json's C string escaper runs over the whole text: it escapes those characters, and doubles every
     backslash and quote, which two replaces undo exactly (after the escaper a backslash only starts
     `\\\\`, `\\"` or `\\u`; `\\"` cannot start inside a `\\\\`, as a quote always follows a backslash
-    of its own). ~4x faster than json's encoder over a page; a raw control character (JSON whitespace
-    other than a space) would be escaped where it is not in a string."""
+    of its own). About what json's encoder costs over a page of dicts (~90 vs ~110 µs), and a page of
+    PreEncoded records is not decoded for it; a raw control character (JSON whitespace other than a
+    space) would be escaped where it is not in a string."""
     text = body[:-1]
     if len(text.translate(None, _CONTROL)) != len(text):
         return None
