@@ -33,7 +33,7 @@ from sqlalchemy import JSON, Integer, Text, bindparam, cast, func, literal_colum
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.elements import ColumnElement
 
-from app.db import DriverRow, UnboundValues, db
+from app.db import DriverRow, UnboundValues, db, json_loads
 from app.entities import cursor as cursors
 from app.entities import hooks, projection, similar
 from app.entities.counting import COUNT_MODES, counted, record_scope
@@ -43,6 +43,7 @@ from app.entities.services import definitions
 from app.entities.services.context import DefinitionContext
 from app.entities.services.records import RECORD_COLUMNS, record_to_wire
 from app.errors import ValidationFailed
+from app.jsonbody import PreEncoded
 from app.wire import iso
 
 __all__ = ["COUNT_MODES", "compile_request_filters", "count_records", "query_records", "record_scope"]
@@ -52,6 +53,9 @@ COUNT_WITH_PAGE = True  # a page and its exact count in one statement (False: tw
 SCAN_ONCE = True  # relevance order: count and page from one scan of the matches (False: two; A/B benches)
 REUSE_SHAPES = True  # exact counts and pages reuse compiled filter shapes (False: compile each; A/B benches)
 RECORD_JSON = True  # the page's records built by PostgreSQL (`_record_json`; False: from columns; A/B benches)
+# ... and sent as PostgreSQL wrote them when no shaping applies (no include/exclude, lookups or distance):
+# read as text, answered as app.jsonbody.PreEncoded (neither decoded nor encoded again; False: decoded)
+PRE_ENCODED = True
 _LIMIT, _OFFSET = bindparam("page_limit", type_=Integer), bindparam("page_offset", type_=Integer)
 
 
@@ -322,8 +326,9 @@ def _plain_page(columns: list, where: list, order_by: list, offset: int, limit: 
 
 def _answer(plan: QueryPlan, total: int, how: str, rows: list) -> dict[str, Any]:
     record_of = _getter(rows, "record")
-    records = [_wire(row, record_of) for row in rows]
-    if plan.include is not None or plan.exclude or plan.compiled.distance is not None or plan.lookups:
+    shaped = plan.include is not None or bool(plan.exclude) or plan.compiled.distance is not None or bool(plan.lookups)
+    records = [_wire(row, record_of, shaped) for row in rows]
+    if shaped:
         raw_fields = [record["fields"] for record in records]  # before include/exclude: lookups read them all
         records = [_shape(record, row, plan.include, plan.exclude, plan.compiled)
                    for record, row in zip(records, rows, strict=True)]
@@ -394,7 +399,7 @@ def _projected_page(P, where: list, order: list, keyset, offset: int, limit: int
     # the statement's form: the projection, the order's directions, a cursor key or not (the rest is
     # in the sources' structure)
     shape = ("projected page", P.schema, P.name, tuple((d, n) for _, d, n in order), keyset is not None,
-             RECORD_JSON)
+             RECORD_JSON, PRE_ENCODED)
     sources = [*where, *(expr for expr, _, _ in order), *([keyset[0]] if keyset is not None else [])]
     return db.execute_shaped(db.session, shape, build, sources, {"page_limit": limit, "page_offset": offset},
                              values).all()
@@ -447,7 +452,7 @@ def _counted_page(P, count_where: list, where: list, order: list, keyset, offset
                 .order_by(*_ordered([(page.c[f"k{i}"], d, n) for i, (_, d, n) in enumerate(order)])))
 
     shape = ("counted page", P.schema, P.name, tuple((d, n) for _, d, n in order), keyset is not None,
-             token_of is not None, RECORD_JSON, once)
+             token_of is not None, RECORD_JSON, PRE_ENCODED, once)
     sources = [*where, *(expr for expr, _, _ in order), *([keyset[0]] if keyset is not None else [])]
     if not once:
         sources = [*count_where, *sources]
@@ -488,10 +493,11 @@ def _record_columns(c) -> list:
 
 def _record_json(c) -> ColumnElement:
     """A record as `record_to_wire` shapes it, built by PostgreSQL as one JSON object (`record`) from the
-    RECORD_COLUMNS of `c` (a table's or subquery's columns): the driver decodes one JSON value per row
-    instead of twelve typed columns, and no Python shapes it. Same keys, same values: `fields` and
-    `metadata` are the stored JSON as they are, `tags` [] when NULL, the stamps in the wire's one format
-    (the keys and the format are SQL constants, not binds: the statement's shape stays cacheable)."""
+    RECORD_COLUMNS of `c` (a table's or subquery's columns): one value per row instead of twelve typed
+    columns, and no Python shapes it (PRE_ENCODED: read as its text, sent as it is unless shaped). Same
+    keys, same values: `fields` and `metadata` are the stored JSON as they are, `tags` [] when NULL, the
+    stamps in the wire's one format (the keys and the format are SQL constants, not binds: the
+    statement's shape stays cacheable)."""
     def stamp(column):
         return func.to_char(func.timezone(_UTC, column), _ISO_MS)
 
@@ -500,8 +506,8 @@ def _record_json(c) -> ColumnElement:
              ("createdAt", stamp(c["created_at"])), ("updatedAt", stamp(c["updated_at"])),
              ("createdBy", c["created_by"]), ("updatedBy", c["updated_by"]), ("isActive", c["is_active"]),
              ("version", c["version"]))
-    return func.json_build_object(*(part for key, value in pairs
-                                     for part in (literal_column(f"'{key}'"), value))).label("record")
+    record = func.json_build_object(*(part for key, value in pairs for part in (literal_column(f"'{key}'"), value)))
+    return (cast(record, Text) if PRE_ENCODED else record).label("record")
 
 
 def _ordered(order: list) -> list:
@@ -544,11 +550,16 @@ def _projection(catalog, names: list[str] | None, key: str) -> set[str] | None:
     return set(names)
 
 
-def _wire(row, record_of) -> dict:
+def _wire(row, record_of, shaped: bool) -> dict | PreEncoded:
     """The record of a page's row: built by PostgreSQL (`_record_json`; `record_of`: its getter, `_getter`),
-    or from its columns."""
+    as its text when PRE_ENCODED (sent as it is unless `shaped`: include/exclude, lookups or a distance
+    change it), or from its columns."""
     record = record_of(row)
-    return record if record is not None else record_to_wire(row)
+    if record is None:
+        return record_to_wire(row)
+    if record.__class__ is str:
+        return json_loads(record.encode()) if shaped else PreEncoded(record)
+    return record
 
 
 def _shape(record: dict, row, include: set[str] | None, exclude: set[str] | None, compiled: CompiledFilter) -> dict:

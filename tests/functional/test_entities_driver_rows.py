@@ -112,3 +112,27 @@ def test_json_values_decode_as_json_loads_decodes_them(data):
     got = json_loads(data)
     assert got == expected or (got != got and expected != expected)
     assert json.dumps(got) == json.dumps(expected)  # same types too (2.5 vs 2.50, big integers, -0)
+
+
+def test_page_records_sent_as_postgresql_wrote_them_are_the_records(app, monkeypatch):
+    """A page without shaping answers each record as the text PostgreSQL built (query.PRE_ENCODED): the
+    same JSON as the record's GET and as the decoded page, non-ASCII escaped, big integers exact."""
+    from app.entities import query as entity_query
+
+    client = app.test_client()
+    _org, headers = org_headers()
+    create_definition(client, headers)
+    metadata = {"big": 123456789012345678901234567890, "tiny": 1e-7, "text": "Café ☕\x7f", "none": None}
+    body = {"name": "Crème ☕", "fields": {"title": "Ünïcode", "price": 2.5e-8}, "metadata": metadata}
+    record = create_record(client, headers, "items", body)
+    got = client.get(f"/api/v1/entities/items/records/{record['id']}", headers=headers).get_json()
+    assert got["metadata"] == metadata and got["name"] == "Crème ☕"
+    page = query(client, headers, "items")
+    assert page.status_code == 200 and page.data.isascii()
+    assert page.get_json()["records"] == [got]
+    assert b"123456789012345678901234567890" in page.data
+    shaped = query(client, headers, "items", include=["title"])
+    assert shaped.get_json()["records"] == [{**got, "fields": {"title": "Ünïcode"}}]
+    monkeypatch.setattr(entity_query, "PRE_ENCODED", False)
+    decoded = query(client, headers, "items")
+    assert decoded.get_json() == page.get_json()
