@@ -772,7 +772,7 @@ def _first_row(engine: Engine, fairy, sql: str, params: dict[str, Any], invalida
 # each): `Connection.pgconn`, `Connection.cursor_factory` (a traced connection's cursor class is the
 # instrumentation's: its reads stay on the cursor, which makes their spans), `Connection.info.encoding`,
 # `PGconn.prepare/exec_prepared/exec_` (blocking; libpq releases the GIL meanwhile), `PGresult.status,
-# ntuples, nfields, fname, error_field, get_error_message`, `psycopg.adapt.Transformer(conn)` with `set_pgresult`,
+# ntuples, nfields, fname, get_value, error_field, get_error_message`, `psycopg.adapt.Transformer(conn)` with `set_pgresult`,
 # `load_row(i, make_row)` and `load_rows(i, j, make_row)`, and `psycopg.errors.error_from_result`.
 
 PREPARED_READS = True  # False: a repeated read runs through the driver's cursor (A/B: bench.cpu_entities)
@@ -780,7 +780,11 @@ _PREPARED_KEY = "app.db.prepared_reads"  # the pool's per-connection info: that 
 _STATEMENT_NUMBERS = itertools.count(1)
 _TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
 _COMMAND_OK = psycopg.pq.ExecStatus.COMMAND_OK
-_NO_SUCH_STATEMENT = b"26000"  # invalid_sql_statement_name: DEALLOCATE (ALL) or DISCARD ALL ran on it
+# a statement to prepare again: 26000 (it does not exist: psycopg sends DEALLOCATE ALL after a rollback of
+# a transaction in which it had prepared its own; DISCARD ALL), 0A000 (cached plan must not change result
+# type: a migration altered a column it selects)
+_PREPARE_AGAIN = frozenset((b"26000", b"0A000"))
+_OURS = b"SELECT name FROM pg_prepared_statements WHERE name LIKE 'gw\\_read\\_%'"
 _COLUMN_NAMES: dict[str, tuple[str, ...]] = {}  # a statement's SQL → its columns' names (read_first's dicts)
 
 
@@ -810,8 +814,8 @@ def _run_prepared(fairy, conn, sql: str, literal: str, fetch_all: bool):
     if name is None:
         name = _prepare(state, conn, literal)
     result = pgconn.exec_prepared(name, None)
-    if result.status != _TUPLES_OK and result.error_field(psycopg.pq.DiagnosticField.SQLSTATE) == _NO_SUCH_STATEMENT:
-        state.names.clear()  # deallocated behind this module's back: prepared again, once
+    if result.status != _TUPLES_OK and result.error_field(psycopg.pq.DiagnosticField.SQLSTATE) in _PREPARE_AGAIN:
+        state.names.clear()  # deallocated (or its result type changed) behind this module's back: once more
         result = pgconn.exec_prepared(_prepare(state, conn, literal), None)
     status = result.status
     if status != _TUPLES_OK:
@@ -839,13 +843,18 @@ def _names_of(result, conn) -> tuple[str, ...]:
 
 def _prepare(state: _PreparedReads, conn, literal: str) -> bytes:
     """`literal` prepared on `conn` under a new name. A connection holding PLANNED_READS_MAX of them
-    deallocates them first (one round trip): the set of repeated reads changed (`_repeated`)."""
+    deallocates them first (two round trips): the set of repeated reads changed (`_repeated`)."""
     pgconn = conn.pgconn
-    if len(state.names) >= PLANNED_READS_MAX:
-        result = pgconn.exec_(b"; ".join(b"DEALLOCATE " + n for n in state.names.values()))
+    if len(state.names) >= PLANNED_READS_MAX:  # those the server still holds (some may be gone, above)
         state.names.clear()
-        if result.status != _COMMAND_OK:
-            raise _error(result, conn)
+        listed = pgconn.exec_(_OURS)
+        if listed.status != _TUPLES_OK:
+            raise _error(listed, conn)
+        held = [listed.get_value(i, 0) for i in range(listed.ntuples)]
+        if held:
+            result = pgconn.exec_(b"; ".join(b"DEALLOCATE " + n for n in held))
+            if result.status != _COMMAND_OK:
+                raise _error(result, conn)
     name = b"gw_read_%d" % next(_STATEMENT_NUMBERS)
     result = pgconn.prepare(name, literal.encode(conn.info.encoding))
     if result.status != _COMMAND_OK:
