@@ -772,8 +772,9 @@ def _first_row(engine: Engine, fairy, sql: str, params: dict[str, Any], invalida
 # each): `Connection.pgconn`, `Connection.cursor_factory` (a traced connection's cursor class is the
 # instrumentation's: its reads stay on the cursor, which makes their spans), `Connection.info.encoding`,
 # `PGconn.prepare/exec_prepared/exec_` (blocking; libpq releases the GIL meanwhile), `PGresult.status,
-# ntuples, nfields, fname, get_value, error_field, get_error_message`, `psycopg.adapt.Transformer(conn)` with `set_pgresult`,
-# `load_row(i, make_row)` and `load_rows(i, j, make_row)`, and `psycopg.errors.error_from_result`.
+# ntuples, nfields, fname, get_value, error_field, get_error_message`, `psycopg.adapt.Transformer(conn)`
+# with `set_pgresult`, `load_row(i, make_row)` and `load_rows(i, j, make_row)`, and
+# `psycopg.errors.error_from_result`.
 
 PREPARED_READS = True  # False: a repeated read runs through the driver's cursor (A/B: bench.cpu_entities)
 _PREPARED_KEY = "app.db.prepared_reads"  # the pool's per-connection info: that connection's _PreparedReads
