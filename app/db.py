@@ -17,6 +17,7 @@ import contextlib
 import datetime
 import decimal
 import functools
+import itertools
 import json
 import logging
 import re
@@ -394,7 +395,8 @@ class Database:
         connection. A driver error is raised as SQLAlchemy's (OperationalError → 503 in app.errors);
         a disconnect invalidates the connection and the pool's other connections of the same age,
         as SQLAlchemy's own path does. The autocommit path uses the
-        driver's cursor, so engine cursor events (`before_cursor_execute`) do not see it."""
+        driver's cursor (a repeated read: libpq's prepared statement, `_run_prepared`), so engine cursor
+        events (`before_cursor_execute`) do not see it."""
         state = self._state()
         product = self.context_product()
         rendered = state.rendered.get((stmt, product))
@@ -415,9 +417,9 @@ class Database:
         if session is None and names is not None and names.get("_db_reads_only"):
             # a read-only request (db.reads_only) runs its next statements on its session's connection,
             # in autocommit: this read takes that connection now (one pool checkout per request, no
-            # autocommit switch), through the driver's cursor all the same
+            # autocommit switch), through the driver's cursor (or libpq's prepared statement) all the same
             connection = self.session.connection()
-            return _first_row(state.engine, connection.connection.dbapi_connection, sql, params,
+            return _first_row(state.engine, connection.connection, sql, params,
                               lambda exc: (state.engine.pool._invalidate(connection.connection, exc, _checkin=False),
                                            connection.invalidate(exc)))
         return _read_first_raw(state.engine, sql, params)
@@ -637,10 +639,12 @@ _BY_TEXT = frozenset((float, decimal.Decimal, datetime.datetime))
 _PLACEHOLDER = re.compile(r"%%|%\((\w+)\)s")
 
 
-def _execute_read(conn, cur, sql: str, params: dict[str, Any]) -> None:
+def _execute_read(conn, cur, sql: str, params: dict[str, Any], literal: str | None | bool = False) -> None:
     """`cur.execute(sql, params)` for a driver read; a repeated (statement, values) pair as its SQL with
-    the values written in, prepared (see above)."""
-    literal = _repeated(conn, sql, params) if REPEATED_PLANS else None
+    the values written in, prepared (see above). `literal`: what `_repeated` answered, when the caller
+    asked it already."""
+    if literal is False:
+        literal = _repeated(conn, sql, params) if REPEATED_PLANS else None
     if literal is None:
         cur.execute(sql, params)
     else:
@@ -711,49 +715,169 @@ def _cursor_listened(engine: Engine) -> bool:
 
 
 def _read_first_raw(engine: Engine, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
-    """`sql` on a pooled connection in autocommit through the driver's cursor (Database.read_first)."""
+    """`sql` on a pooled connection in autocommit (Database.read_first; `_first_row`)."""
     return _read_raw(engine, sql, params)
 
 
 def _read_raw(engine: Engine, sql: str, params: dict[str, Any], *, fetch_all: bool = False):
-    """`sql` on a pooled connection in autocommit through the driver's cursor, the connection returned
+    """`sql` on a pooled connection in autocommit (`_first_row`), the connection returned
     at once: the first row as a dict (Database.read_first), or with `fetch_all` every row as
     `_driver_rows` returns them (Database.execute_shaped in a read-only request)."""
     fairy = engine.raw_connection()
     try:
-        conn = fairy.dbapi_connection
-        conn.autocommit = True
-        try:
-            return _first_row(engine, conn, sql, params,
-                              lambda exc: (fairy.invalidate(exc), engine.pool._invalidate(fairy, exc)),
-                              fetch_all=fetch_all)
-        finally:
-            if not conn.closed:
-                conn.autocommit = False
+        return _first_row(engine, fairy, sql, params,
+                          lambda exc: (fairy.invalidate(exc), engine.pool._invalidate(fairy, exc)),
+                          fetch_all=fetch_all, switch=True)
     finally:
         fairy.close()
 
 
-def _first_row(engine: Engine, conn, sql: str, params: dict[str, Any], invalidate, *, fetch_all: bool = False):
-    """The first row of `sql` through the cursor of `conn` (a pooled driver connection in autocommit),
-    as a dict; with `fetch_all`, every row as a DriverResult (as `_driver_rows`). A driver error is
-    raised as SQLAlchemy's; on a disconnect `invalidate(exc)` drops the connection and the pool's
-    others of its age (as SQLAlchemy's own path does)."""
+def _first_row(engine: Engine, fairy, sql: str, params: dict[str, Any], invalidate, *, fetch_all: bool = False,
+               switch: bool = False):
+    """The first row of `sql` on `fairy` (a pooled connection with no transaction open), as a dict; with
+    `fetch_all`, every row as a DriverResult (as `_driver_rows`). A repeated read (`_repeated`) runs
+    as its prepared statement at the libpq level (`_run_prepared`); any other through the driver's
+    cursor, in autocommit (`switch`: the connection is switched to it for the statement and back). A
+    driver error is raised as SQLAlchemy's; on a disconnect `invalidate(exc)` drops the connection and
+    the pool's others of its age (as SQLAlchemy's own path does)."""
     dialect = engine.dialect
+    conn = fairy.dbapi_connection
     try:
-        if fetch_all:
-            with conn.cursor(row_factory=_row_maker(sql)) as cur:
-                _execute_read(conn, cur, sql, params)
-                return DriverResult(cur.fetchall() if cur.description is not None else [])
-        with conn.cursor(row_factory=dict_row) as cur:
-            _execute_read(conn, cur, sql, params)
-            return cur.fetchone()
+        literal = _repeated(conn, sql, params) if REPEATED_PLANS else None
+        if literal is not None and PREPARED_READS and conn.cursor_factory is psycopg.Cursor:
+            return _run_prepared(fairy, conn, sql, literal, fetch_all)
+        if switch:
+            conn.autocommit = True
+        try:
+            if fetch_all:
+                with conn.cursor(row_factory=_row_maker(sql)) as cur:
+                    _execute_read(conn, cur, sql, params, literal)
+                    return DriverResult(cur.fetchall() if cur.description is not None else [])
+            with conn.cursor(row_factory=dict_row) as cur:
+                _execute_read(conn, cur, sql, params, literal)
+                return cur.fetchone()
+        finally:
+            if switch and not conn.closed:
+                conn.autocommit = False
     except dialect.loaded_dbapi.Error as exc:
         disconnect = dialect.is_disconnect(exc, conn, None)
         if disconnect:
             invalidate(exc)
         raise DBAPIError.instance(sql, params, exc, dialect.loaded_dbapi.Error,
                                   connection_invalidated=disconnect, dialect=dialect) from exc
+
+
+# --- repeated reads at the libpq level -----------------------------------------------------------------
+#
+# A repeated read (`_repeated`: its SQL with its values written in, no parameters) on a connection that is
+# not traced runs as a statement prepared on that connection under a name of this module's (beside the
+# ones psycopg's cursor prepares, which it keeps apart), executed with `PGconn.exec_prepared` and its row
+# loaded by psycopg's Transformer (the driver's own loaders: json through json_loads, timestamps…). It
+# skips the cursor (its query conversion, its prepare bookkeeping, its per-execute row maker) and the
+# connection's autocommit switch (a statement sent at the libpq level begins no transaction: it runs in
+# its own, as in autocommit). What it relies on of psycopg (tests/functional/test_db_prepared_reads.py checks
+# each): `Connection.pgconn`, `Connection.cursor_factory` (a traced connection's cursor class is the
+# instrumentation's: its reads stay on the cursor, which makes their spans), `Connection.info.encoding`,
+# `PGconn.prepare/exec_prepared/exec_` (blocking; libpq releases the GIL meanwhile), `PGresult.status,
+# ntuples, nfields, fname, get_value, error_field, get_error_message`, `psycopg.adapt.Transformer(conn)`
+# with `set_pgresult`, `load_row(i, make_row)` and `load_rows(i, j, make_row)`, and
+# `psycopg.errors.error_from_result`.
+
+PREPARED_READS = True  # False: a repeated read runs through the driver's cursor (A/B: bench.cpu_entities)
+_PREPARED_KEY = "app.db.prepared_reads"  # the pool's per-connection info: that connection's _PreparedReads
+_STATEMENT_NUMBERS = itertools.count(1)
+_TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
+_COMMAND_OK = psycopg.pq.ExecStatus.COMMAND_OK
+# a statement to prepare again: 26000 (it does not exist: psycopg sends DEALLOCATE ALL after a rollback of
+# a transaction in which it had prepared its own; DISCARD ALL), 0A000 (cached plan must not change result
+# type: a migration altered a column it selects)
+_PREPARE_AGAIN = frozenset((b"26000", b"0A000"))
+_OURS = b"SELECT name FROM pg_prepared_statements WHERE name LIKE 'gw\\_read\\_%'"
+_COLUMN_NAMES: dict[str, tuple[str, ...]] = {}  # a statement's SQL → its columns' names (read_first's dicts)
+
+
+class _PreparedReads:
+    """The repeated reads prepared on one driver connection (literal SQL → statement name) and the
+    Transformer that loads their rows (kept in the pool's info of the connection, cleared when it is
+    replaced; `conn` guards against a record that holds another connection)."""
+
+    __slots__ = ("conn", "names", "tx")
+
+    def __init__(self, conn) -> None:
+        self.conn = conn
+        self.names: dict[str, bytes] = {}
+        self.tx = psycopg.adapt.Transformer(conn)
+
+
+def _run_prepared(fairy, conn, sql: str, literal: str, fetch_all: bool):
+    """`literal` (a repeated read of `sql`, values written in) prepared on `conn` once and executed there:
+    the first row as a dict (`dict_row`'s), or with `fetch_all` a DriverResult of every row. A driver
+    error is raised as the driver's (psycopg.Error)."""
+    info = fairy.info
+    state = info.get(_PREPARED_KEY)
+    if state is None or state.conn is not conn:
+        state = info[_PREPARED_KEY] = _PreparedReads(conn)
+    pgconn = conn.pgconn
+    name = state.names.get(literal)
+    if name is None:
+        name = _prepare(state, conn, literal)
+    result = pgconn.exec_prepared(name, None)
+    if result.status != _TUPLES_OK and result.error_field(psycopg.pq.DiagnosticField.SQLSTATE) in _PREPARE_AGAIN:
+        state.names.clear()  # deallocated (or its result type changed) behind this module's back: once more
+        result = pgconn.exec_prepared(_prepare(state, conn, literal), None)
+    status = result.status
+    if status != _TUPLES_OK:
+        if status == _COMMAND_OK:  # a statement without result columns
+            return DriverResult([]) if fetch_all else None
+        raise _error(result, conn)
+    tx = state.tx
+    tx.set_pgresult(result)
+    if fetch_all:
+        return DriverResult(tx.load_rows(0, result.ntuples, _row_class(sql, _names_of(result, conn))))
+    if not result.ntuples:
+        return None
+    names = _COLUMN_NAMES.get(sql)
+    if names is None:
+        if len(_COLUMN_NAMES) >= SHAPED_MAX:
+            _COLUMN_NAMES.clear()
+        names = _COLUMN_NAMES[sql] = _names_of(result, conn)
+    return tx.load_row(0, lambda values: dict(zip(names, values, strict=True)))  # as dict_row
+
+
+def _names_of(result, conn) -> tuple[str, ...]:
+    encoding = conn.info.encoding
+    return tuple(result.fname(i).decode(encoding) for i in range(result.nfields))
+
+
+def _prepare(state: _PreparedReads, conn, literal: str) -> bytes:
+    """`literal` prepared on `conn` under a new name. A connection holding PLANNED_READS_MAX of them
+    deallocates them first (two round trips): the set of repeated reads changed (`_repeated`)."""
+    pgconn = conn.pgconn
+    if len(state.names) >= PLANNED_READS_MAX:  # those the server still holds (some may be gone, above)
+        state.names.clear()
+        listed = pgconn.exec_(_OURS)
+        if listed.status != _TUPLES_OK:
+            raise _error(listed, conn)
+        held = [listed.get_value(i, 0) for i in range(listed.ntuples)]
+        if held:
+            result = pgconn.exec_(b"; ".join(b"DEALLOCATE " + n for n in held))
+            if result.status != _COMMAND_OK:
+                raise _error(result, conn)
+    name = b"gw_read_%d" % next(_STATEMENT_NUMBERS)
+    result = pgconn.prepare(name, literal.encode(conn.info.encoding))
+    if result.status != _COMMAND_OK:
+        raise _error(result, conn)
+    state.names[literal] = name
+    return name
+
+
+def _error(result, conn) -> psycopg.Error:
+    """The driver's error for a failed libpq result: the server's (by its SQLSTATE), or, for one libpq
+    made itself (the connection broke: no SQLSTATE), an OperationalError, as the cursor raises then."""
+    encoding = conn.info.encoding
+    if not result.error_field(psycopg.pq.DiagnosticField.SQLSTATE):
+        return psycopg.OperationalError(result.get_error_message(encoding) or "the connection failed")
+    return psycopg.errors.error_from_result(result, encoding=encoding)
 
 
 class _RowMapping(Mapping):
@@ -827,14 +951,22 @@ def _row_maker(sql: str):
     def factory(cursor) -> type[DriverRow]:
         cls = _ROW_CLASSES.get(sql)
         if cls is None:
-            index: dict[str, int] = {}
-            for i, column in enumerate(cursor.description or ()):
-                index.setdefault(column.name, i)  # a name selected twice reads its first column
-            if len(_ROW_CLASSES) >= SHAPED_MAX:
-                _ROW_CLASSES.clear()
-            cls = _ROW_CLASSES[sql] = type("DriverRow", (DriverRow,), {"__slots__": (), "_index": index})
+            cls = _row_class(sql, [column.name for column in cursor.description or ()])
         return cls
     return factory
+
+
+def _row_class(sql: str, names: Sequence[str]) -> type[DriverRow]:
+    """The DriverRow class of `sql`'s columns `names` (made once per SQL text)."""
+    cls = _ROW_CLASSES.get(sql)
+    if cls is None:
+        index: dict[str, int] = {}
+        for i, name in enumerate(names):
+            index.setdefault(name, i)  # a name selected twice reads its first column
+        if len(_ROW_CLASSES) >= SHAPED_MAX:
+            _ROW_CLASSES.clear()
+        cls = _ROW_CLASSES[sql] = type("DriverRow", (DriverRow,), {"__slots__": (), "_index": index})
+    return cls
 
 
 def _driver_rows(connection, sql: str, params: dict[str, Any]) -> DriverResult:

@@ -1,7 +1,7 @@
 """CPU per entity read, app and PostgreSQL, in one process (issue 25's query path):
 
     .venv/bin/python -m bench.cpu_entities [N] [--save FILE] [--check FILE] [--ab | --ab-raw | --ab-plans |
-        --ab-shapes]
+        --ab-shapes | --ab-prepared]
 
 On the entities benchmark's data set (bench.bench_entities builds it on first use), for the side-by-side
 bench's queries (a)-(e), the count of three equalities and a record GET through the Flask test client:
@@ -15,6 +15,8 @@ reported. `--ab-raw`: the same with a read-only request's shaped reads on its se
 (app.db.RAW_READS off) as the before side. `--ab-plans`: the same with a repeated read planned at every
 execution (app.db.REPEATED_PLANS off) as the before side. `--ab-shapes`: the same with every filter compiled
 afresh (app.entities.query.REUSE_SHAPES off: no reuse of compiled filter shapes) as the before side.
+`--ab-prepared`: the same with a repeated read run through the driver's cursor (app.db.PREPARED_READS
+off) as the before side.
 """
 
 from __future__ import annotations
@@ -82,12 +84,14 @@ def main() -> None:
     from app import db
     from app.entities import query
 
-    sides = (False, True) if {"--ab", "--ab-raw", "--ab-plans", "--ab-shapes"} & set(args) else (True,)
+    sides = (False, True) if {"--ab", "--ab-raw", "--ab-plans", "--ab-shapes", "--ab-prepared"} & set(args) else (True,)
     levers = [(db, "RAW_READS")] if "--ab-raw" in args else [(db, "DRIVER_ROWS"), (db, "SCAN_JSON")]
     if "--ab-plans" in args:
         levers = [(db, "REPEATED_PLANS")]
     if "--ab-shapes" in args:
         levers = [(query, "REUSE_SHAPES")]
+    if "--ab-prepared" in args:
+        levers = [(db, "PREPARED_READS")]
     app_cpu = {(name, b): [] for name in calls for b in sides}
     pg_cpu = {(name, b): [] for name in calls for b in sides}
     for _ in range(10):
