@@ -323,13 +323,14 @@ def _may_hold_non_finite(value: Any) -> bool:
 
 
 class PreEncoded:
-    """A JSON value already encoded as text (a page's record as PostgreSQL built it): written as it is
-    by orjson (a Fragment: neither decoded nor encoded again), decoded for json's encoder. Who makes one
-    vouches that its text is what the response schema would dump (ExactDumpSchema takes it as is)."""
+    """A JSON value already encoded as text (a page's record: app.db.json_compact of what PostgreSQL
+    built): written as it is by orjson (a Fragment: not encoded again), decoded for json's encoder. Who
+    makes one vouches that its text is what the response schema would dump (ExactDumpSchema takes it
+    as is)."""
 
     __slots__ = ("text",)
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str | bytes) -> None:
         self.text = text
 
     def value(self) -> Any:
@@ -349,8 +350,8 @@ class SafeJSONProvider(DefaultJSONProvider):
     (`\\uXXXX`): the same bytes as json.dumps but for a float in exponent form with a negative exponent
     (orjson `1e-7`, json `1e-07`; below 1e-4 orjson may write the decimal form `0.00001`, json `1e-05`),
     the same number. UUIDs orjson writes as `str(uuid)`, as Flask's default does. A `PreEncoded` value
-    (a page's record as PostgreSQL wrote it) orjson writes as its text (JSON-equal, PostgreSQL's
-    spacing and key order), json's encoder decoded. The indented form (debug, `compact = False`) is
+    (a page's record, already compact with its keys sorted) orjson writes as its text, json's encoder
+    decoded. The indented form (debug, `compact = False`) is
     Flask's."""
 
     def __init__(self, app) -> None:

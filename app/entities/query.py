@@ -33,7 +33,7 @@ from sqlalchemy import JSON, Integer, Text, bindparam, cast, func, literal_colum
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.elements import ColumnElement
 
-from app.db import DriverRow, UnboundValues, db, json_loads
+from app.db import DriverRow, UnboundValues, db, json_compact, json_loads
 from app.entities import cursor as cursors
 from app.entities import hooks, projection, similar
 from app.entities.counting import COUNT_MODES, counted, record_scope
@@ -558,7 +558,7 @@ def _wire(row, record_of, shaped: bool) -> dict | PreEncoded:
     if record is None:
         return record_to_wire(row)
     if record.__class__ is str:
-        return json_loads(record.encode()) if shaped else PreEncoded(record)
+        return json_loads(record.encode()) if shaped else PreEncoded(json_compact(record))
     return record
 
 

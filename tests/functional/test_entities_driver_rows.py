@@ -133,6 +133,16 @@ def test_page_records_sent_as_postgresql_wrote_them_are_the_records(app, monkeyp
     assert b"123456789012345678901234567890" in page.data
     shaped = query(client, headers, "items", include=["title"])
     assert shaped.get_json()["records"] == [{**got, "fields": {"title": "Ünïcode"}}]
+    plain = create_record(client, headers, "items", {"name": "Zoë", "fields": {"title": "b", "price": 1e-7},
+                                                    "metadata": {"z": 1, "a": [1.5, "é"], "m": {"y": 2, "b": 3}}})
+    both = query(client, headers, "items")
+    assert [r["id"] for r in both.get_json()["records"]] == [plain["id"], record["id"]]
     monkeypatch.setattr(entity_query, "PRE_ENCODED", False)
     decoded = query(client, headers, "items")
-    assert decoded.get_json() == page.get_json()
+    assert decoded.get_json() == both.get_json()
+    # compact, keys sorted: the decoded page's bytes too, but for the exponent form of a float (json's
+    # encoder writes 1e-07 where it takes over for a big integer, orjson 1e-7)
+    def exponents(data: bytes) -> bytes:
+        return data.replace(b"e-07", b"e-7").replace(b"e-08", b"e-8")
+
+    assert exponents(decoded.data) == exponents(both.data)
