@@ -23,7 +23,8 @@ product schema:
 - b-trees per column (dates `DESC NULLS LAST`; those of numbers and dates INCLUDE the list columns, so
   a range with a list membership is counted index-only; `(created_at, id)` for the default order), except
   booleans and dropdowns, which share one b-tree (fewest values first: equality on any subset of them
-  is an index-only scan, with PostgreSQL 18's skip scan over the columns left out); pg_trgm GIN on
+  is an index-only scan, with PostgreSQL 18's skip scan over the columns left out), each dropdown not
+  first in it also with a plain b-tree of its own (its equality alone counted from one range); pg_trgm GIN on
   the folded short text (whose statistics target is raised: `FOLDED_STATISTICS`); GIN on the tsvector,
   on `tags` and on each list column;
 - kept exact in the writer's own transaction by ONE set of statement-level AFTER triggers with
@@ -234,6 +235,11 @@ def _wanted_indexes(catalog: FieldCatalog, fields: list[ProjectedField], target:
     enums = enums[:ENUM_INDEX_COLUMNS]
     if enums:
         wanted.append(f"USING btree ({', '.join(f.column for f in enums)}, {CURRENT_VECTOR})")
+    # … and each dropdown after the first column gets a b-tree of its own (deduplicated: a few pages):
+    # an equality on it alone, the common filter, is counted from its one range of entries rather
+    # than by skipping over the shared b-tree's leading columns and reading its wider tuples (measured:
+    # `status = open`, 19 907 of 100 000 records: 0.91 → 0.71 ms of PostgreSQL CPU for the count)
+    wanted.extend(f"USING btree ({f.column})" for f in enums[1:] if f.kind != KIND_BOOL)
     # the list columns ride along in the range b-trees (numbers, dates), so that a range and a list
     # membership (`amount` in [a, b) and `labels` has v) are counted index-only, the membership checked
     # on the index tuples: 2.8 → 0.8 ms of PostgreSQL CPU for such a count over 100 000 records

@@ -155,6 +155,8 @@ def test_plan_projects_scalar_fields_with_the_compilers_expressions():
     current = projection.CURRENT_VECTOR
     assert f"USING btree ({active.column}, {status.column}, {current})" in bodies
     assert f"USING btree ({status.column}) INCLUDE ({current})" not in bodies
+    # a dropdown not first in the shared b-tree also has a plain one: its equality alone is one range
+    assert f"USING btree ({status.column})" in bodies and f"USING btree ({active.column})" not in bodies
     # ... and the list columns, which the range b-trees INCLUDE too: a range + a membership counts index-only
     lists = ", ".join(plan.field(name).column for name in ("labels", "watchers"))  # in field name order
     assert f"USING btree ({plan.field('qty').column}) INCLUDE ({current}, {lists})" in bodies
