@@ -272,6 +272,46 @@ def test_a_projected_page_and_its_count_are_one_statement(projected, monkeypatch
     assert second.get_json()["totalCount"] == first["totalCount"] and second.get_json()["currentPage"] == 2
 
 
+def test_an_index_added_to_the_plan_is_built_on_the_existing_table(projected, monkeypatch):
+    """A dropdown's own b-tree (added after projections were built) is not part of the table's name:
+    a table built without it keeps its name and stays in use, and the next sync creates the index on it
+    (also after an interrupted concurrent build left it invalid)."""
+    from app.db import db
+    from app.entities.indexes import sync_definition
+
+    app, client, headers, definition_id, plan = projected
+    status = plan.field("status").column
+    name = next(n for n, body in plan.indexes if body == f"USING btree ({status})")
+    monkeypatch.setattr(projection, "_wanted_indexes", lambda *a: (_real_wanted(*a)[0], []))
+    assert plan_of(definition_id).name == plan.name  # the same table without it
+    monkeypatch.undo()
+
+    def index_state():
+        with app.app_context(), db.engine.connect() as conn:
+            return conn.scalar(text("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(:n)"),
+                               {"n": f"{SCHEMA}.{name}"})
+
+    for left in ("none", "invalid"):
+        with app.app_context(), db.engine.connect() as conn:
+            conn.execute(text(f"DROP INDEX {SCHEMA}.{name}"))
+            if left == "invalid":  # what an interrupted CREATE INDEX CONCURRENTLY leaves
+                conn.execute(text(f"CREATE INDEX {name} ON {SCHEMA}.{plan.name} USING btree ({status})"))
+                conn.execute(text("UPDATE pg_index SET indisvalid = false WHERE indexrelid = to_regclass(:n)"),
+                             {"n": f"{SCHEMA}.{name}"})
+            conn.commit()
+        assert index_state() is (None if left == "none" else False)
+        with app.app_context():
+            result = sync_definition("default", definition_id)
+        assert not result.get("created") and not result.get("dropped"), result
+        assert index_state() is True and pointed(app, definition_id) == plan.name
+        with statements(app) as seen:
+            got = query(client, headers, "items", filters={"status": "open"})
+        assert got.status_code == 200 and used(seen, plan)
+
+
+_real_wanted = projection._wanted_indexes
+
+
 def test_schema_change_stops_using_the_projection_at_once_then_rebuilds(projected, monkeypatch):
     from app.entities import indexes
 
