@@ -45,9 +45,9 @@ the indexes, VACUUM ANALYZE (visibility map: index-only counts), and finally
 `entity_definitions.projection = <table>` under the definition's row lock, only if the table's plan
 is still the one of the current schema. Indexes of plain columns added to the plans later (which
 change no answer) are not in the table's name: a complete table that lacks one gets it from the next
-sync (`_add_indexes`, concurrently), and stays in use meanwhile. A schema change whose plan differs clears `projection` in
-the same transaction (queries fall back at once) and the task builds the new table and drops the old;
-a deactivated or deleted definition loses it.
+sync (`_add_indexes`, concurrently), and stays in use meanwhile. A schema change whose plan differs
+clears `projection` in the same transaction (queries fall back at once) and the task builds the new
+table and drops the old; a deactivated or deleted definition loses it.
 
 Queries (app.entities.query) compile against the projection through `ProjectionResolver` (a
 `FieldResolver` over the projection's columns) when every field the filter and sort mention is
