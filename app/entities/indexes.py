@@ -196,7 +196,7 @@ def _sized(product: str, schema: str, definition_id: str) -> tuple[FieldCatalog 
             ready = definition.projection == plan.name
             if ready and have == {p.name for p in plan_indexes(definition_id, catalog, projected=True)} \
                     and not invalid_indexes(session.connection(), schema, have) \
-                    and not projection.lacks_indexes(session.connection(), schema, plan):
+                    and not projection.needs_upkeep(session.connection(), schema, plan):
                 session.rollback()
                 return None
             count = int(session.scalar(select(func.count()).select_from(EntityRecord).where(

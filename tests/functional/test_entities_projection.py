@@ -312,6 +312,33 @@ def test_an_index_added_to_the_plan_is_built_on_the_existing_table(projected, mo
 _real_wanted = projection._wanted_indexes
 
 
+def test_projection_tables_are_vacuumed_after_two_percent_of_changes(projected):
+    """A projection table is created with autovacuum after 2 % of its rows inserted or changed (its
+    index-only counts read the heap of every page a write left not all-visible); a table without the
+    setting (built before it) gets it from the next sync."""
+    from app.db import db
+    from app.entities.indexes import sync_definition
+
+    app, client, headers, definition_id, plan = projected
+
+    def options():
+        with app.app_context(), db.engine.connect() as conn:
+            return set(conn.scalar(text("SELECT reloptions FROM pg_class WHERE oid = to_regclass(:t)"),
+                                   {"t": f"{SCHEMA}.{plan.name}"}) or [])
+
+    wanted = {"autovacuum_vacuum_insert_scale_factor=0.02", "autovacuum_vacuum_scale_factor=0.02"}
+    assert options() >= wanted
+    with app.app_context(), db.engine.connect() as conn:
+        conn.execute(text(f"ALTER TABLE {SCHEMA}.{plan.name} RESET (autovacuum_vacuum_insert_scale_factor, "
+                          "autovacuum_vacuum_scale_factor)"))
+        conn.commit()
+    assert not options() & wanted
+    with app.app_context():
+        result = sync_definition("default", definition_id)
+    assert not result.get("created") and not result.get("dropped"), result
+    assert options() >= wanted and pointed(app, definition_id) == plan.name
+
+
 def test_schema_change_stops_using_the_projection_at_once_then_rebuilds(projected, monkeypatch):
     from app.entities import indexes
 
