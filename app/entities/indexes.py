@@ -192,9 +192,11 @@ def _sized(product: str, schema: str, definition_id: str) -> tuple[FieldCatalog 
         have = existing_indexes(session.connection(), schema, definition_id)
         if definition is not None and definition.is_active:
             catalog = compile_definition_schema(definition.schema or {}).catalog
-            ready = definition.projection == projection.plan_for(definition, catalog).name
+            plan = projection.plan_for(definition, catalog)
+            ready = definition.projection == plan.name
             if ready and have == {p.name for p in plan_indexes(definition_id, catalog, projected=True)} \
-                    and not invalid_indexes(session.connection(), schema, have):
+                    and not invalid_indexes(session.connection(), schema, have) \
+                    and not projection.needs_upkeep(session.connection(), schema, plan):
                 session.rollback()
                 return None
             count = int(session.scalar(select(func.count()).select_from(EntityRecord).where(

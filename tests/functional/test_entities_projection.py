@@ -155,6 +155,8 @@ def test_plan_projects_scalar_fields_with_the_compilers_expressions():
     current = projection.CURRENT_VECTOR
     assert f"USING btree ({active.column}, {status.column}, {current})" in bodies
     assert f"USING btree ({status.column}) INCLUDE ({current})" not in bodies
+    # a dropdown not first in the shared b-tree also has a plain one: its equality alone is one range
+    assert f"USING btree ({status.column})" in bodies and f"USING btree ({active.column})" not in bodies
     # ... and the list columns, which the range b-trees INCLUDE too: a range + a membership counts index-only
     lists = ", ".join(plan.field(name).column for name in ("labels", "watchers"))  # in field name order
     assert f"USING btree ({plan.field('qty').column}) INCLUDE ({current}, {lists})" in bodies
@@ -268,6 +270,73 @@ def test_a_projected_page_and_its_count_are_one_statement(projected, monkeypatch
         second = query(client, headers, "items", sortBy="due", sortOrder=-1, pageSize=2, cursor=first["nextCursor"])
     assert second.status_code == 200 and len(seen) == 1 and used(seen, plan)
     assert second.get_json()["totalCount"] == first["totalCount"] and second.get_json()["currentPage"] == 2
+
+
+def test_an_index_added_to_the_plan_is_built_on_the_existing_table(projected, monkeypatch):
+    """A dropdown's own b-tree (added after projections were built) is not part of the table's name:
+    a table built without it keeps its name and stays in use, and the next sync creates the index on it
+    (also after an interrupted concurrent build left it invalid)."""
+    from app.db import db
+    from app.entities.indexes import sync_definition
+
+    app, client, headers, definition_id, plan = projected
+    status = plan.field("status").column
+    name = next(n for n, body in plan.indexes if body == f"USING btree ({status})")
+    monkeypatch.setattr(projection, "_wanted_indexes", lambda *a: (_real_wanted(*a)[0], []))
+    assert plan_of(definition_id).name == plan.name  # the same table without it
+    monkeypatch.undo()
+
+    def index_state():
+        with app.app_context(), db.engine.connect() as conn:
+            return conn.scalar(text("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(:n)"),
+                               {"n": f"{SCHEMA}.{name}"})
+
+    for left in ("none", "invalid"):
+        with app.app_context(), db.engine.connect() as conn:
+            conn.execute(text(f"DROP INDEX {SCHEMA}.{name}"))
+            if left == "invalid":  # what an interrupted CREATE INDEX CONCURRENTLY leaves
+                conn.execute(text(f"CREATE INDEX {name} ON {SCHEMA}.{plan.name} USING btree ({status})"))
+                conn.execute(text("UPDATE pg_index SET indisvalid = false WHERE indexrelid = to_regclass(:n)"),
+                             {"n": f"{SCHEMA}.{name}"})
+            conn.commit()
+        assert index_state() is (None if left == "none" else False)
+        with app.app_context():
+            result = sync_definition("default", definition_id)
+        assert not result.get("created") and not result.get("dropped"), result
+        assert index_state() is True and pointed(app, definition_id) == plan.name
+        with statements(app) as seen:
+            got = query(client, headers, "items", filters={"status": "open"})
+        assert got.status_code == 200 and used(seen, plan)
+
+
+_real_wanted = projection._wanted_indexes
+
+
+def test_projection_tables_are_vacuumed_after_two_percent_of_changes(projected):
+    """A projection table is created with autovacuum after 2 % of its rows inserted or changed (its
+    index-only counts read the heap of every page a write left not all-visible); a table without the
+    setting (built before it) gets it from the next sync."""
+    from app.db import db
+    from app.entities.indexes import sync_definition
+
+    app, client, headers, definition_id, plan = projected
+
+    def options():
+        with app.app_context(), db.engine.connect() as conn:
+            return set(conn.scalar(text("SELECT reloptions FROM pg_class WHERE oid = to_regclass(:t)"),
+                                   {"t": f"{SCHEMA}.{plan.name}"}) or [])
+
+    wanted = {"autovacuum_vacuum_insert_scale_factor=0.02", "autovacuum_vacuum_scale_factor=0.02"}
+    assert options() >= wanted
+    with app.app_context(), db.engine.connect() as conn:
+        conn.execute(text(f"ALTER TABLE {SCHEMA}.{plan.name} RESET (autovacuum_vacuum_insert_scale_factor, "
+                          "autovacuum_vacuum_scale_factor)"))
+        conn.commit()
+    assert not options() & wanted
+    with app.app_context():
+        result = sync_definition("default", definition_id)
+    assert not result.get("created") and not result.get("dropped"), result
+    assert options() >= wanted and pointed(app, definition_id) == plan.name
 
 
 def test_schema_change_stops_using_the_projection_at_once_then_rebuilds(projected, monkeypatch):
