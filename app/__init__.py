@@ -23,6 +23,8 @@ from flask import Flask, current_app
 from flask.app import _sentinel
 from flask.globals import _cv_request
 from flask.signals import request_tearing_down
+from werkzeug.routing import MapAdapter
+from werkzeug.wsgi import get_host
 
 from app.config import load_config
 from app.errors import error_response
@@ -60,6 +62,14 @@ API_INFO = {
 }
 
 
+BOUND_HOSTS_CACHE_SIZE = 256
+
+
+def _wsgi_text(value: str) -> str:
+    """werkzeug's `_wsgi_decoding_dance` (a WSGI string's latin-1 bytes read as UTF-8); ASCII as it is."""
+    return value if value.isascii() else value.encode("latin1").decode(errors="replace")
+
+
 class GatewayFlask(Flask):
     """Flask, whose `ensure_sync` remembers its answer per function body: Flask asks
     `inspect.iscoroutinefunction` of the view and of every request hook (15 of them) on every request.
@@ -72,6 +82,45 @@ class GatewayFlask(Flask):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._coroutine_code: dict[Any, bool] = {}
+        self._bound_hosts: dict[tuple, tuple[str, str]] = {}
+
+    def create_url_adapter(self, request):
+        """Flask's (3.1), with what it derives from the request's host remembered per host: Flask
+        validates the host (`get_host`) and werkzeug's `bind_to_environ` derives it again, lower-cases
+        it, splits off the port and IDNA-encodes the name, on every request, for the same few `Host`
+        values. The host (`request.host`) and the server name the adapter is bound to are pure functions
+        of the scheme, the Host header and the server's address, remembered per those (bounded); the
+        adapter is the one `bind_to_environ` builds (path, query string and method of this request).
+        Only for the configuration this service runs (no TRUSTED_HOSTS, SERVER_NAME, host or subdomain
+        matching, no websocket upgrade); otherwise, and for a host werkzeug refuses, Flask's own."""
+        if (request is None or request.trusted_hosts is not None or self.url_map.host_matching
+                or self.subdomain_matching or self.config["TRUSTED_HOSTS"] is not None
+                or self.config["SERVER_NAME"] is not None):
+            return super().create_url_adapter(request)
+        env = request.environ
+        if "HTTP_UPGRADE" in env:  # a websocket upgrade changes the adapter's scheme: werkzeug decides
+            return super().create_url_adapter(request)
+        scheme = env["wsgi.url_scheme"]
+        key = (scheme, env.get("HTTP_HOST"), env.get("SERVER_NAME"), env.get("SERVER_PORT"))
+        known = self._bound_hosts.get(key)
+        if known is None:
+            host = get_host(env)
+            name, port_sep, port = host.lower().partition(":")  # Map.bind's steps
+            try:
+                name = name.encode("idna").decode("ascii")
+            except UnicodeError:
+                return super().create_url_adapter(request)  # BadHost, as werkzeug raises it
+            if len(self._bound_hosts) >= BOUND_HOSTS_CACHE_SIZE:
+                self._bound_hosts.clear()
+            known = self._bound_hosts[key] = (host, f"{name}{port_sep}{port}")
+        request.host = known[0]
+        script_name = env.get("SCRIPT_NAME")
+        path_info = env.get("PATH_INFO")
+        query_args = env.get("QUERY_STRING")
+        return MapAdapter(self.url_map, known[1], "/" if script_name is None else _wsgi_text(script_name),
+                          self.url_map.default_subdomain or "", scheme,
+                          "/" if path_info is None else _wsgi_text(path_info), env["REQUEST_METHOD"],
+                          None if query_args is None else _wsgi_text(query_args))
 
     def ensure_sync(self, func):
         target = func.__func__ if func.__class__ is MethodType else func
