@@ -450,7 +450,26 @@ class Blueprint(_Blueprint, _UnitOfWorkAtTheEdge):
         if kwargs.get("location") == "query":
             _refuse_unknown_query_parameters(schema)
             kwargs.setdefault("unknown", RAISE)
-        return super().arguments(schema, *args, **kwargs)
+        document = super().arguments(schema, *args, **kwargs)
+        # what flask-smorest hands to webargs' use_args: its own keywords are the document's
+        use_args = {key: value for key, value in kwargs.items() if key not in _DOCUMENT_ONLY_ARGUMENTS}
+        use_args.setdefault("location", "json")  # flask-smorest's default location
+        parser = self.ARGUMENTS_PARSER
+
+        def decorator(func):
+            """flask-smorest's (the same document, the same webargs parsing around the view), whose
+            innermost wrapper reads the app from its context variable instead of the `current_app` proxy
+            (~8 000 instructions per request and `arguments`)."""
+            documented = document(func)
+
+            @functools.wraps(func)
+            def wrapper(*f_args, **f_kwargs):
+                return app_object().ensure_sync(func)(*f_args, **f_kwargs)
+
+            wrapper._apidoc = documented.__wrapped__._apidoc
+            return parser.use_args(schema, **use_args)(wrapper)
+
+        return decorator
 
     def _store_endpoint_docs(self, endpoint, obj, parameters, tags, **options):
         if tags is None and self.tag:
@@ -469,6 +488,8 @@ class Blueprint(_Blueprint, _UnitOfWorkAtTheEdge):
                                      bool(getattr(view, "_conditional", False)))
 
 
+# flask-smorest's `arguments` keywords that only document (the others go to webargs' use_args)
+_DOCUMENT_ONLY_ARGUMENTS = frozenset({"content_type", "required", "description", "example", "examples"})
 UNKNOWN_QUERY_PARAMETER = "Unknown query parameter."
 
 
