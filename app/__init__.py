@@ -63,6 +63,7 @@ API_INFO = {
 
 
 BOUND_HOSTS_CACHE_SIZE = 256
+SYNC_FUNCTIONS_CACHE_SIZE = 4096  # closures made per request would otherwise pile up
 
 
 def _wsgi_text(value: str) -> str:
@@ -73,6 +74,8 @@ def _wsgi_text(value: str) -> str:
 class GatewayFlask(Flask):
     """Flask, whose `ensure_sync` remembers its answer per function body: Flask asks
     `inspect.iscoroutinefunction` of the view and of every request hook (15 of them) on every request.
+    A plain function already answered is found by itself first (one set lookup; a function later
+    marked as a coroutine function by hand keeps its first answer).
     The answer depends only on the code object's flags (a plain function, or a bound method's
     function): it is remembered per code object, which the closures made from one `def` share, so
     the cache holds one entry per function written in the code, not per request. Anything else (a
@@ -83,6 +86,7 @@ class GatewayFlask(Flask):
         super().__init__(*args, **kwargs)
         self._coroutine_code: dict[Any, bool] = {}
         self._bound_hosts: dict[tuple, tuple[str, str]] = {}
+        self._sync_functions: dict[FunctionType, None] = {}  # plain functions ensure_sync returns as they are
 
     def create_url_adapter(self, request):
         """Flask's (3.1), with what it derives from the request's host remembered per host: Flask
@@ -123,6 +127,8 @@ class GatewayFlask(Flask):
                           None if query_args is None else _wsgi_text(query_args))
 
     def ensure_sync(self, func):
+        if func.__class__ is FunctionType and func in self._sync_functions:
+            return func  # a plain function answered before (the request hooks: 16 calls per request)
         target = func.__func__ if func.__class__ is MethodType else func
         if target.__class__ is not FunctionType or "_is_coroutine_marker" in target.__dict__:
             return super().ensure_sync(func)
@@ -130,7 +136,13 @@ class GatewayFlask(Flask):
         is_async = self._coroutine_code.get(code)
         if is_async is None:
             is_async = self._coroutine_code[code] = iscoroutinefunction(func)
-        return self.async_to_sync(func) if is_async else func
+        if is_async:
+            return self.async_to_sync(func)
+        if func is target:
+            if len(self._sync_functions) >= SYNC_FUNCTIONS_CACHE_SIZE:
+                self._sync_functions.clear()
+            self._sync_functions[func] = None
+        return func
 
     # Flask's own request-time methods (Flask 3.1), with the current request read once from its context
     # variable (app.reqctx) instead of through the `request` / `request_ctx` proxies (about 8 000

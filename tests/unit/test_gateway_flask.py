@@ -46,6 +46,15 @@ def test_ensure_sync_gives_flasks_answer_and_remembers_it_per_code_object(monkey
     partial = functools.partial(coroutine)
     assert app.ensure_sync(partial) == ("wrapped", partial)  # not a plain function: asked as Flask asks
     assert len(app._coroutine_code) == 5
+    # a plain function answered once is found by itself (no code-object lookup); a coroutine never is
+    assert plain in app._sync_functions and coroutine not in app._sync_functions
+    monkeypatch.setattr(app, "_coroutine_code", {})
+    assert app.ensure_sync(plain) is plain and app._coroutine_code == {}
+    assert app.ensure_sync(coroutine) == ("wrapped", coroutine)
+    monkeypatch.setattr("app.SYNC_FUNCTIONS_CACHE_SIZE", 10)
+    for closure in [make(n) for n in range(30)]:
+        assert app.ensure_sync(closure) is closure
+    assert len(app._sync_functions) <= 10
 
 
 def _adapter_fields(adapter):
