@@ -357,7 +357,8 @@ def new_request_id() -> str:
 
 
 def _assign_request_id() -> None:
-    incoming = current_request().headers.get("X-Request-ID", "")
+    # the environ entry `headers.get` reads, without its KeyError when the header is absent (most requests)
+    incoming = current_request().environ.get("HTTP_X_REQUEST_ID", "")
     current_g().request_id = incoming if _SANE_REQUEST_ID.match(incoming) else new_request_id()
 
 
@@ -365,7 +366,7 @@ def _finish_response(response):
     config = app_object().config
     response = _refuse_oversized(response, config)
     response.headers["X-Request-ID"] = current_g().get("request_id") or new_request_id()
-    origin = current_request().headers.get("Origin")
+    origin = current_request().environ.get("HTTP_ORIGIN")  # headers.get("Origin"), see _assign_request_id
     if origin:
         origins = _cors_origins(config.get("CORS_ORIGINS") or "")
         if origin in origins or "*" in origins:
