@@ -23,6 +23,8 @@ from flask import Flask, current_app
 from flask.app import _sentinel
 from flask.globals import _cv_request
 from flask.signals import request_tearing_down
+from werkzeug.routing import MapAdapter
+from werkzeug.wsgi import get_host
 
 from app.config import load_config
 from app.errors import error_response
@@ -60,9 +62,20 @@ API_INFO = {
 }
 
 
+BOUND_HOSTS_CACHE_SIZE = 256
+SYNC_FUNCTIONS_CACHE_SIZE = 4096  # closures made per request would otherwise pile up
+
+
+def _wsgi_text(value: str) -> str:
+    """werkzeug's `_wsgi_decoding_dance` (a WSGI string's latin-1 bytes read as UTF-8); ASCII as it is."""
+    return value if value.isascii() else value.encode("latin1").decode(errors="replace")
+
+
 class GatewayFlask(Flask):
     """Flask, whose `ensure_sync` remembers its answer per function body: Flask asks
     `inspect.iscoroutinefunction` of the view and of every request hook (15 of them) on every request.
+    A plain function already answered is found by itself first (one set lookup; a function later
+    marked as a coroutine function by hand keeps its first answer).
     The answer depends only on the code object's flags (a plain function, or a bound method's
     function): it is remembered per code object, which the closures made from one `def` share, so
     the cache holds one entry per function written in the code, not per request. Anything else (a
@@ -72,8 +85,50 @@ class GatewayFlask(Flask):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._coroutine_code: dict[Any, bool] = {}
+        self._bound_hosts: dict[tuple, tuple[str, str]] = {}
+        self._sync_functions: dict[FunctionType, None] = {}  # plain functions ensure_sync returns as they are
+
+    def create_url_adapter(self, request):
+        """Flask's (3.1), with what it derives from the request's host remembered per host: Flask
+        validates the host (`get_host`) and werkzeug's `bind_to_environ` derives it again, lower-cases
+        it, splits off the port and IDNA-encodes the name, on every request, for the same few `Host`
+        values. The host (`request.host`) and the server name the adapter is bound to are pure functions
+        of the scheme, the Host header and the server's address, remembered per those (bounded); the
+        adapter is the one `bind_to_environ` builds (path, query string and method of this request).
+        Only for the configuration this service runs (no TRUSTED_HOSTS, SERVER_NAME, host or subdomain
+        matching, no websocket upgrade); otherwise, and for a host werkzeug refuses, Flask's own."""
+        if (request is None or request.trusted_hosts is not None or self.url_map.host_matching
+                or self.subdomain_matching or self.config["TRUSTED_HOSTS"] is not None
+                or self.config["SERVER_NAME"] is not None):
+            return super().create_url_adapter(request)
+        env = request.environ
+        if "HTTP_UPGRADE" in env:  # a websocket upgrade changes the adapter's scheme: werkzeug decides
+            return super().create_url_adapter(request)
+        scheme = env["wsgi.url_scheme"]
+        key = (scheme, env.get("HTTP_HOST"), env.get("SERVER_NAME"), env.get("SERVER_PORT"))
+        known = self._bound_hosts.get(key)
+        if known is None:
+            host = get_host(env)
+            name, port_sep, port = host.lower().partition(":")  # Map.bind's steps
+            try:
+                name = name.encode("idna").decode("ascii")
+            except UnicodeError:
+                return super().create_url_adapter(request)  # BadHost, as werkzeug raises it
+            if len(self._bound_hosts) >= BOUND_HOSTS_CACHE_SIZE:
+                self._bound_hosts.clear()
+            known = self._bound_hosts[key] = (host, f"{name}{port_sep}{port}")
+        request.host = known[0]
+        script_name = env.get("SCRIPT_NAME")
+        path_info = env.get("PATH_INFO")
+        query_args = env.get("QUERY_STRING")
+        return MapAdapter(self.url_map, known[1], "/" if script_name is None else _wsgi_text(script_name),
+                          self.url_map.default_subdomain or "", scheme,
+                          "/" if path_info is None else _wsgi_text(path_info), env["REQUEST_METHOD"],
+                          None if query_args is None else _wsgi_text(query_args))
 
     def ensure_sync(self, func):
+        if func.__class__ is FunctionType and func in self._sync_functions:
+            return func  # a plain function answered before (the request hooks: 16 calls per request)
         target = func.__func__ if func.__class__ is MethodType else func
         if target.__class__ is not FunctionType or "_is_coroutine_marker" in target.__dict__:
             return super().ensure_sync(func)
@@ -81,7 +136,13 @@ class GatewayFlask(Flask):
         is_async = self._coroutine_code.get(code)
         if is_async is None:
             is_async = self._coroutine_code[code] = iscoroutinefunction(func)
-        return self.async_to_sync(func) if is_async else func
+        if is_async:
+            return self.async_to_sync(func)
+        if func is target:
+            if len(self._sync_functions) >= SYNC_FUNCTIONS_CACHE_SIZE:
+                self._sync_functions.clear()
+            self._sync_functions[func] = None
+        return func
 
     # Flask's own request-time methods (Flask 3.1), with the current request read once from its context
     # variable (app.reqctx) instead of through the `request` / `request_ctx` proxies (about 8 000
@@ -296,7 +357,8 @@ def new_request_id() -> str:
 
 
 def _assign_request_id() -> None:
-    incoming = current_request().headers.get("X-Request-ID", "")
+    # the environ entry `headers.get` reads, without its KeyError when the header is absent (most requests)
+    incoming = current_request().environ.get("HTTP_X_REQUEST_ID", "")
     current_g().request_id = incoming if _SANE_REQUEST_ID.match(incoming) else new_request_id()
 
 
@@ -304,7 +366,7 @@ def _finish_response(response):
     config = app_object().config
     response = _refuse_oversized(response, config)
     response.headers["X-Request-ID"] = current_g().get("request_id") or new_request_id()
-    origin = current_request().headers.get("Origin")
+    origin = current_request().environ.get("HTTP_ORIGIN")  # headers.get("Origin"), see _assign_request_id
     if origin:
         origins = _cors_origins(config.get("CORS_ORIGINS") or "")
         if origin in origins or "*" in origins:

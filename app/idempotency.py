@@ -68,6 +68,7 @@ from app.reqctx import current_request
 log = logging.getLogger(__name__)
 
 HEADER = "Idempotency-Key"
+_ENVIRON_KEY = "HTTP_" + HEADER.upper().replace("-", "_")  # where WSGI puts the header
 REPLAYED_HEADER = "Idempotent-Replayed"
 MAX_KEY_CHARS = 255
 # Headers of a response that are part of the answer and replayed with it (the rest is per request:
@@ -124,7 +125,7 @@ class Claim:
 def wanted(view) -> bool:
     """Whether this request asks for idempotency on an operation that offers it (`@blp.idempotent`).
     Called by the unit of work at the edge for every request: one header lookup when it has none."""
-    if HEADER not in current_request().headers:
+    if _ENVIRON_KEY not in current_request().environ:  # `HEADER in headers`, without its KeyError when absent
         return False
     return bool(getattr(_method_of(view), "_idempotent", False))
 

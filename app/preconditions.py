@@ -17,11 +17,11 @@ If-Match strongly: a weak tag `W/"…"` never matches there).
 
 from __future__ import annotations
 
-from flask import Response, has_request_context, request
+from flask import Response
 from werkzeug.datastructures import ETags
 
 from app.errors import PreconditionFailed
-from app.reqctx import current_request
+from app.reqctx import current_request, request_or_none
 
 
 def etag(version: int | str) -> str:
@@ -31,9 +31,10 @@ def etag(version: int | str) -> str:
 
 def if_match() -> ETags | None:
     """The request's If-Match tags, or None when it sent none (the write is unconditional)."""
-    if not has_request_context() or "If-Match" not in request.headers:
+    req = request_or_none()
+    if req is None or "HTTP_IF_MATCH" not in req.environ:  # `"If-Match" in headers`, without its KeyError
         return None
-    return request.if_match
+    return req.if_match
 
 
 def require_match(expected: ETags | None, current: str, what: str) -> None:
@@ -49,7 +50,7 @@ def tagged(body, tag: str, status: int = 200):
     (weak comparison, as RFC 9110 says for If-None-Match) or is `*`. `body` is what the view returns
     (a dict for its response schema, or a Response)."""
     req = current_request()
-    if req.method in ("GET", "HEAD") and "If-None-Match" in req.headers \
+    if req.method in ("GET", "HEAD") and "HTTP_IF_NONE_MATCH" in req.environ \
             and req.if_none_match.contains_weak(tag.strip('"')):
         return Response(status=304, headers={"ETag": tag})
     if isinstance(body, Response):

@@ -48,6 +48,7 @@ from gunicorn import util
 from gunicorn.glogging import Logger
 from gunicorn.http import message as gunicorn_message
 from gunicorn.http import wsgi as gunicorn_wsgi
+from gunicorn.http.body import LengthReader
 from gunicorn.http.errors import NoMoreData, ParseException
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
@@ -168,6 +169,16 @@ def ip_in_allow_list(ip_str, allow_list, networks) -> bool:
     return found
 
 
+def _nothing_left(conn) -> bool:
+    """Whether the request's body is a Content-Length body read to its end (a GET's empty body included)
+    with nothing buffered: draining it would read nothing and answer True, after two socket timeout
+    changes (what `finish_body` does for every request)."""
+    body = getattr(getattr(getattr(conn, "parser", None), "mesg", None), "body", None)
+    reader = getattr(body, "reader", None)
+    return (reader.__class__ is LengthReader and reader.length == 0 and body.failed is False
+            and body.buf.tell() == 0)
+
+
 class EnvelopeThreadWorker(ThreadWorker):
     """gthread worker; its gunicorn-level errors are answered in the JSON envelope, an answer after which
     the connection cannot be reused says `Connection: close` and closes it (see `closing_wsgi`), it stops
@@ -208,6 +219,8 @@ class EnvelopeThreadWorker(ThreadWorker):
         gets 502 and the API process is taken out of rotation. So the worker drains up to the largest
         body the app accepts (MAX_CONTENT_LENGTH; a larger one was refused for its Content-Length),
         within the same time bound, whether or not the connection is kept."""
+        if _nothing_left(conn):
+            return bool(keepalive)
         limit = getattr(self, "max_body", DEFAULT_MAX_BODY) + 65536
         try:
             drained = conn.parser.finish_body(deadline=time.monotonic() + DRAIN_SECONDS, max_bytes=limit)
@@ -498,6 +511,64 @@ class LazyAtoms(Mapping):
         return key in self._gunicorn()
 
 
+_PLANS: dict[str, list | None] = {}
+
+
+def access_plan(fmt: str) -> list | None:
+    """`fmt` as a list of (literal text, atom key or None, the atom's function or None), when it is made
+    only of text, `%%` and `%(key)s` (every format gunicorn documents); None otherwise (then `%` formats
+    it). Remembered per format."""
+    if fmt in _PLANS:
+        return _PLANS[fmt]
+    plan: list | None = []
+    literal, i = [], 0
+    while i < len(fmt):
+        char = fmt[i]
+        if char != "%":
+            literal.append(char)
+            i += 1
+        elif fmt.startswith("%%", i):
+            literal.append("%")
+            i += 2
+        elif fmt.startswith("%(", i):
+            end = fmt.find(")", i + 2)
+            key = fmt[i + 2:end]
+            if end < 0 or "(" in key or not fmt.startswith("s", end + 1):
+                plan = None
+                break
+            plan.append(("".join(literal), key, None if key.startswith("{") else _ATOMS.get(key)))
+            literal, i = [], end + 2
+        else:
+            plan = None
+            break
+    if plan is not None:
+        plan.append(("".join(literal), None, None))
+    if len(_PLANS) > 64:
+        _PLANS.clear()
+    _PLANS[fmt] = plan
+    return plan
+
+
+def access_line(fmt: str, atoms: LazyAtoms) -> str:
+    """`fmt % atoms`: each atom the format names computed by its function (escaped as `LazyAtoms` does),
+    without the `%` operator's mapping lookups through `LazyAtoms.__getitem__`."""
+    plan = access_plan(fmt)
+    if plan is None:
+        return fmt % atoms
+    args = atoms._args
+    out = []
+    for literal, key, compute in plan:
+        out.append(literal)
+        if key is None:
+            continue
+        value = compute(*args) if compute is not None else atoms[key]
+        if isinstance(value, str):
+            out.append(value.replace('"', '\\"') if compute is not None else value)
+        else:
+            out.append(str(value))
+    return "".join(out)
+
+
 # The most access-line text a worker holds before it writes it out, whatever GUNICORN_ACCESS_LOG_FLUSH_MS says
 ACCESS_LOG_BUFFER_BYTES = 64 * 1024
 
@@ -563,7 +634,7 @@ class AccessLogger(Logger):
             if streams is None:
                 self.access_log.info(self.cfg.access_log_format, atoms)
                 return
-            line = self.cfg.access_log_format % atoms
+            line = access_line(self.cfg.access_log_format, atoms)
             if self.flush_seconds > 0:
                 self._hold(line)
                 return

@@ -70,7 +70,9 @@ def _refuse_unstorable() -> None:
     """JSON bodies must be storable (no number too big for a float) — a 400, never a database error.
     (A NUL character anywhere in a request is the parser's one rule, app.jsonbody.)"""
     req = current_request()
-    if req.endpoint not in SELF_CHECKED and req.is_json and req.get_data(cache=True):
+    # no Content-Type (a GET): `is_json` would be False, after a KeyError inside `headers.get`
+    if req.environ.get("CONTENT_TYPE") and req.endpoint not in SELF_CHECKED and req.is_json \
+            and req.get_data(cache=True):
         body = req.get_json(silent=True)
         if body is not None:
             common.check_storable(body)

@@ -121,3 +121,79 @@ def test_the_safe_parser_is_our_blueprints_not_a_patch_of_flask_smorest():
     assert isinstance(Blueprint.ARGUMENTS_PARSER, SafeParser)
     assert not isinstance(ArgumentsMixin.ARGUMENTS_PARSER, SafeParser)
     assert Blueprint("probe", __name__).ARGUMENTS_PARSER.DEFAULT_VALIDATION_STATUS == 400
+
+
+def test_a_response_wrapper_answers_what_flask_smorests_answers():
+    """Blueprint.response's wrapper (the app and `g` read from their context variables): the same status,
+    headers, body and `g._flask_smorest["result_dump"]` as flask-smorest's own wrapper, and the same
+    document, for each kind of view return."""
+    from flask import Flask, g
+    from flask_smorest import Blueprint as SmorestBlueprint
+    from werkzeug import Response
+
+    class Item(Schema):
+        name = ma.String()
+        count = ma.Integer()
+
+    returns = [
+        {"name": "a", "count": 1, "dropped": True},
+        ({"name": "b"}, 201),
+        ({"name": "c"}, {"X-One": "1"}),
+        ({"name": "d"}, "202 Accepted", [("X-Two", "2")]),
+        "response",  # a werkzeug Response (a fresh one per view: its headers are extended)
+    ]
+    app = Flask(__name__)
+    answers = {}
+    for cls in (SmorestBlueprint, Blueprint):
+        blp = cls(f"probe_{cls.__module__.split('.')[0]}", __name__)
+        for schema in (Item, None):
+            for n, value in enumerate(returns):
+                def returned(value=value):
+                    return (Response("raw", status=203), 206, {"X-Three": "3"}) if value == "response" else value
+
+                view = blp.response(200, schema, description="d")(returned)
+                with app.test_request_context("/"):
+                    resp = app.make_response(view())
+                    dumped = g.get("_flask_smorest", {}).get("result_dump", "absent")
+                answers.setdefault((schema, n), []).append(
+                    (resp.status, sorted(resp.headers.items()), resp.get_data(), dumped, repr(view._apidoc)))
+    for key, (theirs, ours) in answers.items():
+        assert ours == theirs, key
+
+
+def test_arguments_parse_and_document_as_flask_smorests_arguments():
+    """Blueprint.arguments (its innermost wrapper reads the app from the context variable): stacked query
+    and body arguments give the view the same values, the same 400 for an unknown parameter, and the
+    same document and webargs markers as flask-smorest's own `arguments` given the same schema."""
+    from flask import Flask
+    from flask_smorest import Blueprint as SmorestBlueprint
+    from marshmallow import RAISE
+
+    class Query(Schema):
+        limit = ma.Integer()
+
+    class Body(Schema):
+        name = ma.String(required=True)
+
+    def view(*args, **kwargs):
+        return args, kwargs
+
+    blp = Blueprint("probe_args", __name__)
+    query, body = Query(), Body()
+    ours = blp.arguments(query, location="query", as_kwargs=True)(
+        blp.arguments(body, description="the body", example={"name": "x"})(view))
+    theirs = SmorestBlueprint.arguments(blp, query, location="query", as_kwargs=True, unknown=RAISE)(
+        SmorestBlueprint.arguments(blp, body, description="the body", example={"name": "x"})(view))
+    assert repr(ours._apidoc) == repr(theirs._apidoc)
+    assert getattr(ours, "__webargs_argnames__", None) == getattr(theirs, "__webargs_argnames__", None)
+    app = Flask(__name__)
+    for url, payload in [("/?limit=3", {"name": "a"}), ("/", {"name": "b"}), ("/?nope=1", {"name": "c"}),
+                         ("/", {})]:
+        answers = []
+        for decorated in (ours, theirs):
+            with app.test_request_context(url, method="POST", json=payload):
+                try:
+                    answers.append(decorated())
+                except Exception as exc:  # webargs' 400 (flask-smorest's abort)
+                    answers.append((type(exc), getattr(exc, "code", None), repr(getattr(exc, "data", None))))
+        assert answers[0] == answers[1], url

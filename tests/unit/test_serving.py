@@ -13,7 +13,16 @@ from gunicorn.glogging import Logger, SafeAtoms
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.serving import ONE_WRITE_MAX_BODY, AccessLogger, LazyAtoms, OneWriteResponse, ip_in_allow_list, pin_settings
+from app.serving import (
+    ONE_WRITE_MAX_BODY,
+    AccessLogger,
+    LazyAtoms,
+    OneWriteResponse,
+    access_line,
+    access_plan,
+    ip_in_allow_list,
+    pin_settings,
+)
 
 
 def _exchange(status="200 OK", sent=1234, extra_environ=None):
@@ -261,6 +270,46 @@ def test_random_headers_environ_and_keys_give_gunicorns_atoms(req, resp, env, ke
         assert lazy[key] == expected[key], key
 
 
+_pieces = st.one_of(
+    st.text(alphabet='ab "%()s{}', max_size=4).filter(lambda t: "%" not in t), st.just("%%"),
+    st.sampled_from(["h", "l", "u", "t", "r", "s", "m", "U", "q", "H", "b", "B", "f", "a", "T", "D", "M", "L", "p",
+                     "S", "nope", ""]).map(lambda k: f"%({k})s"),
+    _keys.filter(lambda k: "(" not in k and ")" not in k).map(lambda k: f"%({k})s"),
+    st.sampled_from(["%(h)r", "%(b)d", "%(a(b)s", "%(h", "%", "%(T)05d"]))
+
+
+@settings(max_examples=1000, deadline=None)
+@given(pieces=st.lists(_pieces, max_size=8), env=st.dictionaries(_names, _values, max_size=3),
+       status=st.sampled_from(["200 OK", 404, None]), sent=st.sampled_from([None, 0, 12]))
+def test_an_access_line_is_the_format_applied_to_gunicorns_atoms(pieces, env, status, sent):
+    """`access_line` (the format's atoms computed directly) is `fmt % atoms`, the line before it, and for a
+    format it takes apart (text with quotes and `%%`, every atom, braced keys, unknown keys) gunicorn's
+    line; another format (another conversion, a key with a parenthesis) is formatted by `%`, with the same
+    error where `%` raises."""
+    fmt = "".join(pieces)
+    logger = _logger(Logger)
+    exchange = (SimpleNamespace(status=status, sent=sent, headers=[("X-Q", 'a"b')]),
+                SimpleNamespace(headers=[("X-Q", "in")]),
+                {"REQUEST_METHOD": "GET", "RAW_URI": '/a"b', "SERVER_PROTOCOL": "HTTP/1.1", **env},
+                timedelta(seconds=1, microseconds=5))
+    atoms = LazyAtoms(logger, *exchange)
+    try:
+        before = fmt % atoms
+    except (TypeError, ValueError, KeyError) as exc:
+        with pytest.raises(type(exc)):
+            access_line(fmt, atoms)
+        return
+    assert access_line(fmt, atoms) == before
+    if access_plan(fmt) is not None:
+        assert before == fmt % SafeAtoms(logger.atoms(*exchange))
+
+
+def test_the_shipped_access_format_is_taken_apart():
+    """docker/gunicorn.conf.py's format takes the direct path (no `%` through the atoms mapping)."""
+    plan = access_plan('%(h)s "%(r)s" %(s)s %(b)s %(M)sms rid=%({x-request-id}o)s')
+    assert plan is not None and [key for _text, key, _f in plan] == ["h", "r", "s", "b", "M", "{x-request-id}o", None]
+
+
 class _Response:
     """Stands in for gunicorn's Response: `start_response` is its bound method."""
 
@@ -345,6 +394,40 @@ def test_the_drain_bound_follows_the_apps_max_content_length(monkeypatch):
         raise InvalidChunkSize(b"ZZ")
 
     assert worker._keepalive_after(SimpleNamespace(parser=SimpleNamespace(finish_body=malformed)), True) is False
+
+
+def test_a_body_read_to_its_end_is_not_drained_and_any_other_is():
+    """`_keepalive_after` skips gunicorn's drain (two socket timeout changes and a read of nothing) only
+    for a Content-Length body read to its end with nothing buffered: the answer drain would give."""
+    import io
+
+    from gunicorn.http.body import Body, ChunkedReader, LengthReader
+
+    from app.serving import EnvelopeThreadWorker
+
+    worker = EnvelopeThreadWorker.__new__(EnvelopeThreadWorker)
+    calls = []
+
+    def conn_with(body):
+        def finish_body(deadline=None, max_bytes=None):
+            calls.append(body)
+            return True
+        return SimpleNamespace(parser=SimpleNamespace(mesg=SimpleNamespace(body=body), finish_body=finish_body))
+
+    empty = Body(LengthReader(None, 0))
+    assert worker._keepalive_after(conn_with(empty), True) is True
+    assert worker._keepalive_after(conn_with(empty), False) is False
+    assert calls == []
+    unread = Body(LengthReader(None, 5))
+    failed = Body(LengthReader(None, 0))
+    failed.failed = True
+    buffered = Body(LengthReader(None, 0))
+    buffered.buf = io.BytesIO()
+    buffered.buf.write(b"rest")
+    chunked = Body(ChunkedReader(SimpleNamespace(), None))
+    for body in (unread, failed, buffered, chunked):
+        worker._keepalive_after(conn_with(body), True)
+    assert calls == [unread, failed, buffered, chunked]
 
 
 class _Sock:
