@@ -1089,18 +1089,20 @@ def json_loads(data: bytes) -> Any:
 
 
 
-def json_compact(text: str) -> bytes:
-    """A JSON text (a page's record as PostgreSQL wrote it: its spacing, its key order) as the answer's
-    encoder writes its value: compact, keys sorted, characters as they are (the encoder escapes non-ASCII
-    on the whole answer). orjson decodes and encodes it, both in C, a few µs per record; what it would
-    read differently (`json_loads`) or not write (a number beyond a float: json writes Infinity) goes
-    through json, so the bytes are those json.dumps would write but for a float's exponent form."""
-    data = text.encode()
+def json_compact(texts: list[str]) -> bytes:
+    """JSON texts (a page's records as PostgreSQL wrote them: its spacing, its key order) as the JSON
+    array the answer's encoder would write of their values: compact, keys sorted, characters as they are
+    (the encoder escapes non-ASCII on the whole answer). One orjson decode and encode of the whole
+    array, both in C; what orjson would read differently (`json_loads`) or not write (a number beyond a
+    float: json writes Infinity) goes through json, so the bytes are those json.dumps would write but
+    for a float's exponent form."""
+    data = f"[{','.join(texts)}]".encode()
     if _MAYBE_BIG_INT not in data.translate(_DIGITS_AS_ZERO):
         try:
             return orjson.dumps(orjson.loads(data), option=orjson.OPT_SORT_KEYS)
         except (ValueError, TypeError):  # orjson.JSONDecodeError, JSONEncodeError
             pass
     return json.dumps(json.loads(data), sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
 
 db = Database()

@@ -77,7 +77,8 @@ def _list_check(field):
         return None
     if type(field.inner) is fields.Nested:  # a list of objects (a page's records): the schema's own loop
         schema = field.inner.schema
-        return lambda v: v is None or (v.__class__ is list and schema.all_as_is(v, none_ok=True))
+        return lambda v: v is None or (v.__class__ is list and schema.all_as_is(v, none_ok=True)) \
+            or v.__class__ is PreEncoded  # a page's records as one array: its maker vouches for it
     return lambda v: v is None or (v.__class__ is list and all(inner(item) for item in v))
 
 

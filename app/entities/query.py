@@ -53,8 +53,9 @@ COUNT_WITH_PAGE = True  # a page and its exact count in one statement (False: tw
 SCAN_ONCE = True  # relevance order: count and page from one scan of the matches (False: two; A/B benches)
 REUSE_SHAPES = True  # exact counts and pages reuse compiled filter shapes (False: compile each; A/B benches)
 RECORD_JSON = True  # the page's records built by PostgreSQL (`_record_json`; False: from columns; A/B benches)
-# ... and sent as PostgreSQL wrote them when no shaping applies (no include/exclude, lookups or distance):
-# read as text, answered as app.jsonbody.PreEncoded (neither decoded nor encoded again; False: decoded)
+# ... and, when no shaping applies (no include/exclude, lookups or distance), read as text and answered as
+# one app.jsonbody.PreEncoded array (app.db.json_compact: one orjson pass in C, not a dict per record
+# decoded, checked and encoded again; False: decoded)
 PRE_ENCODED = True
 _LIMIT, _OFFSET = bindparam("page_limit", type_=Integer), bindparam("page_offset", type_=Integer)
 
@@ -327,7 +328,11 @@ def _plain_page(columns: list, where: list, order_by: list, offset: int, limit: 
 def _answer(plan: QueryPlan, total: int, how: str, rows: list) -> dict[str, Any]:
     record_of = _getter(rows, "record")
     shaped = plan.include is not None or bool(plan.exclude) or plan.compiled.distance is not None or bool(plan.lookups)
-    records = [_wire(row, record_of, shaped) for row in rows]
+    texts = None if shaped else [record_of(row) for row in rows]
+    if texts and all(text.__class__ is str for text in texts):
+        records = PreEncoded(json_compact(texts))  # the page's records as one JSON array, sent as it is
+    else:
+        records = [_wire(row, record_of) for row in rows]
     if shaped:
         raw_fields = [record["fields"] for record in records]  # before include/exclude: lookups read them all
         records = [_shape(record, row, plan.include, plan.exclude, plan.compiled)
@@ -336,7 +341,7 @@ def _answer(plan: QueryPlan, total: int, how: str, rows: list) -> dict[str, Any]
             _resolve_lookups(plan.definition, records, raw_fields, plan.lookups)
     page, page_size = plan.page, plan.page_size
     if how != "exact":  # an estimate never contradicts the page in hand
-        total = max(total, plan.offset + len(records) + (1 if len(records) == page_size else 0))
+        total = max(total, plan.offset + len(rows) + (1 if len(rows) == page_size else 0))
     total_pages = math.ceil(total / page_size) if total else 0
     return {"records": records, "totalCount": total, "currentPage": page, "pageSize": page_size,
             "totalPages": total_pages, "hasNextPage": page < total_pages, "hasPreviousPage": page > 1,
@@ -550,15 +555,16 @@ def _projection(catalog, names: list[str] | None, key: str) -> set[str] | None:
     return set(names)
 
 
-def _wire(row, record_of, shaped: bool) -> dict | PreEncoded:
-    """The record of a page's row: built by PostgreSQL (`_record_json`; `record_of`: its getter, `_getter`),
-    as its text when PRE_ENCODED (sent as it is unless `shaped`: include/exclude, lookups or a distance
-    change it), or from its columns."""
+def _wire(row, record_of) -> dict:
+    """The record of a page's row as a dict, for a page that shapes its records (include/exclude, lookups,
+    a distance): built by PostgreSQL (`_record_json`; `record_of`: its getter, `_getter`), decoded from
+    its text when PRE_ENCODED, or from its columns. An unshaped page sends its records' texts as one
+    array (`_answer`)."""
     record = record_of(row)
     if record is None:
         return record_to_wire(row)
     if record.__class__ is str:
-        return json_loads(record.encode()) if shaped else PreEncoded(json_compact(record))
+        return json_loads(record.encode())
     return record
 
 
