@@ -107,8 +107,12 @@ def json_text(body: str, status: int = 200) -> Response:
 
 
 def preferences() -> list[str]:
-    """The tokens of the request's Prefer headers (RFC 7240), lower-cased, parameters dropped."""
-    prefer = ",".join(request.headers.getlist("Prefer"))
+    """The tokens of the request's Prefer headers (RFC 7240), lower-cased, parameters dropped. Read from
+    the WSGI environ, where the server joins repeated headers with commas (werkzeug's `getlist` walks
+    every header of the request to find them)."""
+    prefer = request.environ.get("HTTP_PREFER")
+    if not prefer:
+        return []
     return [token.strip().split(";")[0].strip().lower() for token in prefer.split(",") if token.strip()]
 
 

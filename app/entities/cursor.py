@@ -50,13 +50,31 @@ class Position:
     id: str
 
 
+# json.dumps with arguments builds an encoder per call: one of each kept (the same text)
+_DIGEST_JSON = json.JSONEncoder(sort_keys=True, default=str)
+_PAYLOAD_JSON = json.JSONEncoder(separators=(",", ":"))
+
+
 def query_digest(params: dict[str, Any]) -> str:
     shape = {k: params.get(k) for k in ("sortBy", "sortOrder", "pageSize")} | {"filters": params.get("filters") or {}}
-    return hashlib.sha256(json.dumps(shape, sort_keys=True, default=str).encode()).hexdigest()[:32]
+    return hashlib.sha256(_DIGEST_JSON.encode(shape).encode()).hexdigest()[:32]
+
+
+_KEYS: dict[str, bytes] = {}  # JWT_SECRET → the cursor key derived from it
 
 
 def _key() -> bytes:
-    return hashlib.sha256(b"entity-record-cursor\x00" + current_app.config["JWT_SECRET"].encode()).digest()
+    secret = current_app.config["JWT_SECRET"]
+    key = _KEYS.get(secret)
+    if key is None:
+        if len(_KEYS) > 8:  # secrets rotate rarely; tests make many apps
+            _KEYS.clear()
+        key = _KEYS[secret] = hashlib.sha256(b"entity-record-cursor\x00" + secret.encode()).digest()
+    return key
+
+
+def _mac(payload: bytes) -> bytes:
+    return hmac.digest(_key(), payload, "sha256")[:16]  # one call into OpenSSL (hmac.new: a Python object)
 
 
 def _b64(data: bytes) -> str:
@@ -68,10 +86,9 @@ def _unb64(text: str) -> bytes:
 
 
 def encode(org_id: str, definition_id: str, digest: str, position: Position) -> str:
-    payload = json.dumps({"v": VERSION, "o": org_id, "d": definition_id, "q": digest, "p": position.page,
-                          "k": _dump(position.key), "i": position.id}, separators=(",", ":")).encode()
-    mac = hmac.new(_key(), payload, hashlib.sha256).digest()[:16]
-    return f"{_b64(payload)}.{_b64(mac)}"
+    payload = _PAYLOAD_JSON.encode({"v": VERSION, "o": org_id, "d": definition_id, "q": digest, "p": position.page,
+                                    "k": _dump(position.key), "i": position.id}).encode()
+    return f"{_b64(payload)}.{_b64(_mac(payload))}"
 
 
 def decode(cursor: str, org_id: str, definition_id: str, digest: str, *, path: str = PATH,
@@ -83,7 +100,7 @@ def decode(cursor: str, org_id: str, definition_id: str, digest: str, *, path: s
         payload, sent = _unb64(body), _unb64(mac)
     except (ValueError, binascii.Error):
         raise _invalid("not a cursor this API issued", path) from None
-    if not hmac.compare_digest(hmac.new(_key(), payload, hashlib.sha256).digest()[:16], sent):
+    if not hmac.compare_digest(_mac(payload), sent):
         raise _invalid("the cursor was altered or was not issued by this API", path)
     data = json.loads(payload)
     if data.get("v") != VERSION or data.get("o") != org_id or data.get("d") != definition_id:

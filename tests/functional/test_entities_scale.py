@@ -384,3 +384,11 @@ def test_record_get_reads_the_tokens_product(app):
         assert client.get(f"{BASE}/items/records/{in_other['id']}", headers=other_headers).get_json() == in_other
         assert client.get(f"{BASE}/items/records/{in_default['id']}", headers=other_headers).status_code == 404
         assert client.get(f"{BASE}/items/records/{in_other['id']}", headers=default_headers).status_code == 404
+
+
+def test_a_preference_in_a_second_prefer_header_counts(counted):
+    """Prefer may come as several headers (RFC 7240): the count preference in the second one applies."""
+    client, headers = counted
+    resp = client.post(f"{BASE}/items/records/query", json={"query": {"pageSize": 2, "filters": {"status": "open"}}},
+                       headers=[*headers.items(), ("Prefer", "return=minimal"), ("Prefer", "count=planned")])
+    assert resp.status_code == 200 and resp.headers["Preference-Applied"] == "count=planned"
