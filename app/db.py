@@ -639,12 +639,15 @@ _BY_TEXT = frozenset((float, decimal.Decimal, datetime.datetime))
 _PLACEHOLDER = re.compile(r"%%|%\((\w+)\)s")
 
 
-def _execute_read(conn, cur, sql: str, params: dict[str, Any], literal: str | None | bool = False) -> None:
-    """`cur.execute(sql, params)` for a driver read; a repeated (statement, values) pair as its SQL with
-    the values written in, prepared (see above). `literal`: what `_repeated` answered, when the caller
-    asked it already."""
-    if literal is False:
-        literal = _repeated(conn, sql, params) if REPEATED_PLANS else None
+def _written_in(conn, sql: str, params: dict[str, Any]) -> str | None:
+    """The SQL of a repeated (statement, values) pair with its values written in (`_repeated`), or None
+    for a read that runs with its parameters bound."""
+    return _repeated(conn, sql, params) if REPEATED_PLANS else None
+
+
+def _execute_read(cur, sql: str, params: dict[str, Any], literal: str | None) -> None:
+    """`cur.execute(sql, params)` for a driver read; a repeated (statement, values) pair as `literal`, its
+    SQL with the values written in (`_written_in`), prepared (see above)."""
     if literal is None:
         cur.execute(sql, params)
     else:
@@ -743,7 +746,7 @@ def _first_row(engine: Engine, fairy, sql: str, params: dict[str, Any], invalida
     dialect = engine.dialect
     conn = fairy.dbapi_connection
     try:
-        literal = _repeated(conn, sql, params) if REPEATED_PLANS else None
+        literal = _written_in(conn, sql, params)
         if literal is not None and PREPARED_READS and conn.cursor_factory is psycopg.Cursor:
             return _run_prepared(fairy, conn, sql, literal, fetch_all)
         if switch:
@@ -751,10 +754,10 @@ def _first_row(engine: Engine, fairy, sql: str, params: dict[str, Any], invalida
         try:
             if fetch_all:
                 with conn.cursor(row_factory=_row_maker(sql)) as cur:
-                    _execute_read(conn, cur, sql, params, literal)
+                    _execute_read(cur, sql, params, literal)
                     return DriverResult(cur.fetchall() if cur.description is not None else [])
             with conn.cursor(row_factory=dict_row) as cur:
-                _execute_read(conn, cur, sql, params, literal)
+                _execute_read(cur, sql, params, literal)
                 return cur.fetchone()
         finally:
             if switch and not conn.closed:
@@ -985,7 +988,7 @@ def _driver_rows(connection, sql: str, params: dict[str, Any]) -> DriverResult:
         with dbapi_connection.cursor(row_factory=_row_maker(sql)) as cur:
             if events:
                 connection.dispatch.before_cursor_execute(connection, cur, sql, params, None, False)
-            _execute_read(dbapi_connection, cur, sql, params)
+            _execute_read(cur, sql, params, _written_in(dbapi_connection, sql, params))
             if events:
                 connection.dispatch.after_cursor_execute(connection, cur, sql, params, None, False)
             return DriverResult(cur.fetchall() if cur.description is not None else [])
@@ -1086,7 +1089,6 @@ def json_loads(data: bytes) -> Any:
         except ValueError:  # orjson.JSONDecodeError
             pass
     return json.loads(data)
-
 
 
 def json_compact(texts: list[str]) -> bytes:
