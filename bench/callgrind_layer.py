@@ -2,8 +2,8 @@
 valgrind's callgrind: deterministic, blind to the machine's load (wall and CPU time are not, on a shared
 2-core machine).
 
-    .venv/bin/python -m bench.callgrind_layer [N] [--connections C] [--route me|get|count|page]... [--tree DIR]
-        [--pause MS] [--env K=V]...
+    .venv/bin/python -m bench.callgrind_layer [N] [--connections C] [--route me|get|count|page|page_a..page_e]...
+        [--tree DIR] [--pause MS] [--env K=V]...
 
 `--tree DIR`: serve the code of another source tree (e.g. `git archive <commit> | tar -x -C DIR`), for
 a before/after comparison on the same data. `--pause MS`: each client waits MS milliseconds after every
@@ -15,7 +15,7 @@ instrumentation off until the worker is warm; then, per route: instrumentation o
 over C keep-alive connections (one client thread each, back to back), instrumentation off, and the
 worker's instruction count (every thread: the main loop, the request threads) read from the dump,
 divided by N. Routes: `GET /api/v1/me` (the layer alone), a record GET, the count of three equalities,
-the page query (a) of the entity benchmark.
+the page query (a) of the entity benchmark (`page`), and each of its queries (a)-(e) as `page_a`-`page_e`.
 """
 
 from __future__ import annotations
@@ -48,7 +48,9 @@ def _routes(record_id: str) -> dict[str, tuple[str, str, bytes | None]]:
     return {"me": ("GET", "/api/v1/me", None),
             "get": ("GET", f"{base}/{record_id}", None),
             "count": ("POST", f"{base}/count", json.dumps({"filters": COUNT_FILTER}).encode()),
-            "page": ("POST", f"{base}/query", json.dumps({"query": page_a}).encode())}
+            "page": ("POST", f"{base}/query", json.dumps({"query": page_a}).encode()),
+            **{f"page_{key[1]}": ("POST", f"{base}/query", json.dumps({"query": query}).encode())
+               for key, query in QUERIES.items()}}
 
 
 def _client(port: int, token: str, request: tuple, n: int, errors: list) -> None:

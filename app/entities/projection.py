@@ -27,7 +27,13 @@ product schema:
   first in it also with a plain b-tree of its own (its equality alone counted from one range); pg_trgm GIN on
   the folded short text (whose statistics target is raised: `FOLDED_STATISTICS`); GIN on the tsvector,
   on `tags` and on each list column;
-- kept exact in the writer's own transaction by ONE set of statement-level AFTER triggers with
+- a substring table per folded field (`SideTable`, the first SIDE_TABLES_MAX by field name):
+  `ers_<projection>_<column digest>` holding `(id, folded column)` of every projection row, with its own
+  trigram GIN. A trigram match is always rechecked on the row, and a count of substring matches on one
+  field (`$contains`/`$startsWith`/`$endsWith`, alone or in AND/OR/NOT of that field) rechecks them on
+  these ~90-byte rows instead of the projection's wide ones (`ProjectionResolver.count_source`): fewer
+  pages and less memory per match. The page keeps reading the projection;
+- all of them kept exact in the writer's own transaction by ONE set of statement-level AFTER triggers with
   transition tables per product schema (`erp_dispatch_i/_u/_d` on `entity_records`, present while the
   schema has a projection) running one generated function: one pass over the statement's rows finds
   the definitions with a projection among them (the registry `entity_projections`, migration p0002,
@@ -75,7 +81,8 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import ARRAY, TIMESTAMP, TSVECTOR
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql import visitors
+from sqlalchemy.sql.elements import BindParameter, ColumnElement
 
 from app.db import PRODUCT_PLACEHOLDER
 from app.entities.fieldtypes import (
@@ -93,6 +100,9 @@ from app.entities.similar import CURRENT_VECTOR  # = embedded_hash when embedded
 
 log = logging.getLogger(__name__)
 PREFIX = "erp_"
+# substring tables (`SideTable`): `ers_<projection name without its prefix>_<folded column digest>`
+SIDE_PREFIX = "ers_"
+SIDE_TABLES_MAX = 8  # folded fields of a definition that get one (the first 8 by field name)
 _DIALECT = postgresql.dialect()
 LONG_TEXT = ("text", "stringMultiline")
 BACKFILL_BATCH = 5000
@@ -142,6 +152,19 @@ class ProjectedField:
 
 
 @dataclass(frozen=True)
+class SideTable:
+    """A substring table of a projection: `(id, <folded column>)` for every row of the projection, with
+    the folded column's trigram GIN. An exact count of substring matches on that one field reads it
+    instead of the projection: the GIN's candidates are rechecked on its ~90-byte rows, not on the
+    projection's ~550-byte ones (fewer pages, less memory touched per match)."""
+    name: str
+    folded: str                       # the folded column, named as in the projection
+    expr: str                         # its SQL expression over an entity_records row (the projection's)
+    index: tuple[str, str]            # (index name, "USING gin (…)")
+    table: Table = field(compare=False, hash=False, repr=False)
+
+
+@dataclass(frozen=True)
 class Plan:
     definition_id: str
     name: str
@@ -149,6 +172,7 @@ class Plan:
     columns: tuple[tuple[str, str, str], ...]   # (column, SQL type, SQL expression over an entity_records row)
     indexes: tuple[tuple[str, str], ...]         # (index name, "USING … (…)")
     table: Table = field(compare=False, hash=False, repr=False)
+    sides: tuple[SideTable, ...] = ()            # the substring tables (`SideTable`)
 
     def field(self, name: str) -> ProjectedField | None:
         return next((f for f in self.fields if f.field == name), None)
@@ -195,11 +219,23 @@ def plan_projection(definition_id: str, catalog: FieldCatalog) -> Plan:
 
     wanted, added = _wanted_indexes(catalog, fields, ProjectionResolver(catalog, table_named("draft"),
                                                                         {f.field: f for f in fields}))
-    # the name changes with the columns or the indexes (but the added ones): another plan is another
-    # table, built anew
-    table_name = f"{PREFIX}{definition_key(definition_id)}_{_digest(repr(columns) + repr(wanted))}"
+    folded = [f for f in fields if f.folded is not None][:SIDE_TABLES_MAX]
+    # the name changes with the columns, the indexes (but the added ones) or the substring tables:
+    # another plan is another table, built anew
+    digested = repr(columns) + repr(wanted) + (repr(("sides", [f.folded for f in folded])) if folded else "")
+    table_name = f"{PREFIX}{definition_key(definition_id)}_{_digest(digested)}"
     indexes = tuple((f"{table_name}_{_digest(w, 8)}", w) for w in [*wanted, *added])
-    return Plan(definition_id, table_name, tuple(fields), tuple(columns), indexes, table_named(table_name))
+    expressions = {c: e for c, _, e in columns}
+    sides = tuple(_side_table(table_name, f.folded, expressions[f.folded]) for f in folded)
+    return Plan(definition_id, table_name, tuple(fields), tuple(columns), indexes, table_named(table_name), sides)
+
+
+def _side_table(table_name: str, folded: str, expr: str) -> SideTable:
+    name = f"{SIDE_PREFIX}{table_name[len(PREFIX):]}_{_digest(folded, 6)}"
+    body = f"USING gin ({folded} public.gin_trgm_ops)"
+    table = Table(name, MetaData(schema=PRODUCT_PLACEHOLDER), Column("id", Text, primary_key=True),
+                  Column(folded, Text))
+    return SideTable(name, folded, expr, (f"{name}_{_digest(body, 8)}", body), table)
 
 
 # kind → the SQL type of its column (booleans and short text: below)
@@ -286,7 +322,8 @@ def _planned(definition_id: str, catalog: FieldCatalog) -> tuple[Plan, Projectio
     hit = _PLANNED.get((definition_id, id(catalog)))
     if hit is None or hit[0] is not catalog:
         plan = plan_projection(definition_id, catalog)
-        hit = (catalog, plan, ProjectionResolver(catalog, plan.table, {f.field: f for f in plan.fields}))
+        hit = (catalog, plan, ProjectionResolver(catalog, plan.table, {f.field: f for f in plan.fields},
+                                                 {s.folded: s.table for s in plan.sides}))
         if len(_PLANNED) >= _PLANNED_MAX:
             _PLANNED.clear()
         _PLANNED[(definition_id, id(catalog))] = hit
@@ -303,9 +340,28 @@ class ProjectionResolver(FieldResolver):
 
     projected = True
 
-    def __init__(self, catalog: FieldCatalog, table: Table, fields: dict[str, ProjectedField]):
+    def __init__(self, catalog: FieldCatalog, table: Table, fields: dict[str, ProjectedField],
+                 sides: dict[str, Table] | None = None):
         super().__init__(catalog, table)
         self.fields = fields
+        self.sides = sides or {}  # folded column → its substring table (`SideTable.table`)
+        self._counted: dict[int, tuple[ColumnElement, Table | None, ColumnElement | None]] = {}
+
+    def count_source(self, where: ColumnElement) -> tuple[Table, ColumnElement]:
+        """The table an exact count of `where` (over the projection) reads, and `where` over it: the
+        substring table of a folded column when `where` reads that column alone (a substring match on
+        one field, or any AND/OR/NOT of such matches on it), else the projection and `where` as it is.
+        The substring table holds the projection's rows with the same folded values, so the count is
+        the same. `where` keeps its bound parameters (the very objects: a reused filter shape binds
+        this request's values to them); the answer is remembered per `where` object (a compiled
+        shape's is reused by every request of that shape)."""
+        hit = self._counted.get(id(where))
+        if hit is None or hit[0] is not where:
+            side, over = _over_side(where, self.t, self.sides)
+            if len(self._counted) >= _COUNTED_MAX:
+                self._counted.clear()
+            hit = self._counted[id(where)] = (where, side, over)
+        return (self.t, where) if hit[1] is None else (hit[1], hit[2])
 
     def resolve(self, name: Any, path: str = "field") -> FieldRef:
         ref = super().resolve(name, path)
@@ -351,6 +407,31 @@ class ProjectionResolver(FieldResolver):
         return self.t.c[self.fields[ref.name].column].overlap(values)
 
 
+_COUNTED_MAX = 256  # `where` objects a resolver remembers the count source of
+
+
+def _over_side(where: ColumnElement, table: Table,
+               sides: dict[str, Table]) -> tuple[Table | None, ColumnElement | None]:
+    """(the substring table, `where` over it) when every column `where` reads is the one folded column
+    of a substring table, else (None, None)."""
+    if not sides:
+        return None, None
+    columns = {id(c): c for c in visitors.iterate(where) if isinstance(c, Column)}
+    names = {c.name for c in columns.values() if c.table is table}
+    if len(names) != 1 or len(names) != len(columns) or next(iter(names)) not in sides:
+        return None, None
+    side = sides[next(iter(names))]
+
+    def swap(element):
+        if isinstance(element, Column) and element.table is table:
+            return side.c[element.name]
+        if isinstance(element, BindParameter):
+            return element  # the same object: its value is bound by identity
+        return None
+
+    return side, visitors.replacement_traverse(where, {}, swap)
+
+
 def resolver_for(definition, catalog: FieldCatalog) -> ProjectionResolver | None:
     """The resolver of the definition's READY projection, or None (none, or not of this schema).
     `catalog`: the compiled catalog of the definition's schema (the resolver is cached with the plan:
@@ -384,9 +465,18 @@ def _maintenance(schema: str, plan: Plan) -> tuple[str, str, str]:
               f"ON CONFLICT (id) DO UPDATE SET {changed} "
               f"WHERE ({', '.join(f'{plan.name}.{c}' for c, _, _ in plan.columns)}) IS DISTINCT FROM "
               f"({', '.join(f'EXCLUDED.{c}' for c, _, _ in plan.columns)})")
-    update = (f"DELETE FROM {table} p USING new_rows n WHERE p.id = n.id AND NOT "
-              f"(n.{mine.replace(' AND ', ' AND n.')});\n    {upsert}")
-    return upsert, update, f"DELETE FROM {table} p USING old_rows o WHERE p.id = o.id"
+    gone = f"NOT (n.{mine.replace(' AND ', ' AND n.')})"
+    update = f"DELETE FROM {table} p USING new_rows n WHERE p.id = n.id AND {gone};\n    {upsert}"
+    delete = f"DELETE FROM {table} p USING old_rows o WHERE p.id = o.id"
+    for side in plan.sides:  # the substring tables: the same rows, their one column
+        st, c = f"{q}.{side.name}", side.folded
+        side_upsert = (f"INSERT INTO {st} (id, {c}) SELECT id, {side.expr} FROM new_rows WHERE {mine} "
+                       f"ON CONFLICT (id) DO UPDATE SET {c} = EXCLUDED.{c} "
+                       f"WHERE {side.name}.{c} IS DISTINCT FROM EXCLUDED.{c}")
+        upsert += f";\n    {side_upsert}"
+        update += f";\n    DELETE FROM {st} p USING new_rows n WHERE p.id = n.id AND {gone};\n    {side_upsert}"
+        delete += f";\n    DELETE FROM {st} p USING old_rows o WHERE p.id = o.id"
+    return upsert, update, delete
 
 
 def _dispatcher(schema: str, entries: list) -> str:
@@ -475,6 +565,10 @@ def install(conn: Connection, schema: str, plan: Plan) -> None:
     if folded:
         conn.execute(text(f"ALTER TABLE {q}.{plan.name} " + ", ".join(
             f"ALTER COLUMN {c} SET STATISTICS {FOLDED_STATISTICS}" for c in folded)))
+    for side in plan.sides:
+        conn.execute(text(f"CREATE TABLE IF NOT EXISTS {q}.{side.name} (id text PRIMARY KEY, {side.folded} text) "
+                          f"WITH ({_AUTOVACUUM_SQL})"))
+        conn.execute(text(f"ALTER TABLE {q}.{side.name} ALTER COLUMN {side.folded} SET STATISTICS {FOLDED_STATISTICS}"))
     _dispatch(conn, schema, add=plan)
 
 
@@ -511,6 +605,10 @@ def backfill(engine, schema: str, plan: Plan, *, batch: int = BACKFILL_BATCH) ->
                     f"INSERT INTO {q}.{plan.name} ({names}) SELECT {exprs} FROM (SELECT * FROM {q}.entity_records "
                     f"WHERE id = ANY(:ids) AND {scope} ORDER BY created_at, id FOR SHARE) r "
                     f"ON CONFLICT (id) DO NOTHING"), {**params, "ids": ids})
+                for side in plan.sides:  # from the rows just written (or a trigger's newer ones), locked
+                    conn.execute(text(  # by FOR SHARE until this commits
+                        f"INSERT INTO {q}.{side.name} (id, {side.folded}) SELECT id, {side.folded} "
+                        f"FROM {q}.{plan.name} WHERE id = ANY(:ids) ON CONFLICT (id) DO NOTHING"), {"ids": ids})
             total += len(ids)
             if not keys:
                 return total
@@ -526,6 +624,9 @@ def create_indexes(conn: Connection, schema: str, plan: Plan, *, concurrently: b
     word = "CONCURRENTLY " if concurrently else ""
     for name, body in plan.indexes:
         conn.execute(text(f"CREATE INDEX {word}IF NOT EXISTS {name} ON {q}.{plan.name} {body}"))
+    for side in plan.sides:
+        name, body = side.index
+        conn.execute(text(f"CREATE INDEX {word}IF NOT EXISTS {name} ON {q}.{side.name} {body}"))
 
 
 def _add_indexes(conn: Connection, schema: str, plan: Plan, *, concurrently: bool = True) -> list[str]:
@@ -534,18 +635,22 @@ def _add_indexes(conn: Connection, schema: str, plan: Plan, *, concurrently: boo
     left invalid by an interrupted concurrent build is dropped first. Returns the names created."""
     have = _table_indexes(conn, schema, plan)
     missing = [(name, body) for name, body in plan.indexes if not have.get(name)]
+    for side in plan.sides:
+        have.update(_table_indexes(conn, schema, side))
+    sides = [side for side in plan.sides if not have.get(side.index[0])]
     word = "CONCURRENTLY " if concurrently else ""
-    for name, _ in missing:
-        if name in have:
+    for name in [n for n, _ in missing] + [side.index[0] for side in sides]:
+        if name in have:  # left invalid by an interrupted build
             conn.execute(text(f"DROP INDEX {word}IF EXISTS {_quote(schema)}.{name}"))
-    create_indexes(conn, schema, replace(plan, indexes=tuple(missing)), concurrently=concurrently)
-    if missing:
-        log.info("entity projection %s in %s: indexes added %s", plan.name, schema, [n for n, _ in missing])
-    return [name for name, _ in missing]
+    create_indexes(conn, schema, replace(plan, indexes=tuple(missing), sides=tuple(sides)), concurrently=concurrently)
+    added = [n for n, _ in missing] + [side.index[0] for side in sides]
+    if added:
+        log.info("entity projection %s in %s: indexes added %s", plan.name, schema, added)
+    return added
 
 
-def _table_indexes(conn: Connection, schema: str, plan: Plan) -> dict[str, bool]:
-    """The indexes on `plan`'s table → valid?"""
+def _table_indexes(conn: Connection, schema: str, plan: Plan | SideTable) -> dict[str, bool]:
+    """The indexes on `plan`'s table (or a substring table's) → valid?"""
     return dict(conn.execute(text("SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = "
                                   "i.indexrelid WHERE i.indrelid = to_regclass(:t)"),
                              {"t": f"{_quote(schema)}.{plan.name}"}).all())
@@ -570,7 +675,8 @@ def needs_upkeep(conn: Connection, schema: str, plan: Plan) -> bool:
     """Whether `plan`'s complete table lacks one of its indexes, has one left invalid (`_add_indexes`),
     or lacks its autovacuum settings (`_set_autovacuum`)."""
     have = _table_indexes(conn, schema, plan)
-    return not all(have.get(name) for name, _ in plan.indexes) or not _autovacuum_set(conn, schema, plan)
+    return (not all(have.get(name) for name, _ in plan.indexes) or not _autovacuum_set(conn, schema, plan)
+            or not all(_table_indexes(conn, schema, side).get(side.index[0]) for side in plan.sides))
 
 
 def _retrying(conn: Connection, timeout: str, attempts: int, action) -> None:
@@ -608,6 +714,16 @@ def drop(conn: Connection, schema: str, table_name: str) -> None:
             _dispatch(tx, schema, remove=table_name)
     _retrying(conn, "500ms", 10, unregister)
     conn.execute(text(f"DROP TABLE IF EXISTS {q}.{table_name}"))
+    for side in sorted(side_tables(conn, schema, table_name)):
+        conn.execute(text(f"DROP TABLE IF EXISTS {q}.{side}"))
+
+
+def side_tables(conn: Connection, schema: str, table_name: str) -> set[str]:
+    """The substring tables of projection `table_name` (`SideTable`) that exist."""
+    pattern = f"{SIDE_PREFIX}{table_name[len(PREFIX):]}_".replace("_", "\\_") + "%"
+    return set(conn.scalars(text("SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                                 "WHERE n.nspname = :schema AND c.relkind = 'r' AND c.relname LIKE :p"),
+                            {"schema": schema, "p": pattern}))
 
 
 def _legacy_triggers(conn: Connection, schema: str, pattern: str) -> set[str]:
@@ -671,6 +787,9 @@ def sync_projection(engine, schema: str, definition_id: str, plan: Plan | None, 
         conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": lock})
         try:
             have = existing(conn, schema, definition_id)
+            if plan is not None and have.get(plan.name) and plan.sides and \
+                    side_tables(conn, schema, plan.name) != {side.name for side in plan.sides}:
+                have[plan.name] = False  # a substring table dropped by hand: built again, as a whole
             for name in sorted(triggered(conn, schema, definition_id) - set(have)):
                 drop(conn, schema, name)  # triggers (and function) whose table is gone
             if plan is not None and not have.get(plan.name):
@@ -683,7 +802,8 @@ def sync_projection(engine, schema: str, definition_id: str, plan: Plan | None, 
                 _retrying(conn, "1s", 10, create)
                 backfill(engine, schema, plan)
                 create_indexes(conn, schema, plan, concurrently=concurrently)
-                conn.execute(text(f"VACUUM (ANALYZE) {_quote(schema)}.{plan.name}"))
+                for name in [plan.name, *(side.name for side in plan.sides)]:
+                    conn.execute(text(f"VACUUM (ANALYZE) {_quote(schema)}.{name}"))
                 conn.execute(text(f"COMMENT ON TABLE {_quote(schema)}.{plan.name} IS '{COMPLETE}'"))
                 created.append(plan.name)
             elif plan is not None:

@@ -92,7 +92,9 @@ def _count(entry: definitions.CachedDefinition, compiled: CompiledFilter, mode: 
     if by_clause is not None:
         total, how = by_clause
     elif compiled.projected:  # the projection holds exactly the definition's active records
-        total, how, token = counted([compiled.where], mode, table=compiled.table, token_of=token_of,
+        table, where = (compiled.resolver.count_source(compiled.where) if mode == "exact"
+                        else (compiled.table, compiled.where))
+        total, how, token = counted([where], mode, table=table, token_of=token_of,
                                     token=definitions.TOKEN_OF, values=compiled.values)
     else:
         scope = record_scope(definition)
@@ -117,7 +119,8 @@ class _StaleDefinition(Exception):  # noqa: N818 (a signal: the caller reads the
 def _projection_gone(exc: DBAPIError) -> bool:
     """The statement named a projection table that a rebuild dropped after this request read its
     definition (the definition is read in its own statement, before the query's)."""
-    return isinstance(exc.orig, psycopg.errors.UndefinedTable) and projection.PREFIX in str(exc.orig)
+    return isinstance(exc.orig, psycopg.errors.UndefinedTable) and (
+        projection.PREFIX in str(exc.orig) or projection.SIDE_PREFIX in str(exc.orig))
 
 
 def _without_vanished_projection(run):
@@ -289,10 +292,15 @@ def _execute(plan: QueryPlan) -> dict[str, Any]:
 
 def _run_counted_page(plan: QueryPlan) -> tuple[int, str, list]:
     compiled = plan.compiled
-    count_where = plan.where if compiled.projected else [*record_scope(plan.definition), compiled.where_to_count]
+    count_table = None
+    if compiled.projected and not plan.scan_once:  # a substring table, when it answers the count alone
+        count_table, where = compiled.resolver.count_source(compiled.where)
+        count_where = [where]
+    else:
+        count_where = plan.where if compiled.projected else [*record_scope(plan.definition), compiled.where_to_count]
     total, token, rows = _counted_page(compiled.table, count_where, plan.page_where, plan.order, plan.keyset,
                                        plan.skip, plan.page_size, plan.definition.id if plan.entry.cached else None,
-                                       once=plan.scan_once, values=compiled.values)
+                                       once=plan.scan_once, values=compiled.values, count_table=count_table)
     _check_current(plan.entry, token)
     return total, "exact", rows
 
@@ -412,12 +420,13 @@ def _projected_page(P, where: list, order: list, keyset, offset: int, limit: int
 
 def _counted_page(P, count_where: list, where: list, order: list, keyset, offset: int,  # noqa: N803
                   limit: int, token_of: str | None, once: bool = False,
-                  values: dict | None = None) -> tuple[int, str | None, list]:
+                  values: dict | None = None, count_table=None) -> tuple[int, str | None, list]:
     """`counted` and the page (`fetch_page`'s plain order, or `_projected_page` when `P` is the
     definition's projection) in one statement: one round trip, one snapshot. The exact count of
     `count_where` over `P`, the row token of definition `token_of` (None: not asked) and the page's
     records: the count's one row outer-joined with the page (an empty page still yields the count),
-    in the page's order. Returns (total, token, rows).
+    in the page's order. Returns (total, token, rows). `count_table`: the table `count_where` is over
+    when it is not `P` (a projection's substring table: `ProjectionResolver.count_source`).
 
     `once` (`where` is `count_where`, over the projection; `QueryPlan.scan_once`): the matches are found
     once, as a MATERIALIZED CTE of their ids and sort keys, and both the count and the page read it
@@ -436,7 +445,8 @@ def _counted_page(P, count_where: list, where: list, order: list, keyset, offset
                                                         for i, (_, d, n) in enumerate(order)]))
                     .limit(_LIMIT).offset(_OFFSET).subquery("page"))
         else:
-            counts = select(func.count().label("total"), *token).select_from(P).where(*count_where).subquery("counted")
+            counts = (select(func.count().label("total"), *token).select_from(P if count_table is None else count_table)
+                      .where(*count_where).subquery("counted"))
             # the records as the wire has them, built by PostgreSQL (`_record_json`)
             page = (select(*picked, *keys, *extra).where(*where).order_by(*_ordered(order))
                     .limit(_LIMIT).offset(_OFFSET).subquery("page"))
@@ -457,7 +467,7 @@ def _counted_page(P, count_where: list, where: list, order: list, keyset, offset
                 .order_by(*_ordered([(page.c[f"k{i}"], d, n) for i, (_, d, n) in enumerate(order)])))
 
     shape = ("counted page", P.schema, P.name, tuple((d, n) for _, d, n in order), keyset is not None,
-             token_of is not None, RECORD_JSON, PRE_ENCODED, once)
+             token_of is not None, RECORD_JSON, PRE_ENCODED, once, None if count_table is None else count_table.name)
     sources = [*where, *(expr for expr, _, _ in order), *([keyset[0]] if keyset is not None else [])]
     if not once:
         sources = [*count_where, *sources]

@@ -88,8 +88,14 @@ def differences(app, plan: projection.Plan) -> int:
               "AND is_active IS TRUE")
     mine = f"SELECT {names_} FROM {SCHEMA}.{plan.name}"
     with app.app_context(), db.engine.connect() as conn:
-        return conn.scalar(text(f"SELECT count(*) FROM (({mine} EXCEPT ALL {source}) UNION ALL "
-                                f"({source} EXCEPT ALL {mine})) d"))
+        differ = conn.scalar(text(f"SELECT count(*) FROM (({mine} EXCEPT ALL {source}) UNION ALL "
+                                  f"({source} EXCEPT ALL {mine})) d"))
+        for side in plan.sides:  # each substring table: the projection's ids and folded values, exactly
+            theirs = f"SELECT id, {side.folded} FROM {SCHEMA}.{plan.name}"
+            ours = f"SELECT id, {side.folded} FROM {SCHEMA}.{side.name}"
+            differ += conn.scalar(text(f"SELECT count(*) FROM (({ours} EXCEPT ALL {theirs}) UNION ALL "
+                                       f"({theirs} EXCEPT ALL {ours})) d"))
+        return differ
 
 
 def rows(app, plan) -> int:
@@ -686,3 +692,83 @@ def test_a_relevance_page_and_its_count_read_the_matches_once(projected, monkeyp
     with monkeypatch.context() as m:
         m.setattr(projection, "resolver_for", lambda *a, **k: None)
         assert got.get_json() == query(client, headers, "items", **params).get_json()
+
+
+def side_tables(app, plan) -> set[str]:
+    from app.db import db
+
+    with app.app_context(), db.engine.connect() as conn:
+        return projection.side_tables(conn, SCHEMA, plan.name)
+
+
+@pytest.mark.parametrize("flt, side", [
+    ({"title": {"$contains": "WORLD"}}, "title"),
+    ({"title": {"$startsWith": "hello"}}, "title"),
+    ({"$not": {"title": {"$contains": "o"}}}, "title"),
+    ({"$or": [{"title": {"$contains": "école"}}, {"title": {"$endsWith": "d"}}]}, "title"),
+    ({"email": {"$endsWith": "y.io"}}, "email"),
+    ({"title": {"$contains": "o"}, "qty": {"$gte": 2}}, None),  # another column: the projection counts
+    ({"$or": [{"title": {"$contains": "o"}}, {"email": {"$contains": "x"}}]}, None),  # two folded columns
+    ({"title": "Hello"}, None),  # an equality reads the typed column, not the folded one
+    ({"status": {"$contains": "OPE"}}, None),  # a dropdown has no folded column
+])
+def test_a_substring_count_reads_the_fields_substring_table(projected, monkeypatch, flt, side):
+    """An exact count whose filter reads one folded column alone (substring matches on one short text
+    field, in any AND/OR/NOT) is counted on that field's substring table (`id` + the folded column,
+    kept exact by the same triggers); the page still comes from the projection, in the same
+    statement. Counts, pages and the count endpoint answer as entity_records alone does."""
+    app, client, headers, definition_id, plan = projected
+    bulk(client, headers, "items", "create", CASE_RECORDS)
+    assert differences(app, plan) == 0
+    sides = {f.field: s for f in plan.fields for s in plan.sides if s.folded == f.folded}
+    assert {"title", "email"} <= set(sides) and side_tables(app, plan) == {s.name for s in plan.sides}
+    query(client, headers, "items")  # the definition cached
+    with statements(app) as seen:
+        got = query(client, headers, "items", filters=flt, pageSize=3)
+        count = client.post(f"{BASE}/items/records/count", json={"filters": flt}, headers=headers)
+    assert got.status_code == 200 and count.status_code == 200, (got.get_json(), count.get_json())
+    assert len(seen) == 2 and used(seen[:1], plan) and used(seen[1:], plan) is (side is None), seen
+    for s in sides.values():
+        assert all((s.name in sql) is (side is not None and s is sides[side]) for sql in seen), (s.name, seen)
+    with monkeypatch.context() as m:  # entity_records alone
+        m.setattr(projection, "resolver_for", lambda *a, **k: None)
+        assert got.get_json() == query(client, headers, "items", filters=flt, pageSize=3).get_json()
+        assert count.get_json() == client.post(f"{BASE}/items/records/count", json={"filters": flt},
+                                               headers=headers).get_json()
+    assert got.get_json()["totalCount"] == count.get_json()
+
+
+def test_substring_tables_follow_writes_and_go_with_the_projection(projected):
+    """The substring tables are built with the projection, kept exact by the dispatcher through every
+    kind of write, rebuilt (with the projection) when one is dropped by hand, and dropped with it."""
+    from app.db import db
+    from app.entities.indexes import sync_definition
+
+    app, client, headers, definition_id, plan = projected
+    assert plan.sides and side_tables(app, plan) == {s.name for s in plan.sides}
+    created = create_record(client, headers, "items", {"name": "Zeta", "fields": {"title": "Zèta", "qty": 9}})
+    client.put(f"{BASE}/items/records/{created['id']}", json={"fields": {"title": "zz", "qty": 3}}, headers=headers)
+    assert differences(app, plan) == 0
+    assert client.delete(f"{BASE}/items/records/{created['id']}", headers=headers).status_code in (200, 204)
+    assert differences(app, plan) == 0
+    with app.app_context(), db.engine.connect() as conn:
+        count = conn.scalar(text(f"SELECT count(*) FROM {SCHEMA}.{plan.sides[0].name}"))
+        indexed = conn.scalar(text("SELECT count(*) FROM pg_indexes WHERE schemaname = :s AND indexname = :i"),
+                              {"s": SCHEMA, "i": plan.sides[0].index[0]})
+    assert count == rows(app, plan) and indexed == 1
+    # dropped by hand: the request answers from entity_records meanwhile, the next sync rebuilds
+    with app.app_context(), db.engine.connect() as conn:
+        conn.execute(text(f"DROP TABLE {SCHEMA}.{plan.sides[0].name}"))
+        conn.commit()
+    title = plan.sides[0].folded == plan.field("title").folded
+    flt = {"title" if title else "email": {"$contains": "o"}}
+    resp = client.post(f"{BASE}/items/records/count", json={"filters": flt}, headers=headers)
+    assert resp.status_code == 200, resp.get_json()
+    with app.app_context():
+        sync_definition("default", definition_id)
+    assert side_tables(app, plan) == {s.name for s in plan.sides} and differences(app, plan) == 0
+    again = client.post(f"{BASE}/items/records/count", json={"filters": flt}, headers=headers)
+    assert again.get_json() == resp.get_json()
+    resp = client.delete(f"{BASE}/definitions/items?deleteRecords=true&hardDelete=true", headers=headers)
+    assert resp.status_code in (200, 204), resp.get_json()
+    assert side_tables(app, plan) == set() and tables(app, definition_id) == set()
