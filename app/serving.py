@@ -53,6 +53,7 @@ from gunicorn.http.errors import NoMoreData, ParseException
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
 from app.observability import logs
+from app.threadpool import RecentThreadPool
 from app.wire import metadata
 
 _gunicorn_http_date = util.http_date
@@ -195,6 +196,13 @@ class EnvelopeThreadWorker(ThreadWorker):
         util.http_date = http_date
         gunicorn_wsgi.Response = OneWriteResponse  # what wsgi.create() builds for an HTTP/1 request
         super().init_process()
+
+    def get_thread_pool(self):
+        """The request threads, the one that went idle last taking the next connection (app.threadpool);
+        GUNICORN_THREAD_POOL=executor: gunicorn's own (concurrent.futures.ThreadPoolExecutor)."""
+        if os.environ.get("GUNICORN_THREAD_POOL", "recent") == "executor":
+            return super().get_thread_pool()
+        return RecentThreadPool(self.cfg.threads, thread_name_prefix="request")
 
     def run(self) -> None:
         try:
