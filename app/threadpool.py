@@ -9,10 +9,17 @@ thread that finished its job last, whose data is still warm; the others stay asl
 is the part of `ThreadPoolExecutor` the worker uses: `submit` (a `concurrent.futures.Future`,
 exceptions set on it), `shutdown(wait, cancel_futures)`; at most `max_workers` threads, started on
 demand; jobs beyond them wait in submission order.
+
+`linger(sock, seconds)`: a thread that has just answered on a kept-alive connection may wait there for
+the connection's next request (app.serving) instead of handing it back to gunicorn's main thread. Such
+a wait gives way to other work: as soon as a job has to wait for a thread, every lingering thread stops
+waiting (a pipe in their poll() set), goes back to the pool and takes it.
 """
 
 from __future__ import annotations
 
+import os
+import select
 import threading
 from collections import deque
 from concurrent import futures
@@ -58,6 +65,9 @@ class RecentThreadPool:
         self._threads: set[threading.Thread] = set()
         self._started = 0
         self._shutdown = False
+        self._lingering = 0                     # threads in `linger`
+        self._wake: tuple[int, int] | None = None  # the pipe that ends their waits (made on first use)
+        self._signaled = False                  # a byte is in it
         _register_atexit(self._at_exit)
 
     def submit(self, fn, /, *args: Any, **kwargs: Any) -> futures.Future:
@@ -73,12 +83,46 @@ class RecentThreadPool:
                 return future
             if len(self._threads) >= self._max:
                 self._pending.append(job)
+                self._signal()  # lingering threads: this job needs one of you
                 return future
             self._started += 1
             thread = threading.Thread(target=self._work, args=(job,), name=f"{self._prefix}_{self._started}")
             self._threads.add(thread)
         thread.start()
         return future
+
+    def linger(self, sock, seconds: float) -> bool:
+        """Wait up to `seconds` for `sock` to have bytes to read, unless a job is waiting for a thread (or
+        comes to wait meanwhile): True when `sock` is readable. In poll(), no CPU while waiting."""
+        with self._lock:
+            if self._pending or self._shutdown:
+                return False
+            if self._wake is None:
+                self._wake = os.pipe()
+                for fd in self._wake:
+                    os.set_blocking(fd, False)
+            self._lingering += 1
+            wake = self._wake[0]
+        try:
+            poller = select.poll()
+            poller.register(sock, select.POLLIN)
+            poller.register(wake, select.POLLIN)
+            return any(fd != wake for fd, _ in poller.poll(seconds * 1000))
+        finally:
+            with self._lock:
+                self._lingering -= 1
+                if not self._lingering and self._signaled:  # the last one out empties the pipe
+                    try:
+                        os.read(wake, 64)
+                    except BlockingIOError:
+                        pass
+                    self._signaled = False
+
+    def _signal(self) -> None:
+        """(Under the lock.) End every lingering thread's wait."""
+        if self._lingering and not self._signaled and self._wake is not None:
+            self._signaled = True
+            os.write(self._wake[1], b"x")
 
     def _work(self, job: tuple | None) -> None:
         slot = _Slot()
@@ -103,6 +147,7 @@ class RecentThreadPool:
         `cancel_futures`, the pending jobs are cancelled). `wait`: until every thread has ended."""
         with self._lock:
             self._shutdown = True
+            self._signal()
             idle, self._idle = self._idle, []
             cancelled = list(self._pending) if cancel_futures else []
             if cancel_futures:

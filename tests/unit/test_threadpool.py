@@ -161,3 +161,49 @@ def test_the_serving_worker_uses_it_unless_told_otherwise(monkeypatch):
     pool = worker.get_thread_pool()
     assert isinstance(pool, futures.ThreadPoolExecutor)
     pool.shutdown()
+
+
+def test_a_linger_ends_with_the_sockets_bytes_its_time_or_a_job_that_needs_a_thread():
+    import socket
+
+    pool = RecentThreadPool(1)
+    a, b = socket.socketpair()
+    try:
+        started = time.monotonic()
+        assert pool.linger(a, 0.05) is False and time.monotonic() - started >= 0.04  # nothing came
+        b.sendall(b"x")
+        assert pool.linger(a, 5) is True  # bytes to read: at once
+        a.recv(1)
+        # a thread lingers (the pool's one thread busy with it); a job submitted meanwhile must wait for
+        # a thread, so the linger ends at once and that thread can take it
+        gate = threading.Event()
+        lingered = []
+
+        def linger_then_free():
+            gate.set()
+            t0 = time.monotonic()
+            lingered.append((pool.linger(a, 5), time.monotonic() - t0))
+
+        busy = pool.submit(linger_then_free)
+        gate.wait(5)
+        deadline = time.monotonic() + 5
+        while not pool._lingering and time.monotonic() < deadline:
+            time.sleep(0.001)
+        waiting = pool.submit(_name)
+        assert waiting.result(5)  # ran on the thread that stopped lingering
+        busy.result(5)
+        assert lingered[0][0] is False and lingered[0][1] < 1.0, lingered
+        assert not pool._signaled and not pool._lingering  # the pipe emptied by the last one out
+        started = time.monotonic()
+        assert pool.linger(a, 0.05) is False and time.monotonic() - started >= 0.04  # waits fully again
+        # while a job is waiting for a thread, a new linger does not start
+        gate2 = threading.Event()
+        pool.submit(gate2.wait, 5)
+        pending = pool.submit(_name)
+        assert pool._pending and pool.linger(a, 5) is False
+        gate2.set()
+        pending.result(5)
+    finally:
+        pool.shutdown()
+        a.close()
+        b.close()
