@@ -453,16 +453,23 @@ DISPATCH = "erp_dispatch"  # the product schema's one trigger function; its trig
 
 
 def _maintenance(schema: str, plan: Plan) -> tuple[str, str, str]:
-    """The statements that keep `plan`'s table exact after an INSERT / UPDATE / DELETE statement on
-    entity_records, over its transition tables `new_rows` / `old_rows`."""
+    """The statements that keep `plan`'s table (and its substring tables) exact after an INSERT / UPDATE /
+    DELETE statement on entity_records, over its transition tables `new_rows` / `old_rows`.
+
+    An INSERT's rows are new records: their ids are in none of these tables (a backfill copies only
+    committed records, and a record's trigger runs before its commit; a hard delete removed its rows),
+    so they are inserted plainly: `ON CONFLICT` costs a speculative insertion per row (measured, a
+    5 000-record insert into entity_records with two substring tables, median of 10, vacuumed between:
+    815 ms of PostgreSQL CPU with upserts, 678 with plain inserts; 712 for the projection alone). An
+    UPDATE's rows may be new to them (a record reactivated or moved here): an upsert."""
     q = _quote(schema)
     table = f"{q}.{plan.name}"
     names = ", ".join(c for c, _, _ in plan.columns)
     exprs = ", ".join(e for _, _, e in plan.columns)
     changed = ", ".join(f"{c} = EXCLUDED.{c}" for c, _, _ in plan.columns if c != "id")
     mine = f"entity_id = {_literal(plan.definition_id)} AND is_active IS TRUE"
-    upsert = (f"INSERT INTO {table} ({names}) SELECT {exprs} FROM new_rows WHERE {mine} "
-              f"ON CONFLICT (id) DO UPDATE SET {changed} "
+    insert = f"INSERT INTO {table} ({names}) SELECT {exprs} FROM new_rows WHERE {mine}"
+    upsert = (f"{insert} ON CONFLICT (id) DO UPDATE SET {changed} "
               f"WHERE ({', '.join(f'{plan.name}.{c}' for c, _, _ in plan.columns)}) IS DISTINCT FROM "
               f"({', '.join(f'EXCLUDED.{c}' for c, _, _ in plan.columns)})")
     gone = f"NOT (n.{mine.replace(' AND ', ' AND n.')})"
@@ -470,13 +477,13 @@ def _maintenance(schema: str, plan: Plan) -> tuple[str, str, str]:
     delete = f"DELETE FROM {table} p USING old_rows o WHERE p.id = o.id"
     for side in plan.sides:  # the substring tables: the same rows, their one column
         st, c = f"{q}.{side.name}", side.folded
-        side_upsert = (f"INSERT INTO {st} (id, {c}) SELECT id, {side.expr} FROM new_rows WHERE {mine} "
-                       f"ON CONFLICT (id) DO UPDATE SET {c} = EXCLUDED.{c} "
+        side_insert = f"INSERT INTO {st} (id, {c}) SELECT id, {side.expr} FROM new_rows WHERE {mine}"
+        side_upsert = (f"{side_insert} ON CONFLICT (id) DO UPDATE SET {c} = EXCLUDED.{c} "
                        f"WHERE {side.name}.{c} IS DISTINCT FROM EXCLUDED.{c}")
-        upsert += f";\n    {side_upsert}"
+        insert += f";\n    {side_insert}"
         update += f";\n    DELETE FROM {st} p USING new_rows n WHERE p.id = n.id AND {gone};\n    {side_upsert}"
         delete += f";\n    DELETE FROM {st} p USING old_rows o WHERE p.id = o.id"
-    return upsert, update, delete
+    return insert, update, delete
 
 
 def _dispatcher(schema: str, entries: list) -> str:
