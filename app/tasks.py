@@ -465,6 +465,9 @@ def _drop_pending(session: Session, previous_transaction) -> None:
 # --- the one retry policy of every task ----------------------------------------------------------------
 
 MAX_BACKOFF_SECONDS = 300
+# the jitter's own generator: a retry scheduled from a background thread (the outbox dispatcher, a worker's
+# pool) leaves the random module's shared state alone (a property test drawing meanwhile sees it unchanged)
+_JITTER = random.Random()
 
 
 def retry_countdown(retries: int, retry_after: float | None = None) -> float:
@@ -472,7 +475,7 @@ def retry_countdown(retries: int, retry_after: float | None = None) -> float:
     exponential (2**n) with up to 50 % jitter, so a burst of failed tasks does not return in lockstep;
     never more than MAX_BACKOFF_SECONDS."""
     if retry_after is None:
-        retry_after = min(MAX_BACKOFF_SECONDS, 2 ** retries) * (1 + random.random() / 2)
+        retry_after = min(MAX_BACKOFF_SECONDS, 2 ** retries) * (1 + _JITTER.random() / 2)
     return min(retry_after, MAX_BACKOFF_SECONDS)
 
 

@@ -173,3 +173,13 @@ def test_lease_of_reads_only_the_ids_lease_message_id_makes():
     for hostile in (None, "", "plain-uuid", "a~1", "a~b~c", "~1~x", "a~1~x~y", "a~-1~x", "a~²~x", "a~٣~x",
                     "a~ 1~x", "a~1.0~x", "a~" + "9" * 5000 + "~x"):
         assert lease_of(hostile) is None, hostile
+
+
+def test_retry_jitter_leaves_the_random_modules_state_alone():
+    """The jitter has its own generator: a retry scheduled on a background thread does not move the
+    `random` module's shared state (Hypothesis warns when it changes while a test draws)."""
+    import random
+
+    state = random.getstate()
+    countdowns = {retry_countdown(3) for _ in range(20)}
+    assert random.getstate() == state and len(countdowns) > 1
