@@ -772,3 +772,22 @@ def test_substring_tables_follow_writes_and_go_with_the_projection(projected):
     resp = client.delete(f"{BASE}/definitions/items?deleteRecords=true&hardDelete=true", headers=headers)
     assert resp.status_code in (200, 204), resp.get_json()
     assert side_tables(app, plan) == set() and tables(app, definition_id) == set()
+
+
+def test_a_substring_count_of_a_reused_filter_shape_binds_each_requests_value(projected, monkeypatch):
+    """Requests of one filter shape reuse its compiled form with their own values (a cached definition's
+    shapes): the substring table's count binds each request's pattern, not the first one's."""
+    app, client, headers, definition_id, plan = projected
+    bulk(client, headers, "items", "create", CASE_RECORDS)
+    query(client, headers, "items")  # the definition cached: its filter shapes are reused
+    side = next(s for s in plan.sides if s.folded == plan.field("title").folded)
+    for word in ("WORLD", "école", "o", "nothing-like-it", "% off_", "WORLD"):
+        flt = {"title": {"$contains": word}}
+        with statements(app) as seen:
+            got = query(client, headers, "items", filters=flt, pageSize=2).get_json()
+            count = client.post(f"{BASE}/items/records/count", json={"filters": flt}, headers=headers).get_json()
+        assert all(side.name in sql for sql in seen), seen
+        with monkeypatch.context() as m:  # entity_records alone
+            m.setattr(projection, "resolver_for", lambda *a, **k: None)
+            expected = query(client, headers, "items", filters=flt, pageSize=2).get_json()
+        assert got == expected and count == expected["totalCount"], (word, got, expected)
