@@ -197,6 +197,9 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "ENTITY_INDEX_MIN_RECORDS": (5000, int, "A definition with at least this many active records gets its own "
                                             "per-field indexes and typed projection table (built in the "
                                             "background)"),
+    "ENTITY_SUBSTRING_TABLES": (8, int, "Short text fields per projected definition that get a substring table "
+                                        "(exact counts of substring matches on one field read it; writes cost "
+                                        "more): the first by field name; 0: none. A change rebuilds projections"),
     # Agent registry
     "REGISTRY_MAX_DOCUMENT_BYTES": (1024 * 1024, int, "Largest stored agent, catalog skill, tool definition, "
                                                       "sub-agent or widget as JSON, bytes (400 above)"),

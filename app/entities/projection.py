@@ -76,6 +76,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from flask import current_app, has_app_context
 from sqlalchemy import Boolean, Column, Integer, MetaData, Numeric, Table, Text, case, cast, func, literal, text
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import ARRAY, TIMESTAMP, TSVECTOR
@@ -102,7 +103,8 @@ log = logging.getLogger(__name__)
 PREFIX = "erp_"
 # substring tables (`SideTable`): `ers_<projection name without its prefix>_<folded column digest>`
 SIDE_PREFIX = "ers_"
-SIDE_TABLES_MAX = 8  # folded fields of a definition that get one (the first 8 by field name)
+SIDE_TABLES_MAX = 8  # folded fields of a definition that get one (the first by field name): the default of
+# ENTITY_SUBSTRING_TABLES, which the app's config sets (`_side_tables_max`)
 _DIALECT = postgresql.dialect()
 LONG_TEXT = ("text", "stringMultiline")
 BACKFILL_BATCH = 5000
@@ -194,8 +196,17 @@ def list_elements(jsonb_sql: str) -> str:
             f"THEN {jsonb_sql} END) AS e(v) WHERE jsonb_typeof(e.v) = 'string')")
 
 
-def plan_projection(definition_id: str, catalog: FieldCatalog) -> Plan:
-    """The projection table a definition with this schema gets (pure: no session)."""
+def _side_tables_max() -> int:
+    """ENTITY_SUBSTRING_TABLES of the app in context (SIDE_TABLES_MAX without one)."""
+    if has_app_context():
+        return max(0, int(current_app.config.get("ENTITY_SUBSTRING_TABLES", SIDE_TABLES_MAX)))
+    return SIDE_TABLES_MAX
+
+
+def plan_projection(definition_id: str, catalog: FieldCatalog, side_tables: int | None = None) -> Plan:
+    """The projection table a definition with this schema gets (pure: no session). `side_tables`: at most
+    this many substring tables (None: the app's ENTITY_SUBSTRING_TABLES)."""
+    side_tables = _side_tables_max() if side_tables is None else side_tables
     source = FieldResolver(catalog)
     columns: list[tuple[str, str, str]] = [(name, kind, name) for name, kind in SYSTEM.items()]
     columns.append(("search_vector", "tsvector", "search_vector"))
@@ -219,7 +230,7 @@ def plan_projection(definition_id: str, catalog: FieldCatalog) -> Plan:
 
     wanted, added = _wanted_indexes(catalog, fields, ProjectionResolver(catalog, table_named("draft"),
                                                                         {f.field: f for f in fields}))
-    folded = [f for f in fields if f.folded is not None][:SIDE_TABLES_MAX]
+    folded = [f for f in fields if f.folded is not None][:side_tables]
     # the name changes with the columns, the indexes (but the added ones) or the substring tables:
     # another plan is another table, built anew
     digested = repr(columns) + repr(wanted) + (repr(("sides", [f.folded for f in folded])) if folded else "")
@@ -311,22 +322,23 @@ def _field_index(f: ProjectedField, lists: list[str]) -> str:
     return f"USING btree ({f.column}) INCLUDE ({CURRENT_VECTOR})"
 
 
-# (definition id, id(catalog)) → (catalog, plan, its resolver). compile_definition_schema returns one
-# FieldCatalog object per schema text (cached), so a query finds its plan by that object: no
+# (definition id, id(catalog), substring tables) → (catalog, plan, its resolver). compile_definition_schema
+# returns one FieldCatalog object per schema text (cached), so a query finds its plan by that object: no
 # serialisation of the schema per query; the entry holds the catalog, so its id cannot be reused
-_PLANNED: dict[tuple[str, int], tuple[FieldCatalog, Plan, ProjectionResolver]] = {}
+_PLANNED: dict[tuple[str, int, int], tuple[FieldCatalog, Plan, ProjectionResolver]] = {}
 _PLANNED_MAX = 512
 
 
 def _planned(definition_id: str, catalog: FieldCatalog) -> tuple[Plan, ProjectionResolver]:
-    hit = _PLANNED.get((definition_id, id(catalog)))
+    sides = _side_tables_max()
+    hit = _PLANNED.get((definition_id, id(catalog), sides))
     if hit is None or hit[0] is not catalog:
-        plan = plan_projection(definition_id, catalog)
+        plan = plan_projection(definition_id, catalog, sides)
         hit = (catalog, plan, ProjectionResolver(catalog, plan.table, {f.field: f for f in plan.fields},
                                                  {s.folded: s.table for s in plan.sides}))
         if len(_PLANNED) >= _PLANNED_MAX:
             _PLANNED.clear()
-        _PLANNED[(definition_id, id(catalog))] = hit
+        _PLANNED[(definition_id, id(catalog), sides)] = hit
     return hit[1], hit[2]
 
 

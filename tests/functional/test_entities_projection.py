@@ -791,3 +791,27 @@ def test_a_substring_count_of_a_reused_filter_shape_binds_each_requests_value(pr
             m.setattr(projection, "resolver_for", lambda *a, **k: None)
             expected = query(client, headers, "items", filters=flt, pageSize=2).get_json()
         assert got == expected and count == expected["totalCount"], (word, got, expected)
+
+
+def test_without_substring_tables_the_projection_counts_substring_matches_itself(make_app):
+    """ENTITY_SUBSTRING_TABLES=0: the plan has none (another table name), counts read the projection,
+    answers unchanged."""
+    app = make_app(ENTITY_INDEX_MIN_RECORDS=3, REDIS_URL="", ENTITY_SUBSTRING_TABLES=0)
+    client = app.test_client()
+    _org, headers = org_headers()
+    definition_id = create_definition(client, headers)
+    bulk(client, headers, "items", "create", FIXED_RECORDS + CASE_RECORDS)
+    plan = projection.plan_projection(definition_id, compile_definition_schema(ALL_TYPES_SCHEMA).catalog, 0)
+    assert not plan.sides and plan.name != plan_of(definition_id).name
+    assert pointed(app, definition_id) == plan.name and side_tables(app, plan) == set()
+    flt = {"title": {"$contains": "o"}}
+    with statements(app) as seen:
+        count = client.post(f"{BASE}/items/records/count", json={"filters": flt}, headers=headers).get_json()
+    assert used(seen, plan) and not any(projection.SIDE_PREFIX in s for s in seen), seen
+    other = app.test_client()
+    _o, other_headers = org_headers()
+    create_definition(other, other_headers)
+    for r in FIXED_RECORDS + CASE_RECORDS:
+        create_record(other, other_headers, "items", r)
+    assert count == other.post(f"{BASE}/items/records/count", json={"filters": flt},
+                               headers=other_headers).get_json()
