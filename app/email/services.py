@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import html
 import re
+import uuid
 from email.message import EmailMessage
-from email.utils import make_msgid
 
 from flask import current_app
 
@@ -35,15 +35,19 @@ def html_to_text(body: str) -> str:
 
 
 def build_message(sender_address: str, to: list[str], subject: str, body: str, tenant: Tenant) -> EmailMessage:
+    """The message, its Message-ID and (HTML with a text alternative) its MIME boundary drawn from uuid4
+    (the OS's randomness): the email package's own `make_msgid` and boundary draw from the `random`
+    module's shared generator, which bulk sends would advance from their delivery threads."""
     message = EmailMessage()
     message["From"] = sender_address
     message["To"] = ", ".join(to)
     message["Subject"] = subject
-    message["Message-ID"] = make_msgid(domain="platform-gateway")
+    message["Message-ID"] = f"<{uuid.uuid4().hex}@platform-gateway>"
     message["X-Org-ID"] = tenant.org_id
     if looks_like_html(body):
         message.set_content(html_to_text(body))
         message.add_alternative(body, subtype="html")
+        message.set_boundary(f"=_{uuid.uuid4().hex}")
     else:
         message.set_content(body)
     return message
