@@ -46,3 +46,9 @@ def app_object() -> Any:
     """`flask.current_app`'s Flask object."""
     ctx = _cv_app.get(None)
     return ctx.app if ctx is not None else current_app._get_current_object()  # raises as the proxy does
+
+
+def app_or_none() -> Any:
+    """The current Flask object, or None outside an app context (`current_app if has_app_context()`)."""
+    ctx = _cv_app.get(None)
+    return ctx.app if ctx is not None else None

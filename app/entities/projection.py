@@ -76,7 +76,6 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from flask import current_app, has_app_context
 from sqlalchemy import Boolean, Column, Integer, MetaData, Numeric, Table, Text, case, cast, func, literal, text
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import ARRAY, TIMESTAMP, TSVECTOR
@@ -98,6 +97,7 @@ from app.entities.fieldtypes import (
 )
 from app.entities.filters import FieldRef, FieldResolver, NotProjected
 from app.entities.similar import CURRENT_VECTOR  # = embedded_hash when embedded_version = version, else NULL
+from app.reqctx import app_or_none
 
 log = logging.getLogger(__name__)
 PREFIX = "erp_"
@@ -197,10 +197,12 @@ def list_elements(jsonb_sql: str) -> str:
 
 
 def _side_tables_max() -> int:
-    """ENTITY_SUBSTRING_TABLES of the app in context (SIDE_TABLES_MAX without one)."""
-    if has_app_context():
-        return max(0, int(current_app.config.get("ENTITY_SUBSTRING_TABLES", SIDE_TABLES_MAX)))
-    return SIDE_TABLES_MAX
+    """ENTITY_SUBSTRING_TABLES of the app in context (SIDE_TABLES_MAX without one). Read on every query
+    (`_planned`), so through the context variable, not the `current_app` proxy (app.reqctx)."""
+    app = app_or_none()
+    if app is None:
+        return SIDE_TABLES_MAX
+    return max(0, int(app.config.get("ENTITY_SUBSTRING_TABLES", SIDE_TABLES_MAX)))
 
 
 def plan_projection(definition_id: str, catalog: FieldCatalog, side_tables: int | None = None) -> Plan:

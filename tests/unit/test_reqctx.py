@@ -10,12 +10,12 @@ from flask.views import MethodView
 
 from app import GatewayFlask
 from app.extensions import _dispatch_method_view, _plain_method_view
-from app.reqctx import app_object, current_g, current_request, g_or_none, request_or_none
+from app.reqctx import app_object, app_or_none, current_g, current_request, g_or_none, request_or_none
 
 
 def test_the_objects_are_the_proxies_objects_and_outside_a_context_the_same_error():
     app = GatewayFlask(__name__)
-    assert request_or_none() is None and g_or_none() is None
+    assert request_or_none() is None and g_or_none() is None and app_or_none() is None
     for read, proxy in ((current_request, request), (current_g, g), (app_object, current_app)):
         with pytest.raises(RuntimeError) as ours:
             read()
@@ -24,7 +24,7 @@ def test_the_objects_are_the_proxies_objects_and_outside_a_context_the_same_erro
         assert str(ours.value) == str(flasks.value)
     with app.app_context():
         assert current_g() is g._get_current_object() and g_or_none() is current_g()
-        assert app_object() is app
+        assert app_object() is app and app_or_none() is app
         assert request_or_none() is None
         with app.test_request_context("/x?a=1"):
             assert current_request() is request._get_current_object() and request_or_none() is current_request()
